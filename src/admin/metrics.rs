@@ -1,0 +1,183 @@
+//! Every exported metric, named in one place and registered once in one registry that is
+//! passed down (no globals). Names follow `<namespace>_<name>_<unit>[_total]`; the unit
+//! and `_total` suffixes are added by prometheus-client from the registration. Where the
+//! OpenTelemetry GenAI semantic conventions define a metric, its name is used.
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::{Registry, Unit},
+};
+
+/// Registered names (without the suffixes the library adds).
+pub mod names {
+    pub const TTFT: &str = "gen_ai_server_time_to_first_token";
+    pub const TPOT: &str = "gen_ai_server_time_per_output_token";
+    pub const DURATION: &str = "gen_ai_server_request_duration";
+    pub const ITL: &str = "goodput_inter_token_latency";
+    pub const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
+    pub const REQUESTS: &str = "goodput_requests";
+    pub const IN_FLIGHT: &str = "goodput_in_flight_requests";
+    pub const DROPPED: &str = "goodput_measurement_dropped";
+    pub const DECODE_FAILURES: &str = "goodput_decode_failures";
+}
+
+/// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
+/// that fast) and up to 60 s (long prompts behind a queue).
+const TTFT_BUCKETS: [f64; 21] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 30.0, 60.0,
+];
+/// OTel's TPOT boundaries, extended below 10 ms: small models decode a token in 1–5 ms.
+const TPOT_BUCKETS: [f64; 18] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+    0.75, 1.0, 2.5,
+];
+/// OTel's request-duration boundaries, extended below 10 ms and up to 10 minutes: long
+/// generations and reasoning runs last minutes.
+const DURATION_BUCKETS: [f64; 22] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
+    10.24, 20.48, 40.96, 81.92, 163.84, 327.68, 600.0, 1200.0,
+];
+/// Inter-token gaps from 0.5 ms (several tokens per network read coalesce to ~0) to 10 s
+/// (a stalled stream).
+const ITL_BUCKETS: [f64; 17] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+/// OTel's token-usage boundaries (powers of 4).
+const TOKEN_BUCKETS: [f64; 14] = [
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+    4194304.0, 16777216.0, 67108864.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelApi {
+    pub model: String,
+    pub api: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub model: String,
+    pub api: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    pub model: String,
+    pub api: &'static str,
+    pub gen_ai_token_type: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The handles the proxy and the aggregator update.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    pub ttft: HistogramFamily<ModelApi>,
+    pub tpot: HistogramFamily<ModelApi>,
+    pub duration: HistogramFamily<ModelApi>,
+    pub itl: HistogramFamily<ModelApi>,
+    pub token_usage: HistogramFamily<TokenLabels>,
+    pub requests: Family<RequestLabels, Counter>,
+    pub in_flight: Gauge,
+    pub dropped: Counter,
+    pub decode_failures: Family<ModelApi, Counter>,
+}
+
+impl Metrics {
+    /// Creates every metric and registers it in `registry`.
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            ttft: Family::new_with_constructor(|| Histogram::new(TTFT_BUCKETS)),
+            tpot: Family::new_with_constructor(|| Histogram::new(TPOT_BUCKETS)),
+            duration: Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS)),
+            itl: Family::new_with_constructor(|| Histogram::new(ITL_BUCKETS)),
+            token_usage: Family::new_with_constructor(|| Histogram::new(TOKEN_BUCKETS)),
+            requests: Family::default(),
+            in_flight: Gauge::default(),
+            dropped: Counter::default(),
+            decode_failures: Family::default(),
+        };
+        registry.register_with_unit(
+            names::TTFT,
+            "Time from request arrival to the first content-bearing event",
+            Unit::Seconds,
+            m.ttft.clone(),
+        );
+        registry.register_with_unit(
+            names::TPOT,
+            "Time per output token after the first: (t_last - t_first) / (output_tokens - 1)",
+            Unit::Seconds,
+            m.tpot.clone(),
+        );
+        registry.register_with_unit(
+            names::DURATION,
+            "Time from request arrival to the end of the response",
+            Unit::Seconds,
+            m.duration.clone(),
+        );
+        registry.register_with_unit(
+            names::ITL,
+            "Gaps between consecutive content-bearing events",
+            Unit::Seconds,
+            m.itl.clone(),
+        );
+        registry.register(
+            names::TOKEN_USAGE,
+            "Input and output tokens per request",
+            m.token_usage.clone(),
+        );
+        registry.register(names::REQUESTS, "Finished requests by outcome", m.requests.clone());
+        registry.register(names::IN_FLIGHT, "Requests being served now", m.in_flight.clone());
+        registry.register(
+            names::DROPPED,
+            "Measurements dropped because the aggregator queue was full",
+            m.dropped.clone(),
+        );
+        registry.register(
+            names::DECODE_FAILURES,
+            "Responses whose stream could not be decoded (bytes passed unchanged)",
+            m.decode_failures.clone(),
+        );
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted(b: &[f64]) -> bool {
+        b.windows(2).all(|w| w[0] < w[1])
+    }
+
+    #[test]
+    fn buckets_ascend() {
+        for b in [&TTFT_BUCKETS[..], &TPOT_BUCKETS, &DURATION_BUCKETS, &ITL_BUCKETS, &TOKEN_BUCKETS]
+        {
+            assert!(sorted(b), "{b:?}");
+        }
+        assert!(TTFT_BUCKETS[0] < 0.001 && *TTFT_BUCKETS.last().unwrap() >= 60.0);
+        assert!(*DURATION_BUCKETS.last().unwrap() >= 300.0);
+        assert_eq!(ITL_BUCKETS[0], 0.0005);
+    }
+
+    #[test]
+    fn exposition_names_carry_units() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.requests
+            .get_or_create(&RequestLabels { model: "m".into(), api: "chat_completions", outcome: "ok" })
+            .inc();
+        m.ttft.get_or_create(&ModelApi { model: "m".into(), api: "chat_completions" }).observe(0.1);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        assert!(out.contains("goodput_requests_total{model=\"m\",api=\"chat_completions\",outcome=\"ok\"} 1"), "{out}");
+        assert!(out.contains("gen_ai_server_time_to_first_token_seconds_bucket"), "{out}");
+        assert!(out.contains("# TYPE goodput_in_flight_requests gauge"), "{out}");
+        assert!(out.contains("goodput_measurement_dropped_total"), "{out}");
+    }
+}

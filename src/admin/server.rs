@@ -1,0 +1,164 @@
+//! Routing and serving of the admin endpoints. Plain HTTP/1.1; every response is small and
+//! built in full, so there is nothing to stream here.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header::CONTENT_TYPE};
+use http_body_util::Full;
+use hyper::{body::Incoming, service::service_fn};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::{measure::RequestRecord, stats::Recent};
+
+/// What the admin endpoints read.
+#[derive(Clone)]
+pub struct Admin {
+    pub registry: Arc<Registry>,
+    pub recent: Arc<Recent>,
+    /// True while the proxy accepts traffic; false before start and while draining.
+    pub ready: Arc<AtomicBool>,
+}
+
+/// Default and cap of `?limit=` for `/api/v1/requests`.
+const DEFAULT_LIMIT: usize = 100;
+
+impl Admin {
+    fn route(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is supported\n");
+        }
+        match req.uri().path() {
+            "/metrics" => self.metrics(),
+            "/api/v1/requests" => self.requests(req.uri().query()),
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/readyz" => {
+                if self.ready.load(Ordering::Relaxed) {
+                    text(StatusCode::OK, "ready\n")
+                } else {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                }
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        }
+    }
+
+    fn metrics(&self) -> Response<Full<Bytes>> {
+        let mut out = String::with_capacity(16 * 1024);
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "encoding metrics failed");
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed\n");
+        }
+        with_type(
+            Response::new(Full::new(Bytes::from(out))),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+    }
+
+    fn requests(&self, query: Option<&str>) -> Response<Full<Bytes>> {
+        let limit = match query_param(query, "limit") {
+            None => DEFAULT_LIMIT,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) => n,
+                Err(_) => return json_error(StatusCode::BAD_REQUEST, "limit must be a number"),
+            },
+        };
+        #[derive(Serialize)]
+        struct Body<'a> {
+            requests: Vec<&'a RequestRecord>,
+        }
+        let records = self.recent.latest(limit);
+        let body = Body { requests: records.iter().map(|r| r.as_ref()).collect() };
+        json(StatusCode::OK, &body)
+    }
+}
+
+fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query?.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+fn with_type(mut resp: Response<Full<Bytes>>, content_type: &'static str) -> Response<Full<Bytes>> {
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = with_type(Response::new(Full::new(Bytes::from_static(body.as_bytes()))), "text/plain");
+    *resp.status_mut() = status;
+    resp
+}
+
+fn json(status: StatusCode, value: &impl Serialize) -> Response<Full<Bytes>> {
+    match serde_json::to_vec(value) {
+        Ok(body) => {
+            let mut resp = with_type(Response::new(Full::new(Bytes::from(body))), "application/json");
+            *resp.status_mut() = status;
+            resp
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "serializing an API response failed");
+            text(StatusCode::INTERNAL_SERVER_ERROR, "serialization failed\n")
+        }
+    }
+}
+
+fn json_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    json(status, &serde_json::json!({ "error": { "message": message } }))
+}
+
+/// Serves the admin endpoints until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    admin: Admin,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let resp = admin.route(&req);
+                async move { Ok::<_, Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "admin connection ended with an error");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::query_param;
+
+    #[test]
+    fn query_params() {
+        assert_eq!(query_param(Some("a=1&limit=5"), "limit"), Some("5"));
+        assert_eq!(query_param(Some("limits=5"), "limit"), None);
+        assert_eq!(query_param(None, "limit"), None);
+    }
+}

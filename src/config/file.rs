@@ -1,0 +1,151 @@
+//! The TOML file schema: what an operator writes. Every key has a documented default (see
+//! `config/goodput.example.toml`); unknown keys are rejected so a typo never silently
+//! falls back to a default. Nothing here is validated beyond its type: `validate.rs` turns
+//! this into the runtime [`super::Config`].
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The whole file. Every section is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub upstream: UpstreamSection,
+    #[serde(default)]
+    pub admin: AdminSection,
+    #[serde(default)]
+    pub measure: MeasureSection,
+    #[serde(default)]
+    pub log: LogSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    pub listen: String,
+    pub tls: Option<TlsSection>,
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub drain_timeout: Duration,
+    pub http2: bool,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            tls: None,
+            header_read_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(30),
+            http2: true,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    pub cert: String,
+    pub key: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamSection {
+    pub url: Option<String>,
+    pub ca_file: Option<String>,
+    pub http2: bool,
+    pub preserve_host: bool,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub response_header_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub pool_idle_timeout: Duration,
+    pub pool_max_idle_per_host: usize,
+}
+
+impl Default for UpstreamSection {
+    fn default() -> Self {
+        Self {
+            url: None,
+            ca_file: None,
+            http2: false,
+            preserve_host: false,
+            connect_timeout: Duration::from_secs(5),
+            // Prefill of a long prompt behind a queue can take minutes; a short default
+            // would turn a slow-but-healthy request into a 504.
+            response_header_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(300),
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 256,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSection {
+    pub listen: String,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        Self { listen: "127.0.0.1:9464".into() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeasureSection {
+    pub request_inspect_limit: u64,
+    pub response_inspect_limit: u64,
+    pub channel_capacity: usize,
+    pub recent_requests: usize,
+    pub max_models: usize,
+}
+
+impl Default for MeasureSection {
+    fn default() -> Self {
+        Self {
+            request_inspect_limit: 8 << 20,
+            response_inspect_limit: 8 << 20,
+            channel_capacity: 8192,
+            recent_requests: 1000,
+            max_models: 50,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    pub format: String,
+    pub level: String,
+    pub access_log: bool,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        Self { format: "text".into(), level: "info".into(), access_log: true }
+    }
+}
+
+/// Durations are written the way operators say them: `"30s"`, `"5m"`, `"250ms"`.
+mod humantime_serde {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, de::Error};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(|e| D::Error::custom(format!("`{s}`: {e}")))
+    }
+}

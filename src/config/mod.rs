@@ -1,0 +1,124 @@
+//! Configuration: one TOML file ([`file`]), overridden by command-line flags, validated
+//! into a runtime [`Config`] snapshot. Validation collects every problem at once so an
+//! operator fixes the file in one pass; it never panics.
+
+pub mod file;
+mod tls;
+mod validate;
+
+use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
+
+use http::uri::{Authority, Scheme};
+
+pub use validate::load;
+
+/// Values given on the command line; each replaces the file's value.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub upstream: Option<String>,
+    pub admin: Option<String>,
+}
+
+/// The validated runtime configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: Server,
+    pub upstream: Upstream,
+    pub admin: SocketAddr,
+    pub measure: Measure,
+    pub log: Log,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub listen: SocketAddr,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub header_read_timeout: Duration,
+    pub drain_timeout: Duration,
+    pub http2: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub scheme: Scheme,
+    pub authority: Authority,
+    /// Path prefix of the upstream URL without a trailing slash (`""` for none).
+    pub base_path: String,
+    /// Trust roots and settings for `https://` upstreams (unused for `http://`).
+    pub tls: Arc<rustls::ClientConfig>,
+    pub http2: bool,
+    pub preserve_host: bool,
+    pub connect_timeout: Duration,
+    pub response_header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub pool_idle_timeout: Duration,
+    pub pool_max_idle_per_host: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Measure {
+    pub request_inspect_limit: usize,
+    pub response_inspect_limit: usize,
+    pub channel_capacity: usize,
+    pub recent_requests: usize,
+    pub max_models: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct Log {
+    pub format: LogFormat,
+    pub level: String,
+    pub access_log: bool,
+}
+
+/// One thing wrong with the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    #[error("{key}: cannot read `{path}`: {source}")]
+    Io {
+        key: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl Problem {
+    pub(crate) fn invalid(key: impl Into<String>, message: impl Into<String>) -> Problem {
+        Problem::Invalid { key: key.into(), message: message.into() }
+    }
+}
+
+/// Every problem found in one configuration.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", render(.0))]
+pub struct ConfigError(pub Vec<Problem>);
+
+fn render(problems: &[Problem]) -> String {
+    let mut out = format!("{} problem(s) in the configuration:", problems.len());
+    for p in problems {
+        out.push_str("\n  - ");
+        out.push_str(&p.to_string());
+    }
+    out
+}
+
+/// Validates a file without any overrides, as `goodput check-config` does.
+pub fn check(path: &Path) -> Result<Config, ConfigError> {
+    load(Some(path), &Overrides::default())
+}

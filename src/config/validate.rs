@@ -1,0 +1,285 @@
+//! From the file schema plus flag overrides to the runtime [`Config`], collecting every
+//! problem rather than stopping at the first.
+
+use std::{net::SocketAddr, path::Path, sync::Arc};
+
+use http::{Uri, uri::Scheme};
+
+use super::{
+    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, Upstream,
+    file::FileConfig, tls,
+};
+
+/// Reads (if given) and validates a config file, applying the overrides.
+pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let file = match path {
+        None => FileConfig::default(),
+        Some(path) => read(path).map_err(|p| ConfigError(vec![p]))?,
+    };
+    validate(file, overrides)
+}
+
+fn read(path: &Path) -> Result<FileConfig, Problem> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| Problem::Io {
+        key: "--config",
+        path: shown.clone(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| Problem::Parse { path: shown, source: Box::new(source) })
+}
+
+fn socket_addr(key: &str, value: &str, problems: &mut Vec<Problem>) -> Option<SocketAddr> {
+    match value.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            problems.push(Problem::invalid(
+                key,
+                format!("`{value}` is not an address like 127.0.0.1:8080 or [::1]:8080"),
+            ));
+            None
+        }
+    }
+}
+
+fn positive(key: &str, value: u64, problems: &mut Vec<Problem>) {
+    if value == 0 {
+        problems.push(Problem::invalid(key, "must be greater than zero"));
+    }
+}
+
+fn validate(file: FileConfig, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let mut problems = Vec::new();
+    let listen_raw = overrides.listen.as_deref().unwrap_or(&file.server.listen);
+    let listen = socket_addr("server.listen", listen_raw, &mut problems);
+    let admin_raw = overrides.admin.as_deref().unwrap_or(&file.admin.listen);
+    let admin = socket_addr("admin.listen", admin_raw, &mut problems);
+    if let (Some(l), Some(a)) = (listen, admin)
+        && l == a
+        && l.port() != 0
+    {
+        problems.push(Problem::invalid(
+            "admin.listen",
+            "must differ from server.listen: admin endpoints never share the data port",
+        ));
+    }
+
+    let server_tls = match &file.server.tls {
+        None => None,
+        Some(t) => match tls::server_config(&t.cert, &t.key, file.server.http2) {
+            Ok(cfg) => Some(cfg),
+            Err(mut p) => {
+                problems.append(&mut p);
+                None
+            }
+        },
+    };
+
+    let upstream = upstream(&file, overrides, &mut problems);
+
+    let s = &file.server;
+    positive("server.header_read_timeout", s.header_read_timeout.as_millis() as u64, &mut problems);
+    let u = &file.upstream;
+    positive("upstream.connect_timeout", u.connect_timeout.as_millis() as u64, &mut problems);
+    positive(
+        "upstream.response_header_timeout",
+        u.response_header_timeout.as_millis() as u64,
+        &mut problems,
+    );
+    positive("upstream.idle_timeout", u.idle_timeout.as_millis() as u64, &mut problems);
+    let m = &file.measure;
+    positive("measure.channel_capacity", m.channel_capacity as u64, &mut problems);
+    positive("measure.recent_requests", m.recent_requests as u64, &mut problems);
+    positive("measure.max_models", m.max_models as u64, &mut problems);
+
+    let format = match file.log.format.as_str() {
+        "text" => Some(LogFormat::Text),
+        "json" => Some(LogFormat::Json),
+        other => {
+            problems.push(Problem::invalid(
+                "log.format",
+                format!("`{other}` is not one of `text`, `json`"),
+            ));
+            None
+        }
+    };
+    if let Err(e) = file.log.level.parse::<tracing_subscriber::EnvFilter>() {
+        problems.push(Problem::invalid("log.level", format!("`{}`: {e}", file.log.level)));
+    }
+
+    match (listen, admin, upstream, format) {
+        (Some(listen), Some(admin), Some(upstream), Some(format)) if problems.is_empty() => {
+            Ok(Config {
+                server: Server {
+                    listen,
+                    tls: server_tls,
+                    header_read_timeout: s.header_read_timeout,
+                    drain_timeout: s.drain_timeout,
+                    http2: s.http2,
+                },
+                upstream,
+                admin,
+                measure: Measure {
+                    request_inspect_limit: usize::try_from(m.request_inspect_limit)
+                        .unwrap_or(usize::MAX),
+                    response_inspect_limit: usize::try_from(m.response_inspect_limit)
+                        .unwrap_or(usize::MAX),
+                    channel_capacity: m.channel_capacity,
+                    recent_requests: m.recent_requests,
+                    max_models: m.max_models,
+                },
+                log: Log { format, level: file.log.level, access_log: file.log.access_log },
+            })
+        }
+        _ => Err(ConfigError(problems)),
+    }
+}
+
+fn upstream(file: &FileConfig, overrides: &Overrides, problems: &mut Vec<Problem>) -> Option<Upstream> {
+    let u = &file.upstream;
+    let Some(raw) = overrides.upstream.as_deref().or(u.url.as_deref()) else {
+        problems.push(Problem::invalid(
+            "upstream.url",
+            "required: set it in the file or pass --upstream http://host:port",
+        ));
+        return None;
+    };
+    let uri: Uri = match raw.parse() {
+        Ok(uri) => uri,
+        Err(e) => {
+            problems.push(Problem::invalid("upstream.url", format!("`{raw}`: {e}")));
+            return None;
+        }
+    };
+    let scheme = uri.scheme().cloned();
+    let https = match scheme.as_ref().map(Scheme::as_str) {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            problems.push(Problem::invalid(
+                "upstream.url",
+                format!("`{raw}` must start with http:// or https://"),
+            ));
+            return None;
+        }
+    };
+    let Some(authority) = uri.authority().cloned() else {
+        problems.push(Problem::invalid("upstream.url", format!("`{raw}` has no host")));
+        return None;
+    };
+    if uri.query().is_some() {
+        problems.push(Problem::invalid("upstream.url", format!("`{raw}` must not have a query")));
+    }
+    if u.ca_file.is_some() && !https {
+        problems.push(Problem::invalid("upstream.ca_file", "only used with an https:// upstream"));
+    }
+    let tls = match tls::client_config(u.ca_file.as_deref()) {
+        Ok(cfg) => Arc::new(cfg),
+        Err(p) => {
+            problems.push(p);
+            return None;
+        }
+    };
+    Some(Upstream {
+        scheme: scheme.unwrap_or(Scheme::HTTP),
+        authority,
+        base_path: uri.path().trim_end_matches('/').to_owned(),
+        tls,
+        http2: u.http2,
+        preserve_host: u.preserve_host,
+        connect_timeout: u.connect_timeout,
+        response_header_timeout: u.response_header_timeout,
+        idle_timeout: u.idle_timeout,
+        pool_idle_timeout: u.pool_idle_timeout,
+        pool_max_idle_per_host: u.pool_max_idle_per_host,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|source| {
+            ConfigError(vec![Problem::Parse { path: "test".into(), source: Box::new(source) }])
+        })?;
+        validate(file, overrides)
+    }
+
+    #[test]
+    fn flags_alone_are_enough() {
+        let o = Overrides {
+            upstream: Some("http://127.0.0.1:8000/base/".into()),
+            ..Default::default()
+        };
+        let cfg = parse("", &o).unwrap();
+        assert_eq!(cfg.upstream.authority.as_str(), "127.0.0.1:8000");
+        assert_eq!(cfg.upstream.base_path, "/base");
+        assert_eq!(cfg.server.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(cfg.admin.to_string(), "127.0.0.1:9464");
+        assert_eq!(cfg.upstream.response_header_timeout.as_secs(), 300);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let o = Overrides { listen: Some("127.0.0.1:1".into()), ..Default::default() };
+        let cfg = parse("[upstream]\nurl = \"https://gw.example\"\n", &o).unwrap();
+        assert_eq!(cfg.server.listen.port(), 1);
+        assert_eq!(cfg.upstream.scheme, Scheme::HTTPS);
+        assert_eq!(cfg.upstream.base_path, "");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = r#"
+            [server]
+            listen = "nope"
+            [admin]
+            listen = "also nope"
+            [upstream]
+            url = "ftp://x"
+            idle_timeout = "0s"
+            [log]
+            format = "xml"
+        "#;
+        let err = parse(text, &Overrides::default()).unwrap_err();
+        let msg = err.to_string();
+        for key in ["server.listen", "admin.listen", "upstream.url", "idle_timeout", "log.format"]
+        {
+            assert!(msg.contains(key), "{key} missing from:\n{msg}");
+        }
+        assert_eq!(err.0.len(), 5, "{msg}");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = parse("[upstream]\nurl = \"http://a\"\ntimeout = \"1s\"\n", &Overrides::default())
+            .unwrap_err();
+        assert!(err.to_string().contains("unknown field `timeout`"), "{err}");
+    }
+
+    #[test]
+    fn missing_upstream_says_how_to_fix_it() {
+        let err = parse("", &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("--upstream"), "{err}");
+    }
+
+    #[test]
+    fn missing_tls_files_are_named() {
+        let text = "[server.tls]\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"\n";
+        let o = Overrides { upstream: Some("http://a".into()), ..Default::default() };
+        let err = parse(text, &o).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("/nonexistent/c.pem") && msg.contains("/nonexistent/k.pem"), "{msg}");
+    }
+
+    #[test]
+    fn admin_must_not_share_the_data_port() {
+        let o = Overrides {
+            upstream: Some("http://a".into()),
+            listen: Some("127.0.0.1:7000".into()),
+            admin: Some("127.0.0.1:7000".into()),
+        };
+        assert!(parse("", &o).is_err());
+    }
+}

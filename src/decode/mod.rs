@@ -1,0 +1,167 @@
+//! Turning the bytes of an LLM request and response into what measurement needs.
+//!
+//! The data path hands every response chunk to a [`StreamDecoder`] right after forwarding
+//! it; the decoder frames the stream ([`sse`]), classifies each event with the dialect's
+//! rules ([`openai`]) and reports one [`EventInfo`] per complete event, which the measurement
+//! layer timestamps (first content-bearing event = TTFT, gaps = ITL, usage = token counts).
+//! Non-streaming bodies go through [`parse_response_body`] and request bodies through
+//! [`inspect_request`], both off the per-event path.
+//!
+//! The dialect is never assumed: [`Api::from_path`] and [`StreamKind::from_content_type`]
+//! pick it, and anything this module cannot decode is a flag ([`StreamDecoder::is_broken`]),
+//! never an error that could stop bytes.
+
+pub mod openai;
+mod request;
+pub mod sse;
+mod stream;
+
+#[cfg(test)]
+mod tests;
+
+pub use openai::{BodyInfo, parse_response_body};
+pub use request::{RequestInfo, inspect_request};
+pub use sse::{SseEvent, SseFramer};
+pub use stream::StreamDecoder;
+
+/// Which inference API a request targets, decided from its path alone.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    ChatCompletions,
+    Completions,
+    Unknown,
+}
+
+impl Api {
+    /// Classifies a request path (without query string).
+    ///
+    /// Matching is by suffix so that gateways mounting the API under a prefix
+    /// (`/openai/v1/chat/completions`, Azure's `/openai/deployments/{name}/chat/completions`)
+    /// are recognised; trailing slashes are ignored.
+    pub fn from_path(path: &str) -> Api {
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Api::ChatCompletions
+        } else if path.ends_with("/completions") {
+            Api::Completions
+        } else {
+            Api::Unknown
+        }
+    }
+
+    /// The label value used in metrics and profiles.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "chat_completions",
+            Api::Completions => "completions",
+            Api::Unknown => "unknown",
+        }
+    }
+}
+
+/// Why generation stopped, normalized across dialects so truncation and filtering rates
+/// compare between engines.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Other,
+}
+
+impl FinishReason {
+    /// Normalizes a wire value from any supported dialect. Case is ignored because some
+    /// engines (Gemini-style gateways) upper-case these.
+    pub fn from_wire(s: &str) -> FinishReason {
+        const TABLE: &[(&str, FinishReason)] = &[
+            ("stop", FinishReason::Stop),
+            ("end_turn", FinishReason::Stop),
+            ("stop_sequence", FinishReason::Stop),
+            ("eos_token", FinishReason::Stop),
+            ("length", FinishReason::Length),
+            ("max_tokens", FinishReason::Length),
+            ("max_output_tokens", FinishReason::Length),
+            ("tool_calls", FinishReason::ToolCalls),
+            ("function_call", FinishReason::ToolCalls),
+            ("tool_use", FinishReason::ToolCalls),
+            ("content_filter", FinishReason::ContentFilter),
+            // Anthropic's streaming safety classifier stopping the reply.
+            ("refusal", FinishReason::ContentFilter),
+        ];
+        TABLE
+            .iter()
+            .find(|(wire, _)| wire.eq_ignore_ascii_case(s))
+            .map_or(FinishReason::Other, |&(_, reason)| reason)
+    }
+
+    /// The label value used in metrics and profiles.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Other => "other",
+        }
+    }
+}
+
+/// Token counts as reported by the upstream; either side may be missing.
+#[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
+pub struct Usage {
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+}
+
+/// What one decoded stream event tells the measurement.
+#[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
+pub struct EventInfo {
+    /// The event carries generated output (text, reasoning, tool call or refusal delta).
+    pub content: bool,
+    /// Token counts, when this event carries them (usually the last chunk).
+    pub usage: Option<Usage>,
+    /// Set on the event where a choice reports why it stopped.
+    pub finish_reason: Option<FinishReason>,
+    /// The dialect's end-of-stream marker; a stream ending without one was cut short.
+    pub terminal: bool,
+    /// The stream carried an error object instead of (or in the middle of) output.
+    pub error: bool,
+}
+
+/// The framing of a response body, decided from its `Content-Type`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum StreamKind {
+    Sse,
+    Ndjson,
+    Json,
+    Other,
+}
+
+impl StreamKind {
+    /// Classifies a `Content-Type` header value; parameters and case are ignored.
+    pub fn from_content_type(ct: Option<&str>) -> StreamKind {
+        let Some(ct) = ct else {
+            return StreamKind::Other;
+        };
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        let is = |name: &str| essence.eq_ignore_ascii_case(name);
+        if is("text/event-stream") {
+            StreamKind::Sse
+        } else if is("application/x-ndjson") || is("application/ndjson") || is("application/jsonl")
+        {
+            StreamKind::Ndjson
+        } else if is("application/json") || ends_with_ignore_case(essence, "+json") {
+            StreamKind::Json
+        } else {
+            StreamKind::Other
+        }
+    }
+}
+
+fn ends_with_ignore_case(s: &str, suffix: &str) -> bool {
+    s.len()
+        .checked_sub(suffix.len())
+        .and_then(|start| s.as_bytes().get(start..))
+        .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix.as_bytes()))
+}

@@ -1,0 +1,258 @@
+use super::*;
+
+fn info(data: &str) -> EventInfo {
+    classify_chunk(data.as_bytes()).unwrap()
+}
+
+fn chat(delta: &str, finish: &str) -> String {
+    format!(
+        r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":"fp","choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":{finish}}}],"usage":null}}"#
+    )
+}
+
+fn content_only() -> EventInfo {
+    EventInfo {
+        content: true,
+        ..EventInfo::default()
+    }
+}
+
+#[test]
+fn done_is_terminal() {
+    let done = EventInfo {
+        terminal: true,
+        ..EventInfo::default()
+    };
+    assert_eq!(info("[DONE]"), done);
+    assert_eq!(info(" [DONE] \n"), done);
+    assert!(classify_chunk(b"[DONE!]").is_err());
+}
+
+#[test]
+fn role_chunk_is_not_content() {
+    let role = chat(
+        r#"{"role":"assistant","content":"","refusal":null}"#,
+        "null",
+    );
+    assert_eq!(info(&role), EventInfo::default());
+    // vLLM variants: null content, no content at all, empty delta.
+    assert_eq!(
+        info(&chat(r#"{"role":"assistant","content":null}"#, "null")),
+        EventInfo::default()
+    );
+    assert_eq!(
+        info(&chat(r#"{"role":"assistant"}"#, "null")),
+        EventInfo::default()
+    );
+    assert_eq!(info(&chat("{}", "null")), EventInfo::default());
+    assert_eq!(info(&chat("null", "null")), EventInfo::default());
+}
+
+#[test]
+fn text_delta_is_content() {
+    assert_eq!(
+        info(&chat(r#"{"content":"Hello"}"#, "null")),
+        content_only()
+    );
+    assert_eq!(info(&chat(r#"{"content":" "}"#, "null")), content_only());
+}
+
+#[test]
+fn escaped_text_is_still_content() {
+    assert_eq!(info(&chat(r#"{"content":"\n"}"#, "null")), content_only());
+    assert_eq!(
+        info(&chat(r#"{"content":"\u00e9"}"#, "null")),
+        content_only()
+    );
+    assert_eq!(info(&chat(r#"{"content":"\"\""}"#, "null")), content_only());
+}
+
+#[test]
+fn reasoning_refusal_and_tool_calls_are_content() {
+    for delta in [
+        r#"{"content":null,"reasoning_content":"Let me think"}"#,
+        r#"{"content":"","reasoning":"hmm"}"#,
+        r#"{"refusal":"I can't help with that."}"#,
+        r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}"#,
+        r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}"#,
+        r#"{"content":[{"type":"text","text":"hi"}]}"#,
+    ] {
+        assert_eq!(info(&chat(delta, "null")), content_only(), "{delta}");
+    }
+}
+
+#[test]
+fn empty_values_are_not_content() {
+    for delta in [
+        r#"{"tool_calls":[]}"#,
+        r#"{"tool_calls":[ ]}"#,
+        r#"{"tool_calls":null,"refusal":null,"reasoning_content":null}"#,
+        r#"{"reasoning":{}}"#,
+        r#"{"refusal":""}"#,
+    ] {
+        assert_eq!(info(&chat(delta, "null")), EventInfo::default(), "{delta}");
+    }
+}
+
+#[test]
+fn finish_reason_is_normalized() {
+    let finish = |wire: &str| info(&chat("{}", &format!("\"{wire}\""))).finish_reason;
+    assert_eq!(finish("stop"), Some(FinishReason::Stop));
+    assert_eq!(finish("length"), Some(FinishReason::Length));
+    assert_eq!(finish("tool_calls"), Some(FinishReason::ToolCalls));
+    assert_eq!(finish("function_call"), Some(FinishReason::ToolCalls));
+    assert_eq!(finish("content_filter"), Some(FinishReason::ContentFilter));
+    assert_eq!(finish("abort"), Some(FinishReason::Other));
+    assert_eq!(finish("\\u0073top"), Some(FinishReason::Stop));
+}
+
+#[test]
+fn finish_reason_and_content_come_from_any_choice() {
+    let data = r#"{"choices":[
+        {"index":0,"delta":{"content":""},"finish_reason":null},
+        {"index":1,"delta":{"content":"x"},"finish_reason":"length"}]}"#;
+    let got = info(data);
+    assert!(got.content);
+    assert_eq!(got.finish_reason, Some(FinishReason::Length));
+}
+
+#[test]
+fn usage_chunk_is_read() {
+    let data = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#;
+    let want = EventInfo {
+        usage: Some(Usage {
+            input_tokens: Some(9),
+            output_tokens: Some(12),
+        }),
+        ..EventInfo::default()
+    };
+    assert_eq!(info(data), want);
+}
+
+#[test]
+fn usage_on_every_chunk_is_read_with_the_content() {
+    // vLLM with `continuous_usage_stats`.
+    let data = r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}],"usage":{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1}}"#;
+    let got = info(data);
+    assert!(got.content);
+    assert_eq!(
+        got.usage,
+        Some(Usage {
+            input_tokens: Some(5),
+            output_tokens: Some(1)
+        })
+    );
+}
+
+#[test]
+fn odd_usage_is_ignored_not_fatal() {
+    for usage in ["null", "5", r#""x""#, "{}", r#"{"prompt_tokens":-1}"#] {
+        let data = format!(r#"{{"choices":[{{"delta":{{"content":"a"}}}}],"usage":{usage}}}"#);
+        assert_eq!(info(&data), content_only(), "{usage}");
+    }
+}
+
+#[test]
+fn completions_text_chunk() {
+    let text = |t: &str, finish: &str| {
+        format!(
+            r#"{{"id":"cmpl-1","object":"text_completion","created":1,"choices":[{{"text":{t},"index":0,"logprobs":null,"finish_reason":{finish}}}],"model":"m"}}"#
+        )
+    };
+    assert_eq!(info(&text(r#"" world""#, "null")), content_only());
+    let last = info(&text(r#""""#, r#""length""#));
+    assert!(!last.content);
+    assert_eq!(last.finish_reason, Some(FinishReason::Length));
+}
+
+#[test]
+fn error_object_is_flagged() {
+    let data = r#"{"error":{"object":"error","message":"boom","type":"BadRequestError","param":null,"code":400}}"#;
+    let got = info(data);
+    assert!(got.error);
+    assert!(!got.content && !got.terminal);
+    assert!(info(r#"{"object":"error","message":"boom","code":500}"#).error);
+    assert!(!info(r#"{"choices":[],"error":null}"#).error);
+    assert!(!info(&chat(r#"{"content":"a"}"#, "null")).error);
+}
+
+#[test]
+fn non_json_is_an_error_but_blank_is_not() {
+    assert!(classify_chunk(b"hello").is_err());
+    assert!(classify_chunk(br#"{"choices":"#).is_err());
+    assert!(classify_chunk(b"[1,2]").is_err());
+    assert!(classify_chunk(b"42").is_err());
+    assert_eq!(classify_chunk(b" \n").unwrap(), EventInfo::default());
+}
+
+#[test]
+fn chat_body_is_read() {
+    let body = br#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m",
+        "choices":[{"index":0,"message":{"role":"assistant","content":"Hi there","refusal":null},
+        "logprobs":null,"finish_reason":"stop"}],
+        "usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13}}"#;
+    let want = BodyInfo {
+        usage: Some(Usage {
+            input_tokens: Some(10),
+            output_tokens: Some(3),
+        }),
+        finish_reason: Some(FinishReason::Stop),
+        content: true,
+        error: false,
+    };
+    assert_eq!(parse_response_body(Api::ChatCompletions, body), Some(want));
+}
+
+#[test]
+fn tool_call_body_without_text_has_content() {
+    let body = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":null,
+        "tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
+        "finish_reason":"tool_calls"}]}"#;
+    let got = parse_response_body(Api::ChatCompletions, body).unwrap();
+    assert!(got.content);
+    assert_eq!(got.finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(got.usage, None);
+}
+
+#[test]
+fn empty_body_message_is_not_content() {
+    let body =
+        br#"{"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"length"}]}"#;
+    let got = parse_response_body(Api::ChatCompletions, body).unwrap();
+    assert!(!got.content);
+    assert_eq!(got.finish_reason, Some(FinishReason::Length));
+}
+
+#[test]
+fn completions_body_is_read() {
+    let body = br#"{"object":"text_completion","choices":[{"text":"42","index":0,"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":1}}"#;
+    let got = parse_response_body(Api::Completions, body).unwrap();
+    assert!(got.content);
+    assert_eq!(got.usage.and_then(|u| u.output_tokens), Some(1));
+}
+
+#[test]
+fn error_bodies_are_flagged() {
+    let old =
+        br#"{"object":"error","message":"bad","type":"BadRequestError","param":null,"code":400}"#;
+    let new =
+        br#"{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}"#;
+    for body in [&old[..], &new[..]] {
+        let got = parse_response_body(Api::ChatCompletions, body).unwrap();
+        assert!(got.error);
+        assert!(!got.content);
+    }
+}
+
+#[test]
+fn body_that_is_not_json_or_not_openai_is_none() {
+    assert_eq!(
+        parse_response_body(Api::ChatCompletions, b"<html>502</html>"),
+        None
+    );
+    assert_eq!(parse_response_body(Api::ChatCompletions, b"[]"), None);
+    assert_eq!(
+        parse_response_body(Api::Unknown, br#"{"choices":[]}"#),
+        None
+    );
+}

@@ -1,0 +1,32 @@
+//! goodput: a transparent, streaming-aware reverse proxy for LLM inference gateways that
+//! timestamps every streamed event and reports TTFT, TPOT, inter-token latency, end-to-end
+//! latency and outcomes from real traffic. See DESIGN.md for the normative definitions and
+//! `docs/LIFECYCLE.md` for where each timestamp is taken.
+//!
+//! # Layout
+//! - [`config`]: the TOML schema, flag overrides and validation into a runtime snapshot.
+//! - [`proxy`]: the data path: listener, TLS, HTTP/1.1 + HTTP/2, forwarding, tunnels.
+//! - [`decode`]: SSE framing and per-dialect token events; request/body inspection.
+//! - [`measure`]: the tower layer and body wrappers that time each request into a record.
+//! - [`stats`]: the aggregator that finishes records, updates metrics, keeps recent ones.
+//! - [`admin`]: `/metrics`, the JSON API, health and readiness, on their own address.
+//! - [`sim`]: an OpenAI-compatible upstream simulator for the demo, tests and benchmarks.
+//! - [`run`]: wiring of all of the above into a running server with graceful shutdown.
+//! - [`demo`]: simulator + proxy + synthetic load, with a live summary line.
+//! - [`telemetry`]: logging set-up.
+
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod config;
+pub mod decode;
+pub mod demo;
+pub mod measure;
+pub mod proxy;
+pub mod run;
+pub mod sim;
+pub mod stats;
+pub mod telemetry;
+
+/// The boxed error type bodies carry across the data path.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,0 +1,138 @@
+//! The `goodput` command line: parse flags, load config, build, run, map errors to exit
+//! codes (64 for a bad configuration, 1 for a runtime failure).
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand};
+use goodput::{
+    config::{self, LogFormat, Overrides},
+    demo, run, sim, telemetry,
+};
+
+/// Exit code for a configuration that cannot be used (EX_USAGE).
+const EXIT_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(name = "goodput", version, about = "A streaming-aware proxy that times every token")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy in front of an inference gateway.
+    Serve(ServeArgs),
+    /// Validate a config file, list every problem, exit non-zero if there is one.
+    CheckConfig { file: PathBuf },
+    /// Run the built-in OpenAI-compatible upstream simulator.
+    Sim(sim::SimArgs),
+    /// Simulator + proxy + a light synthetic load, with a live summary line.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML config file; flags below override its values.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Address the proxy listens on (default 127.0.0.1:8080).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Upstream gateway URL, e.g. http://127.0.0.1:8000.
+    #[arg(long)]
+    upstream: Option<String>,
+    /// Address of the admin server (default 127.0.0.1:9464).
+    #[arg(long)]
+    admin: Option<String>,
+    /// Validate this config file and exit instead of serving.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+}
+
+fn check_config(file: &std::path::Path) -> ExitCode {
+    match config::check(file) {
+        Ok(_) => {
+            println!("{}: ok", file.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    if let Some(file) = &args.check_config {
+        return check_config(file);
+    }
+    let overrides = Overrides { listen: args.listen, upstream: args.upstream, admin: args.admin };
+    let cfg = match config::load(args.config.as_deref(), &overrides) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("goodput: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    telemetry::init(cfg.log.format, &cfg.log.level);
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("goodput: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async {
+        let running = match run::start(cfg).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start");
+                return ExitCode::FAILURE;
+            }
+        };
+        run::shutdown_signal().await;
+        running.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::CheckConfig { file } => check_config(&file),
+        Command::Sim(args) => {
+            telemetry::init(LogFormat::Text, "info");
+            match runtime() {
+                Ok(rt) => rt.block_on(async {
+                    match sim::run(&args, run::shutdown_signal()).await {
+                        Ok(()) => ExitCode::SUCCESS,
+                        Err(e) => {
+                            eprintln!("goodput sim: {e}");
+                            ExitCode::FAILURE
+                        }
+                    }
+                }),
+                Err(e) => {
+                    eprintln!("goodput: cannot start the runtime: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Demo(args) => {
+            telemetry::init(LogFormat::Text, "warn");
+            match runtime() {
+                Ok(rt) => rt.block_on(demo::run(args)),
+                Err(e) => {
+                    eprintln!("goodput: cannot start the runtime: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The measurement path's data-path half: a tower [`MeasureLayer`] that stamps
+//! `t_arrival`, keeps or assigns the request id, and wraps both bodies; the
+//! [`MeasuredBody`] that timestamps every upstream frame; and the per-request [`Tap`] that
+//! emits once, at end of stream or on drop, into the bounded [`Recorder`] channel.
+//! [`record`] defines the finished record, built off the hot path in [`finish`].
+
+mod body;
+mod finish;
+mod layer;
+pub mod record;
+mod request_id;
+mod sink;
+mod tap;
+
+pub use body::{MeasuredBody, RequestCapture, RequestTap};
+pub use layer::{Measure, MeasureLayer};
+pub use record::{Outcome, RequestRecord, TokenSource};
+pub use request_id::REQUEST_ID;
+pub use sink::Recorder;
+pub use tap::{Ending, Pending, ProxyFailure, Tap, Timeline};

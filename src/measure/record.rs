@@ -1,0 +1,161 @@
+//! The finished per-request record: what the admin API serves, what the metrics and the
+//! access log are made from, and (later) what profiles are written from. It holds numbers
+//! and bounded labels only: never content, header values or client addresses.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+/// How a request ended, as DESIGN.md defines it. Closed set: safe as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    UpstreamError,
+    UpstreamReset,
+    ClientAbort,
+    Timeout,
+    ProxyError,
+}
+
+/// Who a failed outcome is attributed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    Client,
+    Upstream,
+    Proxy,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Ok,
+        Outcome::UpstreamError,
+        Outcome::UpstreamReset,
+        Outcome::ClientAbort,
+        Outcome::Timeout,
+        Outcome::ProxyError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::UpstreamReset => "upstream_reset",
+            Outcome::ClientAbort => "client_abort",
+            Outcome::Timeout => "timeout",
+            Outcome::ProxyError => "proxy_error",
+        }
+    }
+
+    pub fn fault(self) -> Fault {
+        match self {
+            Outcome::Ok => Fault::None,
+            Outcome::ClientAbort => Fault::Client,
+            Outcome::UpstreamError | Outcome::UpstreamReset | Outcome::Timeout => Fault::Upstream,
+            Outcome::ProxyError => Fault::Proxy,
+        }
+    }
+}
+
+/// Where a token count came from; the record always says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The upstream's own `usage`.
+    Usage,
+    /// The number of content-bearing events (a lower bound when events carry several tokens).
+    Events,
+}
+
+impl TokenSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenSource::Usage => "usage",
+            TokenSource::Events => "events",
+        }
+    }
+}
+
+/// Per-request summary of the inter-token gaps, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ItlSummary {
+    pub p50: f64,
+    pub p95: f64,
+    pub max: f64,
+}
+
+impl ItlSummary {
+    /// Nearest-rank percentiles over gaps given in microseconds; sorts in place.
+    pub fn from_gaps_us(gaps: &mut [u32]) -> Option<ItlSummary> {
+        if gaps.is_empty() {
+            return None;
+        }
+        gaps.sort_unstable();
+        let rank = |q: f64| {
+            let idx = ((q * gaps.len() as f64).ceil() as usize).clamp(1, gaps.len()) - 1;
+            f64::from(gaps[idx]) / 1000.0
+        };
+        Some(ItlSummary { p50: rank(0.50), p95: rank(0.95), max: rank(1.0) })
+    }
+}
+
+/// One finished request. The serialized field set is a contract with users' tooling.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestRecord {
+    pub id: String,
+    /// RFC 3339, from the wall clock at `t_arrival`.
+    pub started_at: String,
+    pub model: Option<String>,
+    pub api: &'static str,
+    pub stream: bool,
+    /// The status the client received (`null` if no response head was sent).
+    pub status: Option<u16>,
+    pub outcome: Outcome,
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: f64,
+    pub itl_ms: Option<ItlSummary>,
+    pub input_tokens: Option<u64>,
+    pub input_tokens_source: Option<TokenSource>,
+    pub output_tokens: Option<u64>,
+    pub output_tokens_source: Option<TokenSource>,
+    pub events: u64,
+    pub bytes_out: u64,
+    /// When the record was finished (monotonic), for windowed views; not serialized.
+    #[serde(skip)]
+    pub finished_at: Option<Instant>,
+    /// Request body bytes received from the client; not part of the JSON contract.
+    #[serde(skip)]
+    pub bytes_in: u64,
+    /// Normalized finish reason when the upstream reported one.
+    #[serde(skip)]
+    pub finish_reason: Option<crate::decode::FinishReason>,
+    /// Set when the response could not be decoded; the bytes still flowed.
+    #[serde(skip)]
+    pub decode_failed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn itl_percentiles_are_nearest_rank() {
+        let mut gaps: Vec<u32> = (1..=100).map(|ms| ms * 1000).collect();
+        let s = ItlSummary::from_gaps_us(&mut gaps).unwrap();
+        assert_eq!((s.p50, s.p95, s.max), (50.0, 95.0, 100.0));
+        let mut one = vec![1500];
+        let s = ItlSummary::from_gaps_us(&mut one).unwrap();
+        assert_eq!((s.p50, s.p95, s.max), (1.5, 1.5, 1.5));
+        assert!(ItlSummary::from_gaps_us(&mut []).is_none());
+    }
+
+    #[test]
+    fn outcome_labels_are_snake_case() {
+        for o in Outcome::ALL {
+            let json = serde_json::to_string(&o).unwrap();
+            assert_eq!(json, format!("\"{}\"", o.as_str()));
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Per-request measurement state. It lives inside the response body wrapper, sees every
+//! frame with the instant it was read, and keeps only small numbers plus (for
+//! non-streaming JSON) cheap `Bytes` handles; parsing of whole bodies is left to the
+//! aggregator. It emits exactly once: at end of stream, on error, or when dropped.
+
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::{Recorder, body::RequestCapture, record::Outcome};
+use crate::decode::{Api, EventInfo, FinishReason, StreamDecoder, StreamKind, Usage};
+
+/// How the response ended, as seen by the data path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The body reached its end normally.
+    Complete,
+    /// The upstream connection failed mid-body (reset, close without terminator).
+    UpstreamFailed,
+    /// No body bytes arrived within the idle timeout.
+    IdleTimeout,
+    /// The client went away (its connection closed or the stream was reset).
+    ClientGone,
+    /// The proxy's drain deadline passed and the stream was cut.
+    ShutdownCut,
+}
+
+/// Token events seen on a stream and when.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    pub first: Option<Instant>,
+    pub last: Option<Instant>,
+    /// Gaps between consecutive content-bearing events, in microseconds.
+    pub gaps_us: Vec<u32>,
+    pub events: u64,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<FinishReason>,
+    pub terminal: bool,
+    pub error: bool,
+}
+
+impl Timeline {
+    fn on_event(&mut self, now: Instant, ev: EventInfo) {
+        if ev.content {
+            match self.last {
+                None => self.first = Some(now),
+                Some(last) => {
+                    let gap = now.saturating_duration_since(last).as_micros();
+                    self.gaps_us.push(u32::try_from(gap).unwrap_or(u32::MAX));
+                }
+            }
+            self.last = Some(now);
+            self.events += 1;
+        }
+        if let Some(u) = ev.usage {
+            let prev = self.usage.unwrap_or_default();
+            self.usage = Some(Usage {
+                input_tokens: u.input_tokens.or(prev.input_tokens),
+                output_tokens: u.output_tokens.or(prev.output_tokens),
+            });
+        }
+        if ev.finish_reason.is_some() {
+            self.finish_reason = ev.finish_reason;
+        }
+        self.terminal |= ev.terminal;
+        self.error |= ev.error;
+    }
+}
+
+/// Everything the data path learnt about one request, handed to the aggregator.
+#[derive(Debug)]
+pub struct Pending {
+    pub id: String,
+    pub t_arrival: Instant,
+    pub started_at: SystemTime,
+    pub api: Api,
+    pub request: Option<oneshot::Receiver<RequestCapture>>,
+    pub status: Option<u16>,
+    pub kind: StreamKind,
+    /// Set when the proxy itself answered (502/504) instead of the upstream.
+    pub proxy_failure: Option<Outcome>,
+    pub tunnel: bool,
+    pub decoded: bool,
+    pub decode_broken: bool,
+    pub timeline: Timeline,
+    pub body: Vec<Bytes>,
+    pub body_overflow: bool,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub ended_at: Instant,
+    pub ending: Ending,
+}
+
+/// Marks a response the proxy produced itself, with the outcome it stands for.
+#[derive(Debug, Clone, Copy)]
+pub struct ProxyFailure(pub Outcome);
+
+/// The live measurement of one request.
+#[derive(Debug)]
+pub struct Tap {
+    recorder: Recorder,
+    pending: Option<Pending>,
+    decoder: Option<StreamDecoder>,
+    capture_limit: usize,
+    captured: usize,
+}
+
+impl Tap {
+    pub fn new(
+        recorder: Recorder,
+        id: String,
+        t_arrival: Instant,
+        api: Api,
+        request: oneshot::Receiver<RequestCapture>,
+        capture_limit: usize,
+    ) -> Tap {
+        recorder.started();
+        let pending = Pending {
+            id,
+            t_arrival,
+            started_at: SystemTime::now(),
+            api,
+            request: Some(request),
+            status: None,
+            kind: StreamKind::Other,
+            proxy_failure: None,
+            tunnel: false,
+            decoded: false,
+            decode_broken: false,
+            timeline: Timeline::default(),
+            body: Vec::new(),
+            body_overflow: false,
+            bytes_out: 0,
+            bytes_in: 0,
+            ended_at: t_arrival,
+            ending: Ending::ClientGone,
+        };
+        Tap { recorder, pending: Some(pending), decoder: None, capture_limit, captured: 0 }
+    }
+
+    /// The response head is known: choose how its body will be decoded.
+    pub fn on_head(
+        &mut self,
+        status: u16,
+        content_type: Option<&str>,
+        proxy_failure: Option<ProxyFailure>,
+    ) {
+        let Some(p) = self.pending.as_mut() else { return };
+        p.status = Some(status);
+        p.kind = StreamKind::from_content_type(content_type);
+        p.proxy_failure = proxy_failure.map(|f| f.0);
+        self.decoder = StreamDecoder::new(p.api, p.kind);
+        p.decoded = self.decoder.is_some();
+    }
+
+    /// The response was switched to a tunnel (HTTP Upgrade): record e2e and bytes only.
+    pub fn on_tunnel(&mut self) {
+        if let Some(p) = self.pending.as_mut() {
+            p.tunnel = true;
+        }
+    }
+
+    /// One body frame, with the instant it was read from the upstream.
+    pub fn on_data(&mut self, now: Instant, data: &Bytes) {
+        let Some(p) = self.pending.as_mut() else { return };
+        p.bytes_out += data.len() as u64;
+        if let Some(decoder) = self.decoder.as_mut() {
+            let timeline = &mut p.timeline;
+            decoder.feed(data, |ev| timeline.on_event(now, ev));
+        } else if p.kind == StreamKind::Json && p.api != Api::Unknown && !p.body_overflow {
+            self.captured += data.len();
+            if self.captured <= self.capture_limit {
+                p.body.push(data.clone());
+            } else {
+                p.body_overflow = true;
+                p.body = Vec::new();
+            }
+        }
+    }
+
+    /// Adds tunnelled byte counts (HTTP Upgrade) before the tap ends.
+    pub fn add_tunnel_bytes(&mut self, to_client: u64, from_client: u64) {
+        if let Some(p) = self.pending.as_mut() {
+            p.bytes_out += to_client;
+            p.bytes_in += from_client;
+        }
+    }
+
+    /// Ends the measurement and hands it to the aggregator. Later calls do nothing.
+    pub fn finish(&mut self, now: Instant, ending: Ending) {
+        let Some(mut p) = self.pending.take() else { return };
+        if let Some(decoder) = self.decoder.as_mut() {
+            if ending == Ending::Complete {
+                let timeline = &mut p.timeline;
+                decoder.finish(|ev| timeline.on_event(now, ev));
+            }
+            p.decode_broken = decoder.is_broken();
+        }
+        p.ended_at = now;
+        p.ending = ending;
+        self.recorder.ended();
+        self.recorder.submit(p);
+    }
+
+    /// How a stream that stopped without reaching its end is attributed.
+    pub fn dropped_ending(&self) -> Ending {
+        if self.recorder.is_cutting() { Ending::ShutdownCut } else { Ending::ClientGone }
+    }
+
+    /// Moves the measurement into a new tap (to follow a tunnel), leaving this one inert.
+    pub fn detach(&mut self) -> Tap {
+        Tap {
+            recorder: self.recorder.clone(),
+            pending: self.pending.take(),
+            decoder: self.decoder.take(),
+            capture_limit: self.capture_limit,
+            captured: self.captured,
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.pending.is_none()
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        // Dropped before the response head or before its end: the client went away (or the
+        // proxy cut the stream at shutdown). Recorded all the same.
+        let ending = self.dropped_ending();
+        self.finish(Instant::now(), ending);
+    }
+}

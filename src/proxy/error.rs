@@ -1,0 +1,114 @@
+//! Failures the proxy answers itself, and the one function that turns them into HTTP
+//! responses. Each carries the measurement outcome it stands for.
+
+use std::error::Error as _;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
+
+use super::body::UpstreamBody;
+use crate::measure::{Outcome, ProxyFailure};
+
+/// Why the proxy could not obtain a response head from the upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("upstream unreachable: {0}")]
+    Unreachable(#[source] hyper_util::client::legacy::Error),
+    #[error("upstream connect timed out")]
+    ConnectTimeout(#[source] hyper_util::client::legacy::Error),
+    #[error("upstream sent no response headers within {0:?}")]
+    HeaderTimeout(std::time::Duration),
+    #[error("upstream failed before responding: {0}")]
+    UpstreamFailed(#[source] hyper_util::client::legacy::Error),
+    #[error("cannot build the upstream request: {0}")]
+    BadTarget(#[source] http::Error),
+}
+
+impl ProxyError {
+    /// Sorts a client error by where it happened.
+    pub fn from_client(e: hyper_util::client::legacy::Error) -> ProxyError {
+        if e.is_connect() {
+            if chain_has_timeout(&e) {
+                ProxyError::ConnectTimeout(e)
+            } else {
+                ProxyError::Unreachable(e)
+            }
+        } else {
+            ProxyError::UpstreamFailed(e)
+        }
+    }
+
+    /// Stable machine-readable code for the JSON body and logs.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProxyError::Unreachable(_) => "upstream_unreachable",
+            ProxyError::ConnectTimeout(_) => "upstream_connect_timeout",
+            ProxyError::HeaderTimeout(_) => "upstream_header_timeout",
+            ProxyError::UpstreamFailed(_) => "upstream_failed",
+            ProxyError::BadTarget(_) => "bad_target",
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::ConnectTimeout(_) | ProxyError::HeaderTimeout(_) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            ProxyError::Unreachable(_) | ProxyError::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::BadTarget(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    fn outcome(&self) -> Outcome {
+        match self {
+            ProxyError::ConnectTimeout(_) | ProxyError::HeaderTimeout(_) => Outcome::Timeout,
+            ProxyError::Unreachable(_) | ProxyError::UpstreamFailed(_) => Outcome::UpstreamError,
+            ProxyError::BadTarget(_) => Outcome::ProxyError,
+        }
+    }
+
+    /// The response the client gets: OpenAI-style error JSON so SDKs surface the cause.
+    pub fn into_response(self) -> Response<UpstreamBody> {
+        let detail = full_chain(&self);
+        tracing::warn!(code = self.code(), error = %detail, "proxy answered with an error");
+        let body = serde_json::json!({
+            "error": {
+                "message": detail,
+                "type": "goodput_proxy_error",
+                "code": self.code(),
+            }
+        });
+        let mut resp = Response::new(UpstreamBody::full(Bytes::from(body.to_string())));
+        *resp.status_mut() = self.status();
+        resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp.extensions_mut().insert(ProxyFailure(self.outcome()));
+        resp
+    }
+}
+
+fn chain_has_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        if err.to_string().contains("timed out") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn full_chain(e: &ProxyError) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source().and_then(|s| s.source());
+    while let Some(err) = cur {
+        out.push_str(": ");
+        out.push_str(&err.to_string());
+        cur = err.source();
+    }
+    out
+}

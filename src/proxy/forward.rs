@@ -1,0 +1,121 @@
+//! The forwarding service: rewrites the request head for the upstream, sends it with the
+//! client's body streaming through, and returns the upstream's response head with its
+//! body untouched. Failures before a response head become 502/504 in one place.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use http::{Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use tower::Service;
+
+use super::{
+    ConnInfo, Tunnel,
+    body::UpstreamBody,
+    client::{self, UpstreamClient},
+    error::ProxyError,
+    headers,
+};
+use crate::{config::Upstream, measure::RequestTap};
+
+#[derive(Clone)]
+pub struct Forward {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: UpstreamClient,
+    upstream: Upstream,
+}
+
+impl Forward {
+    pub fn new(upstream: &Upstream) -> Forward {
+        Forward { inner: Arc::new(Inner { client: client::build(upstream), upstream: upstream.clone() }) }
+    }
+}
+
+impl Service<Request<RequestTap<Incoming>>> for Forward {
+    type Response = Response<UpstreamBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<RequestTap<Incoming>>) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            Ok(match inner.forward(req).await {
+                Ok(resp) => resp,
+                Err(e) => e.into_response(),
+            })
+        })
+    }
+}
+
+impl Inner {
+    fn target(&self, uri: &Uri) -> Result<Uri, ProxyError> {
+        let u = &self.upstream;
+        let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let joined = format!("{}{}", u.base_path, path_and_query);
+        Uri::builder()
+            .scheme(u.scheme.clone())
+            .authority(u.authority.clone())
+            .path_and_query(joined)
+            .build()
+            .map_err(ProxyError::BadTarget)
+    }
+
+    async fn forward(
+        &self,
+        mut req: Request<RequestTap<Incoming>>,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
+        let upgrade = headers::is_upgrade(&req);
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        let conn = parts.extensions.get::<ConnInfo>().cloned();
+        let client_authority = parts.uri.authority().map(|a| a.as_str().to_owned());
+        headers::prepare_request(
+            &mut parts.headers,
+            conn.as_ref(),
+            client_authority.as_deref(),
+            self.upstream.preserve_host,
+            upgrade,
+        );
+        parts.uri = self.target(&parts.uri)?;
+        // The upstream connection decides the wire version; the pool rejects an HTTP/2
+        // request on an HTTP/1 connection, so ask for 1.1 and let h2 connections upgrade it.
+        parts.version = Version::HTTP_11;
+        parts.extensions = http::Extensions::new();
+
+        let sent = self.client.request(Request::from_parts(parts, body));
+        let timeout = self.upstream.response_header_timeout;
+        let resp = match tokio::time::timeout(timeout, sent).await {
+            Err(_) => return Err(ProxyError::HeaderTimeout(timeout)),
+            Ok(Err(e)) => return Err(ProxyError::from_client(e)),
+            Ok(Ok(resp)) => resp,
+        };
+
+        let (mut parts, body) = resp.into_parts();
+        if let Some(client_upgrade) = client_upgrade
+            && parts.status == StatusCode::SWITCHING_PROTOCOLS
+        {
+            let mut upstream_resp = Response::from_parts(parts, body);
+            let upstream_upgrade = hyper::upgrade::on(&mut upstream_resp);
+            let (mut parts, _) = upstream_resp.into_parts();
+            headers::prepare_response(&mut parts.headers, true);
+            parts.extensions = http::Extensions::new();
+            parts.extensions.insert(Tunnel::spawn(client_upgrade, upstream_upgrade));
+            return Ok(Response::from_parts(parts, UpstreamBody::empty()));
+        }
+        headers::prepare_response(&mut parts.headers, false);
+        parts.extensions = http::Extensions::new();
+        Ok(Response::from_parts(parts, UpstreamBody::stream(body, self.upstream.idle_timeout)))
+    }
+}

@@ -1,0 +1,186 @@
+//! Header handling of a reverse proxy: hop-by-hop fields removed in both directions
+//! (RFC 9110 §7.6.1, plus the legacy fields every proxy strips), `X-Forwarded-*` set, and
+//! `Host` pointed at the upstream unless the operator asks to preserve it.
+
+use http::{
+    HeaderMap, HeaderName, HeaderValue, Request, Version,
+    header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE},
+};
+
+use super::ConnInfo;
+
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Fields that only describe one connection. `Proxy-Authenticate`/`Proxy-Authorization`
+/// are aimed at a forward proxy, not at the gateway behind us.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    TE,
+    http::header::TRAILER,
+    TRANSFER_ENCODING,
+];
+
+/// Whether the request asks to switch protocols (e.g. WebSocket) over HTTP/1.1.
+pub fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(UPGRADE)
+        && connection_tokens(req.headers()).any(|t| t.eq_ignore_ascii_case("upgrade"))
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Removes hop-by-hop fields. For an upgrade, `Connection: upgrade` and `Upgrade` are the
+/// point of the request and are kept (and re-set cleanly).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let listed: Vec<HeaderName> =
+        connection_tokens(headers).filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()).collect();
+    for name in listed {
+        if !(upgrade && name == UPGRADE) {
+            headers.remove(&name);
+        }
+    }
+    // `TE: trailers` is the one TE value that must survive (gRPC-style trailers over h2).
+    let te_trailers = headers
+        .get(TE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers")));
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    if te_trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+    if upgrade {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(UPGRADE);
+    }
+}
+
+/// Prepares the request head for the upstream.
+pub fn prepare_request(
+    headers: &mut HeaderMap,
+    conn: Option<&ConnInfo>,
+    client_authority: Option<&str>,
+    preserve_host: bool,
+    upgrade: bool,
+) {
+    strip_hop_by_hop(headers, upgrade);
+    let original_host = headers
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| client_authority.map(str::to_owned));
+    if let Some(conn) = conn {
+        let ip = conn.remote.ip().to_string();
+        let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            Some(prior) if !prior.trim().is_empty() => format!("{prior}, {ip}"),
+            _ => ip,
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(X_FORWARDED_FOR, v);
+        }
+        let proto = if conn.tls { "https" } else { "http" };
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    }
+    if let Some(host) = &original_host
+        && !headers.contains_key(X_FORWARDED_HOST)
+        && let Ok(v) = HeaderValue::from_str(host)
+    {
+        headers.insert(X_FORWARDED_HOST, v);
+    }
+    if preserve_host {
+        if !headers.contains_key(HOST)
+            && let Some(v) = original_host.and_then(|h| HeaderValue::from_str(&h).ok())
+        {
+            headers.insert(HOST, v);
+        }
+    } else {
+        // The client library sets Host from the upstream URL.
+        headers.remove(HOST);
+    }
+}
+
+/// Prepares the response head for the client.
+pub fn prepare_response(headers: &mut HeaderMap, upgrade: bool) {
+    strip_hop_by_hop(headers, upgrade);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_listed_fields_go() {
+        let mut h = map(&[
+            ("connection", "keep-alive, x-secret-hop"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret-hop", "1"),
+            ("transfer-encoding", "chunked"),
+            ("te", "gzip"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic x"),
+            ("authorization", "Bearer keep-me"),
+            ("content-type", "application/json"),
+        ]);
+        strip_hop_by_hop(&mut h, false);
+        let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn te_trailers_survives() {
+        let mut h = map(&[("te", "trailers, deflate")]);
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.get(TE).unwrap(), "trailers");
+    }
+
+    #[test]
+    fn upgrade_keeps_its_headers() {
+        let mut h = map(&[("connection", "Upgrade, keep-alive"), ("upgrade", "websocket")]);
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h.get(CONNECTION).unwrap(), "upgrade");
+        assert_eq!(h.get(UPGRADE).unwrap(), "websocket");
+    }
+
+    #[test]
+    fn forwarded_headers_are_set() {
+        let conn = ConnInfo { remote: "10.1.2.3:5555".parse::<SocketAddr>().unwrap(), tls: true };
+        let mut h = map(&[("host", "proxy.local:8080"), ("x-forwarded-for", "1.1.1.1")]);
+        prepare_request(&mut h, Some(&conn), None, false, false);
+        assert_eq!(h.get(X_FORWARDED_FOR).unwrap(), "1.1.1.1, 10.1.2.3");
+        assert_eq!(h.get(X_FORWARDED_PROTO).unwrap(), "https");
+        assert_eq!(h.get(X_FORWARDED_HOST).unwrap(), "proxy.local:8080");
+        assert!(h.get(HOST).is_none(), "Host is re-set from the upstream URL");
+
+        let mut h = HeaderMap::new();
+        prepare_request(&mut h, Some(&conn), Some("h2.local"), true, false);
+        assert_eq!(h.get(HOST).unwrap(), "h2.local");
+        assert_eq!(h.get(X_FORWARDED_FOR).unwrap(), "10.1.2.3");
+    }
+}

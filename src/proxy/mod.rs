@@ -1,0 +1,26 @@
+//! The data path: listener (optionally TLS), HTTP/1.1 and HTTP/2 connections, and the
+//! forwarding service. Bytes pass unchanged and unbuffered; the measurement layer wraps
+//! the forwarding service and only observes.
+
+mod body;
+mod client;
+mod error;
+mod forward;
+mod headers;
+mod server;
+mod tunnel;
+
+use std::net::SocketAddr;
+
+pub use body::{IdleTimeout, UpstreamBody};
+pub use error::ProxyError;
+pub use forward::Forward;
+pub use server::{Proxy, serve};
+pub use tunnel::Tunnel;
+
+/// What the forwarding service knows about the client connection.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub remote: SocketAddr,
+    pub tls: bool,
+}

@@ -1,0 +1,158 @@
+//! Wiring: one registry, one recorder channel, the aggregator, the proxy and the admin
+//! server, started on given listeners and stopped gracefully. Integration tests use
+//! [`start`] with `127.0.0.1:0` addresses exactly as `goodput serve` does.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use prometheus_client::registry::Registry;
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+
+use crate::{
+    admin::{self, Admin, metrics::Metrics},
+    config::Config,
+    measure::{MeasureLayer, Recorder},
+    proxy::{self, Forward, Proxy},
+    stats::{Aggregator, Recent},
+};
+
+/// How long to wait, after the last connection closed, for the last records to be
+/// aggregated (tunnels still open at exit may hold their record back).
+const FLUSH_DEADLINE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running proxy with its admin server.
+pub struct Running {
+    pub proxy_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub recent: Arc<Recent>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Starts draining; returns when everything has stopped and records are flushed.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Signals shutdown without waiting.
+    pub fn begin_shutdown(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Waits until the server stopped.
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr).await.map_err(|source| StartError::Bind { what, addr, source })
+}
+
+/// Binds the configured addresses and starts serving.
+pub async fn start(cfg: Config) -> Result<Running, StartError> {
+    let listener = bind("proxy", cfg.server.listen).await?;
+    let admin = bind("admin", cfg.admin).await?;
+    start_on(cfg, listener, admin)
+}
+
+/// Starts serving on already-bound listeners.
+pub fn start_on(
+    cfg: Config,
+    listener: TcpListener,
+    admin_listener: TcpListener,
+) -> Result<Running, StartError> {
+    let proxy_addr = local_addr("proxy", &listener, cfg.server.listen)?;
+    let admin_addr = local_addr("admin", &admin_listener, cfg.admin)?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let m = &cfg.measure;
+    let (recorder, rx) = Recorder::new(m.channel_capacity, metrics.dropped.clone(), metrics.in_flight.clone());
+    let recent = Arc::new(Recent::new(m.recent_requests));
+    let aggregator = Aggregator::new(rx, metrics, recent.clone(), m.max_models, cfg.log.access_log);
+    let layer = MeasureLayer::new(recorder.clone(), m.request_inspect_limit, m.response_inspect_limit);
+    let proxy = Proxy::new(&cfg.server, Forward::new(&cfg.upstream), layer, recorder);
+    let ready = Arc::new(AtomicBool::new(true));
+    let admin = Admin { registry: Arc::new(registry), recent: recent.clone(), ready: ready.clone() };
+    let (stop, stopped) = watch::channel(false);
+
+    tracing::info!(
+        proxy = %proxy_addr,
+        admin = %admin_addr,
+        upstream = %format!("{}://{}{}", cfg.upstream.scheme, cfg.upstream.authority, cfg.upstream.base_path),
+        tls = cfg.server.tls.is_some(),
+        "goodput serving"
+    );
+    let task = tokio::spawn(async move {
+        let aggregating = tokio::spawn(aggregator.run());
+        let admin_task = tokio::spawn(admin::serve(admin_listener, admin, until(stopped.clone())));
+        let draining = {
+            let ready = ready.clone();
+            let stopped = stopped.clone();
+            async move {
+                until(stopped).await;
+                ready.store(false, Ordering::Relaxed);
+            }
+        };
+        if let Err(e) = proxy::serve(listener, proxy, draining).await {
+            tracing::error!(error = %e, "proxy stopped with an error");
+        }
+        if tokio::time::timeout(FLUSH_DEADLINE, aggregating).await.is_err() {
+            tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
+        }
+        let _ = admin_task.await;
+        tracing::info!("goodput stopped");
+    });
+    Ok(Running { proxy_addr, admin_addr, recent, stop, task })
+}
+
+fn local_addr(what: &'static str, l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, StartError> {
+    l.local_addr().map_err(|source| StartError::Bind { what, addr, source })
+}
+
+async fn until(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,102 @@
+//! The single consumer of finished measurements.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::{ModelLabels, Recent};
+use crate::{
+    admin::metrics::{Metrics, ModelApi, RequestLabels, TokenLabels},
+    measure::{Pending, RequestRecord},
+};
+
+pub struct Aggregator {
+    rx: mpsc::Receiver<Pending>,
+    metrics: Metrics,
+    recent: Arc<Recent>,
+    models: ModelLabels,
+    access_log: bool,
+}
+
+impl Aggregator {
+    pub fn new(
+        rx: mpsc::Receiver<Pending>,
+        metrics: Metrics,
+        recent: Arc<Recent>,
+        max_models: usize,
+        access_log: bool,
+    ) -> Aggregator {
+        Aggregator { rx, metrics, recent, models: ModelLabels::new(max_models), access_log }
+    }
+
+    /// Runs until every data-path handle is gone and the queue is drained.
+    pub async fn run(mut self) {
+        while let Some(pending) = self.rx.recv().await {
+            self.handle(pending);
+        }
+    }
+
+    fn handle(&mut self, pending: Pending) {
+        let (record, gaps) = pending.finish();
+        let model = self.models.label(record.model.as_deref());
+        let api = record.api;
+        let m = &self.metrics;
+        m.requests
+            .get_or_create(&RequestLabels { model: model.clone(), api, outcome: record.outcome.as_str() })
+            .inc();
+        let key = ModelApi { model: model.clone(), api };
+        if record.decode_failed {
+            m.decode_failures.get_or_create(&key).inc();
+        }
+        m.duration.get_or_create(&key).observe(record.e2e_ms / 1000.0);
+        if let Some(ttft) = record.ttft_ms {
+            m.ttft.get_or_create(&key).observe(ttft / 1000.0);
+        }
+        if let Some(tpot) = record.tpot_ms {
+            m.tpot.get_or_create(&key).observe(tpot / 1000.0);
+        }
+        if !gaps.is_empty() {
+            let itl = m.itl.get_or_create(&key);
+            for gap in gaps {
+                itl.observe(f64::from(gap) / 1e6);
+            }
+        }
+        for (kind, n) in [("input", record.input_tokens), ("output", record.output_tokens)] {
+            if let Some(n) = n {
+                let labels = TokenLabels { model: model.clone(), api, gen_ai_token_type: kind };
+                m.token_usage.get_or_create(&labels).observe(n as f64);
+            }
+        }
+        if self.access_log {
+            access_log(&record);
+        }
+        self.recent.push(Arc::new(record));
+    }
+}
+
+/// One line per request with the record's numbers; no header values, no content.
+fn access_log(r: &RequestRecord) {
+    tracing::info!(
+        target: "goodput::access",
+        id = %r.id,
+        model = r.model.as_deref().unwrap_or("-"),
+        api = r.api,
+        stream = r.stream,
+        status = r.status.unwrap_or(0),
+        outcome = r.outcome.as_str(),
+        ttft_ms = r.ttft_ms.map(round2),
+        tpot_ms = r.tpot_ms.map(round2),
+        e2e_ms = round2(r.e2e_ms),
+        input_tokens = r.input_tokens,
+        output_tokens = r.output_tokens,
+        output_tokens_source = r.output_tokens_source.map(|s| s.as_str()),
+        events = r.events,
+        bytes_in = r.bytes_in,
+        bytes_out = r.bytes_out,
+        "request"
+    );
+}
+
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}

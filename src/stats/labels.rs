@@ -1,0 +1,60 @@
+//! Bounded metric label values. Model names come from clients, so the set of values is
+//! capped: the first N distinct models keep their name, the rest are reported as `other`.
+
+use std::collections::HashSet;
+
+/// Longest model name kept as a label value; longer ones are cut (on a char boundary).
+const MAX_LABEL_LEN: usize = 128;
+
+#[derive(Debug)]
+pub struct ModelLabels {
+    seen: HashSet<String>,
+    max: usize,
+}
+
+impl ModelLabels {
+    pub fn new(max: usize) -> ModelLabels {
+        ModelLabels { seen: HashSet::new(), max }
+    }
+
+    /// The label value for a request's model.
+    pub fn label(&mut self, model: Option<&str>) -> String {
+        let Some(model) = model else { return "unknown".into() };
+        let mut end = model.len().min(MAX_LABEL_LEN);
+        while !model.is_char_boundary(end) {
+            end -= 1;
+        }
+        let model = &model[..end];
+        if self.seen.contains(model) {
+            return model.to_owned();
+        }
+        if self.seen.len() < self.max {
+            self.seen.insert(model.to_owned());
+            return model.to_owned();
+        }
+        "other".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_most_max_distinct_values() {
+        let mut l = ModelLabels::new(2);
+        assert_eq!(l.label(Some("a")), "a");
+        assert_eq!(l.label(Some("b")), "b");
+        assert_eq!(l.label(Some("c")), "other");
+        assert_eq!(l.label(Some("a")), "a");
+        assert_eq!(l.label(None), "unknown");
+    }
+
+    #[test]
+    fn long_names_are_cut_on_char_boundaries() {
+        let mut l = ModelLabels::new(5);
+        let long = "é".repeat(100);
+        let label = l.label(Some(&long));
+        assert!(label.len() <= MAX_LABEL_LEN && label.chars().all(|c| c == 'é'));
+    }
+}

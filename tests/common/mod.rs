@@ -3,9 +3,12 @@
 //! Each file under `tests/` is its own crate and pulls this module in with `mod common;`.
 //! It holds test doubles that run on `127.0.0.1:0` inside the test's own tokio runtime:
 //!
+//! - [`harness`]: goodput and the simulator started in-process, a real HTTP client, and
+//!   readers for the admin API and `/metrics`.
 //! - [`fake`]: a purpose-built, misbehaving upstream HTTP/1.1 server written over raw tokio
 //!   TCP, so a test controls every byte and the socket itself (dribbled chunks, slow first
 //!   token, reset or close mid-stream, stalls, wrong framing) and can see what the proxy sent
 //!   upstream and when it hung up.
 
 pub mod fake;
+pub mod harness;

@@ -30,7 +30,7 @@ pub struct Admin {
     pub ready: Arc<AtomicBool>,
 }
 
-/// Default and cap of `?limit=` for `/api/v1/requests`.
+/// Default of `?limit=` for `/api/v1/requests` (the ring size bounds it anyway).
 const DEFAULT_LIMIT: usize = 100;
 
 impl Admin {

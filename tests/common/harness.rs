@@ -1,7 +1,10 @@
 //! Starting goodput and the simulator in-process on `127.0.0.1:0`, and talking to them the
 //! way a user would: a real HTTP client, raw sockets for byte-exact checks, and the admin
 //! API and `/metrics` text for what was recorded.
-#![expect(clippy::unwrap_used, reason = "test support: a failed set-up must stop the test")]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test support: a failed set-up must stop the test"
+)]
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -117,7 +120,10 @@ pub async fn post_collect(client: &HttpClient, url: &str, body: String) -> (u16,
 /// GETs an admin path and returns the body text.
 pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
     let client = client();
-    let resp = client.get(format!("http://{admin}{path}").parse().unwrap()).await.unwrap();
+    let resp = client
+        .get(format!("http://{admin}{path}").parse().unwrap())
+        .await
+        .unwrap();
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
@@ -163,7 +169,9 @@ pub async fn raw_exchange(addr: SocketAddr, request: &[u8], timeout: Duration) -
             }
         }
     };
-    let errored = tokio::time::timeout(timeout, read_all).await.unwrap_or(false);
+    let errored = tokio::time::timeout(timeout, read_all)
+        .await
+        .unwrap_or(false);
     (out, errored)
 }
 
@@ -180,14 +188,20 @@ pub fn raw_post(path: &str, body: &str) -> Vec<u8> {
 /// Splits a raw HTTP/1.1 response into its head and its (still encoded) body.
 pub fn split_head(raw: &[u8]) -> (String, &[u8]) {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    (String::from_utf8_lossy(&raw[..end]).into_owned(), &raw[end..])
+    (
+        String::from_utf8_lossy(&raw[..end]).into_owned(),
+        &raw[end..],
+    )
 }
 
 /// The value of one sample line of the metrics text, e.g.
 /// `goodput_requests_total{model="m",api="chat_completions",outcome="ok"}`.
 pub fn metric_value(text: &str, series: &str) -> Option<f64> {
     text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().split(' ').next()))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.trim().split(' ').next())
+        })
         .and_then(|v| v.parse().ok())
 }
 

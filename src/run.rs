@@ -104,7 +104,9 @@ pub fn start_on(
     );
     let task = tokio::spawn(async move {
         let aggregating = tokio::spawn(aggregator.run());
-        let admin_task = tokio::spawn(admin::serve(admin_listener, admin, until(stopped.clone())));
+        // The admin server outlives the drain so `/readyz` can say 503 while streams finish.
+        let (admin_stop, admin_stopped) = watch::channel(false);
+        let admin_task = tokio::spawn(admin::serve(admin_listener, admin, until(admin_stopped)));
         let draining = {
             let ready = ready.clone();
             let stopped = stopped.clone();
@@ -119,6 +121,7 @@ pub fn start_on(
         if tokio::time::timeout(FLUSH_DEADLINE, aggregating).await.is_err() {
             tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
         }
+        let _ = admin_stop.send(true);
         let _ = admin_task.await;
         tracing::info!("goodput stopped");
     });

@@ -5,6 +5,7 @@
 mod body;
 mod client;
 mod error;
+mod first_bytes;
 mod forward;
 mod headers;
 mod server;

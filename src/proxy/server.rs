@@ -19,7 +19,7 @@ use tokio::{io::{AsyncRead, AsyncWrite}, net::TcpListener, task::JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tower::{Layer, ServiceExt, service_fn};
 
-use super::{ConnInfo, Forward};
+use super::{ConnInfo, Forward, first_bytes::FirstBytes};
 use crate::{
     config::Server,
     measure::{Measure, MeasureLayer, Recorder},
@@ -66,6 +66,8 @@ impl Proxy {
             req.extensions_mut().insert(conn.clone());
             svc.clone().oneshot(req)
         });
+        // hyper's header-read timeout starts only once HTTP/1 is chosen; bound the bytes before.
+        let io = FirstBytes::new(io, self.handshake_timeout);
         let connection =
             self.builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
         if let Err(e) = watcher.watch(connection.into_owned()).await {

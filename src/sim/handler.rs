@@ -11,7 +11,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -22,6 +22,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::Shared;
 use super::stream::{SimBody, StreamPlan};
@@ -57,7 +58,7 @@ pub(crate) async fn handle(
         (&Method::POST, "/v1/chat/completions") => Api::Chat,
         (&Method::POST, "/v1/completions") => Api::Completions,
         (&Method::GET, "/v1/models") => {
-            let flight = InFlight::start(shared.clone(), truth_for(&req, false, 200));
+            let flight = InFlight::start(shared.clone(), truth_for(&req, 200));
             let body = wire::models_body(&shared.cfg.model, unix_now());
             return Ok(respond(
                 StatusCode::OK,
@@ -67,7 +68,7 @@ pub(crate) async fn handle(
             ));
         }
         _ => {
-            let flight = InFlight::start(shared, truth_for(&req, false, 404));
+            let flight = InFlight::start(shared, truth_for(&req, 404));
             return Ok(error(
                 StatusCode::NOT_FOUND,
                 "no such route",
@@ -80,9 +81,11 @@ pub(crate) async fn handle(
 }
 
 async fn generate(shared: Arc<Shared>, api: Api, req: Request<Incoming>) -> Response<SimBody> {
-    let start = tokio::time::Instant::now();
+    // Truth's `received_at` first, the timetable's origin second: a deadline can then
+    // never fall before `received_at + ttft`.
+    let mut truth = truth_for(&req, 200);
+    let start = Instant::now();
     let seq = shared.requests.fetch_add(1, Ordering::Relaxed);
-    let mut truth = truth_for(&req, false, 200);
     let request_id = req.headers().get(X_REQUEST_ID).cloned();
 
     let parsed = match read_body(req).await {
@@ -94,101 +97,168 @@ async fn generate(shared: Arc<Shared>, api: Api, req: Request<Incoming>) -> Resp
         Err((status, msg)) => {
             truth.status = status.as_u16();
             let flight = InFlight::start(shared, truth);
-            return with_request_id(
-                error(status, msg, "invalid_request_error", flight),
-                request_id,
-            );
+            let resp = error(status, msg, "invalid_request_error", flight);
+            return with_request_id(resp, request_id);
         }
     };
     truth.stream = params.stream;
     truth.prompt_tokens = params.prompt_tokens;
     // Counted in flight from here, so this request's own TTFT already sees its load.
     let mut flight = InFlight::start(shared.clone(), truth);
-    let cfg = &shared.cfg;
+    let draw = Draw::new(&shared, seq, params.max_tokens);
 
-    let mut rng = SmallRng::seed_from_u64(cfg.seed ^ seq.wrapping_mul(SEED_SPREAD));
-    let fail = rng.random::<f64>() < cfg.error_rate;
-    let reset = rng.random::<f64>() < cfg.reset_rate;
-    let wanted = match &cfg.output_tokens {
-        Some(d) => d.sample_count(&mut rng).max(1),
-        None => params.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-    };
-    let tokens = wanted
-        .min(params.max_tokens.unwrap_or(u32::MAX))
-        .min(cfg.max_output_tokens)
-        .max(1);
-    let finish = if tokens < wanted || params.max_tokens == Some(tokens) {
-        "length"
-    } else {
-        "stop"
-    };
-    let per_event = cfg.tokens_per_event.max(1);
-    let events = tokens.div_ceil(per_event);
-    let ttft = shared.scale(cfg.ttft.sample_ms(&mut rng));
-    let reset_after = rng.random_range(1..=events);
-
-    if fail {
+    if draw.fail {
         if let Some(t) = flight.truth_mut() {
             t.status = 500;
         }
-        let resp = error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "simulated failure",
-            "server_error",
-            flight,
-        );
+        let status = StatusCode::INTERNAL_SERVER_ERROR;
+        let resp = error(status, "simulated failure", "server_error", flight);
         return with_request_id(resp, request_id);
     }
     if let Some(t) = flight.truth_mut() {
-        t.finish_reason = Some(finish);
+        t.finish_reason = Some(draw.finish);
     }
-
-    let model = params.model.unwrap_or_else(|| cfg.model.clone());
-    let id = match api {
-        Api::Chat => format!("chatcmpl-sim-{seq}"),
-        Api::Completions => format!("cmpl-sim-{seq}"),
+    let reply = Reply {
+        api,
+        id: match api {
+            Api::Chat => format!("chatcmpl-sim-{seq}"),
+            Api::Completions => format!("cmpl-sim-{seq}"),
+        },
+        created: unix_now(),
+        model: params
+            .model
+            .clone()
+            .unwrap_or_else(|| shared.cfg.model.clone()),
     };
-    let created = unix_now();
-
     let resp = if params.stream {
-        let plan = StreamPlan {
-            enc: Encoder::new(api, &id, created, &model),
-            rng,
-            role: api == Api::Chat,
-            first_at: start + ttft,
-            tokens,
-            per_event,
-            finish,
-            reset_after: reset.then_some(reset_after),
-            include_usage: params.include_usage,
-            prompt_tokens: params.prompt_tokens,
-        };
-        let mut resp = Response::new(SimBody::stream(plan, flight));
-        let h = resp.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        resp
+        stream_response(&shared, start, draw, &params, reply, flight)
     } else {
-        // The same timetable a stream would have had, paid before the first byte.
-        let mut total = ttft;
-        for _ in 1..events {
-            total += shared.scale(cfg.itl.sample_ms(&mut rng));
-        }
-        tokio::time::sleep_until(start + total).await;
-        let mut text = Vec::with_capacity(tokens as usize * 8);
-        wire::push_words(&mut text, &mut rng, tokens);
-        let text = String::from_utf8_lossy(&text);
-        let usage = Usage {
-            prompt_tokens: params.prompt_tokens,
-            completion_tokens: tokens.into(),
-        };
-        if let Some(t) = flight.truth_mut() {
-            t.completion_tokens = tokens.into();
-        }
-        let body = wire::completion_body(api, &id, created, &model, &text, finish, usage);
-        respond(StatusCode::OK, "application/json", body, Some(flight))
+        full_response(&shared, start, draw, &params, reply, flight).await
     };
     with_request_id(resp, request_id)
+}
+
+/// Everything random about one generation, drawn in a fixed order.
+struct Draw {
+    fail: bool,
+    /// Cut the stream after this many content events (streams only).
+    reset_after: Option<u32>,
+    tokens: u32,
+    finish: &'static str,
+    /// Already stretched by the current load.
+    ttft: Duration,
+    /// Continues into the body: ITL samples and the words.
+    rng: SmallRng,
+}
+
+impl Draw {
+    fn new(shared: &Shared, seq: u64, max_tokens: Option<u32>) -> Self {
+        let cfg = &shared.cfg;
+        let mut rng = SmallRng::seed_from_u64(cfg.seed ^ seq.wrapping_mul(SEED_SPREAD));
+        let fail = rng.random::<f64>() < cfg.error_rate;
+        let reset = rng.random::<f64>() < cfg.reset_rate;
+        let wanted = match &cfg.output_tokens {
+            Some(d) => d.sample_count(&mut rng).max(1),
+            None => max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        };
+        let tokens = wanted
+            .min(max_tokens.unwrap_or(u32::MAX))
+            .min(cfg.max_output_tokens)
+            .max(1);
+        // `length` when a cap cut the generation short or the request's own limit was met,
+        // as vLLM reports it.
+        let finish = if tokens < wanted || max_tokens == Some(tokens) {
+            "length"
+        } else {
+            "stop"
+        };
+        let ttft = shared.scale(cfg.ttft.sample_ms(&mut rng));
+        let reset_after = rng.random_range(1..=tokens.div_ceil(per_event(shared)));
+        Draw {
+            fail,
+            reset_after: reset.then_some(reset_after),
+            tokens,
+            finish,
+            ttft,
+            rng,
+        }
+    }
+}
+
+fn per_event(shared: &Shared) -> u32 {
+    shared.cfg.tokens_per_event.max(1)
+}
+
+/// The identity every part of one reply repeats.
+struct Reply {
+    api: Api,
+    id: String,
+    created: u64,
+    model: String,
+}
+
+/// Headers now; the body plays the events back on their timetable.
+fn stream_response(
+    shared: &Shared,
+    start: Instant,
+    draw: Draw,
+    params: &GenRequest,
+    reply: Reply,
+    flight: InFlight,
+) -> Response<SimBody> {
+    let plan = StreamPlan {
+        enc: Encoder::new(reply.api, &reply.id, reply.created, &reply.model),
+        rng: draw.rng,
+        role: reply.api == Api::Chat,
+        first_at: start + draw.ttft,
+        tokens: draw.tokens,
+        per_event: per_event(shared),
+        finish: draw.finish,
+        reset_after: draw.reset_after,
+        include_usage: params.include_usage,
+        prompt_tokens: params.prompt_tokens,
+    };
+    let mut resp = Response::new(SimBody::stream(plan, flight));
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// Waits out the timetable a stream would have had, then answers in one body.
+async fn full_response(
+    shared: &Shared,
+    start: Instant,
+    mut draw: Draw,
+    params: &GenRequest,
+    reply: Reply,
+    mut flight: InFlight,
+) -> Response<SimBody> {
+    let mut total = draw.ttft;
+    for _ in 1..draw.tokens.div_ceil(per_event(shared)) {
+        total += shared.scale(shared.cfg.itl.sample_ms(&mut draw.rng));
+    }
+    tokio::time::sleep_until(start + total).await;
+
+    let mut text = Vec::with_capacity(draw.tokens as usize * 8);
+    wire::push_words(&mut text, &mut draw.rng, draw.tokens);
+    let text = String::from_utf8_lossy(&text);
+    let completion_tokens = u64::from(draw.tokens);
+    if let Some(t) = flight.truth_mut() {
+        t.completion_tokens = completion_tokens;
+    }
+    let usage = Usage {
+        prompt_tokens: params.prompt_tokens,
+        completion_tokens,
+    };
+    let Reply {
+        api,
+        id,
+        created,
+        model,
+    } = reply;
+    let body = wire::completion_body(api, &id, created, &model, &text, draw.finish, usage);
+    respond(StatusCode::OK, "application/json", body, Some(flight))
 }
 
 /// Reads the whole request body, refusing more than [`MAX_BODY_BYTES`].
@@ -306,7 +376,7 @@ fn prompt_units(v: &Value) -> u64 {
     }
 }
 
-fn truth_for<B>(req: &Request<B>, stream: bool, status: u16) -> Truth {
+fn truth_for<B>(req: &Request<B>, status: u16) -> Truth {
     Truth {
         request_id: req
             .headers()
@@ -314,7 +384,7 @@ fn truth_for<B>(req: &Request<B>, stream: bool, status: u16) -> Truth {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
         path: req.uri().path().to_owned(),
-        stream,
+        stream: false,
         status,
         prompt_tokens: 0,
         completion_tokens: 0,

@@ -108,6 +108,7 @@ impl Shared {
 }
 
 impl Sim {
+    /// A simulator with this configuration; nothing runs until [`Sim::serve`].
     pub fn new(cfg: SimConfig) -> Sim {
         Sim {
             shared: Arc::new(Shared::new(cfg)),

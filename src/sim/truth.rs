@@ -34,7 +34,8 @@ pub struct Truth {
     pub prompt_tokens: u64,
     /// Completion tokens generated and handed to hyper (for a cut stream: so far).
     pub completion_tokens: u64,
-    /// Content-bearing events handed to hyper (the role chunk and usage chunk excluded).
+    /// Content-bearing events handed to hyper (the role chunk and usage chunk excluded;
+    /// 0 for a non-streamed reply, which has no events and no token times).
     pub events: u32,
     /// When the request head reached the simulator's handler.
     pub received_at: Instant,

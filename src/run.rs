@@ -11,13 +11,14 @@ use std::{
     time::Duration,
 };
 
+use arc_swap::ArcSwap;
 use prometheus_client::registry::Registry;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
     admin::{self, Admin, metrics::Metrics},
     config::Config,
-    measure::{MeasureLayer, Recorder},
+    measure::{MeasureLayer, Recorder, Settings},
     proxy::{self, Forward, Proxy},
     stats::{Aggregator, Recent},
 };
@@ -88,8 +89,11 @@ pub fn start_on(
     let m = &cfg.measure;
     let (recorder, rx) = Recorder::new(m.channel_capacity, metrics.dropped.clone(), metrics.in_flight.clone());
     let recent = Arc::new(Recent::new(m.recent_requests));
-    let aggregator = Aggregator::new(rx, metrics, recent.clone(), m.max_models, cfg.log.access_log);
-    let layer = MeasureLayer::new(recorder.clone(), m.request_inspect_limit, m.response_inspect_limit);
+    let live = Arc::new(ArcSwap::from_pointee(cfg.clone()));
+    let aggregator =
+        Aggregator::new(rx, live.clone(), metrics, recent.clone(), m.max_models, cfg.log.access_log);
+    let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
+    let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let proxy = Proxy::new(&cfg.server, Forward::new(&cfg.upstream), layer, recorder);
     let ready = Arc::new(AtomicBool::new(true));
     let admin = Admin { registry: Arc::new(registry), recent: recent.clone(), ready: ready.clone() };

@@ -706,7 +706,7 @@ async fn upstream_500_passes_through_exactly() {
         assert_eq!(r["bytes_out"], body.len());
     }
     let text = metrics(proxy.admin_addr).await;
-    let series = r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="upstream_error"}"#;
+    let series = r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="upstream_error",class="default",slo="missed"}"#;
     assert_eq!(metric_value(&text, series), Some(2.0), "{text}");
     proxy.shutdown().await;
 }
@@ -1013,8 +1013,9 @@ async fn unknown_path_passes_bytes_and_records_e2e_and_bytes_only() {
 // 10. Metrics and the records API, read as a user would
 // ---------------------------------------------------------------------------------------
 
-/// The contract field set of a record (issue 2, "Admin server").
-const RECORD_FIELDS: [&str; 17] = [
+/// The contract field set of a record (issue 2, "Admin server"), then the fields later
+/// capabilities added (TTFO from the dialects; the SLO verdict).
+const RECORD_FIELDS: [&str; 21] = [
     "id",
     "started_at",
     "model",
@@ -1032,6 +1033,10 @@ const RECORD_FIELDS: [&str; 17] = [
     "output_tokens_source",
     "events",
     "bytes_out",
+    "ttfo_ms",
+    "slo_class",
+    "slo_met",
+    "slo_miss_reason",
 ];
 
 #[tokio::test]
@@ -1056,9 +1061,9 @@ async fn metrics_and_records_api_agree_with_the_traffic() {
     );
     assert!(text.trim_end().ends_with("# EOF"));
     let value = |series: &str| metric_value(&text, series);
-    let labels = r#"{model="test-model",api="chat_completions"}"#;
+    let labels = r#"{model="test-model",api="chat_completions",class="default"}"#;
     assert_eq!(
-        value(r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="ok"}"#),
+        value(r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="ok",class="default",slo="met"}"#),
         Some(3.0),
         "{text}"
     );
@@ -1096,7 +1101,7 @@ async fn metrics_and_records_api_agree_with_the_traffic() {
 
     let tokens = |kind: &str, what: &str| {
         value(&format!(
-            r#"gen_ai_client_token_usage_{what}{{model="test-model",api="chat_completions",gen_ai_token_type="{kind}"}}"#
+            r#"gen_ai_client_token_usage_{what}{{model="test-model",api="chat_completions",class="default",gen_ai_token_type="{kind}"}}"#
         ))
     };
     let prompt_total: u64 = sim.truth().iter().map(|t| t.prompt_tokens).sum();

@@ -3,6 +3,8 @@
 //! and `_total` suffixes are added by prometheus-client from the registration. Where the
 //! OpenTelemetry GenAI semantic conventions define a metric, its name is used.
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -20,6 +22,17 @@ pub mod names {
     pub const IN_FLIGHT: &str = "goodput_in_flight_requests";
     pub const DROPPED: &str = "goodput_measurement_dropped";
     pub const DECODE_FAILURES: &str = "goodput_decode_failures";
+    pub const OUTPUT_TOKENS: &str = "goodput_output_tokens";
+    pub const ATTAINMENT: &str = "goodput_slo_attainment";
+    pub const ATTAINMENT_TARGET: &str = "goodput_slo_attainment_target";
+    pub const EFFECTIVE_TPS: &str = "goodput_effective_output_tokens_per_second";
+    pub const RAW_TPS: &str = "goodput_raw_output_tokens_per_second";
+    pub const REQUEST_GOODPUT: &str = "goodput_request_goodput_per_second";
+    pub const MAX_STABLE: &str = "goodput_max_stable_concurrency";
+    pub const COST_PER_M_EFFECTIVE: &str = "goodput_cost_per_million_effective_tokens";
+    pub const COST_PER_HOUR: &str = "goodput_cost_per_hour";
+    pub const RELOAD_FAILURES: &str = "goodput_config_reload_failures";
+    pub const RELOADS: &str = "goodput_config_reloads";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -58,17 +71,56 @@ pub struct ModelApi {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LatencyLabels {
+    pub model: String,
+    pub api: &'static str,
+    pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub model: String,
     pub api: &'static str,
     pub outcome: &'static str,
+    pub class: String,
+    /// `met`, `missed`, or `excluded` (client aborts, not counted in attainment).
+    pub slo: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabels {
     pub model: String,
     pub api: &'static str,
+    pub class: String,
     pub gen_ai_token_type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassSlo {
+    pub class: String,
+    pub slo: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassWindow {
+    pub class: String,
+    pub window: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WindowCurrency {
+    pub window: String,
+    pub currency: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CurrencyLabel {
+    pub currency: String,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -76,15 +128,26 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 /// The handles the proxy and the aggregator update.
 #[derive(Clone, Debug)]
 pub struct Metrics {
-    pub ttft: HistogramFamily<ModelApi>,
-    pub tpot: HistogramFamily<ModelApi>,
-    pub duration: HistogramFamily<ModelApi>,
-    pub itl: HistogramFamily<ModelApi>,
+    pub ttft: HistogramFamily<LatencyLabels>,
+    pub tpot: HistogramFamily<LatencyLabels>,
+    pub duration: HistogramFamily<LatencyLabels>,
+    pub itl: HistogramFamily<LatencyLabels>,
     pub token_usage: HistogramFamily<TokenLabels>,
     pub requests: Family<RequestLabels, Counter>,
     pub in_flight: Gauge,
     pub dropped: Counter,
     pub decode_failures: Family<ModelApi, Counter>,
+    pub output_tokens: Family<ClassSlo, Counter>,
+    pub attainment: Family<ClassWindow, Gauge<f64, AtomicU64>>,
+    pub attainment_target: Family<ClassLabel, Gauge<f64, AtomicU64>>,
+    pub effective_tps: Family<ClassWindow, Gauge<f64, AtomicU64>>,
+    pub raw_tps: Family<ClassWindow, Gauge<f64, AtomicU64>>,
+    pub request_goodput: Family<ClassWindow, Gauge<f64, AtomicU64>>,
+    pub max_stable: Family<ClassLabel, Gauge>,
+    pub cost_per_m_effective: Family<WindowCurrency, Gauge<f64, AtomicU64>>,
+    pub cost_per_hour: Family<CurrencyLabel, Gauge<f64, AtomicU64>>,
+    pub reload_failures: Counter,
+    pub reloads: Counter,
 }
 
 impl Metrics {
@@ -100,6 +163,17 @@ impl Metrics {
             in_flight: Gauge::default(),
             dropped: Counter::default(),
             decode_failures: Family::default(),
+            output_tokens: Family::default(),
+            attainment: Family::default(),
+            attainment_target: Family::default(),
+            effective_tps: Family::default(),
+            raw_tps: Family::default(),
+            request_goodput: Family::default(),
+            max_stable: Family::default(),
+            cost_per_m_effective: Family::default(),
+            cost_per_hour: Family::default(),
+            reload_failures: Counter::default(),
+            reloads: Counter::default(),
         };
         registry.register_with_unit(
             names::TTFT,
@@ -142,6 +216,59 @@ impl Metrics {
             "Responses whose stream could not be decoded (bytes passed unchanged)",
             m.decode_failures.clone(),
         );
+        registry.register(
+            names::OUTPUT_TOKENS,
+            "Output tokens by SLO class and verdict (met tokens are the effective ones)",
+            m.output_tokens.clone(),
+        );
+        registry.register_with_unit(
+            names::ATTAINMENT,
+            "Share of requests meeting their SLO over the window (met / (met + missed))",
+            Unit::Other("ratio".into()),
+            m.attainment.clone(),
+        );
+        registry.register_with_unit(
+            names::ATTAINMENT_TARGET,
+            "The class's configured attainment target",
+            Unit::Other("ratio".into()),
+            m.attainment_target.clone(),
+        );
+        registry.register(
+            names::EFFECTIVE_TPS,
+            "Output tokens per second of requests that met their SLO, over the window",
+            m.effective_tps.clone(),
+        );
+        registry.register(
+            names::RAW_TPS,
+            "Output tokens per second of all requests, over the window",
+            m.raw_tps.clone(),
+        );
+        registry.register(
+            names::REQUEST_GOODPUT,
+            "Requests per second that met their SLO, over the window",
+            m.request_goodput.clone(),
+        );
+        registry.register(
+            names::MAX_STABLE,
+            "Highest in-flight concurrency at which the class still meets its attainment target",
+            m.max_stable.clone(),
+        );
+        registry.register(
+            names::COST_PER_M_EFFECTIVE,
+            "Configured serving cost over the window per million effective output tokens",
+            m.cost_per_m_effective.clone(),
+        );
+        registry.register(
+            names::COST_PER_HOUR,
+            "Configured cost per hour of the serving system this instance fronts",
+            m.cost_per_hour.clone(),
+        );
+        registry.register(
+            names::RELOAD_FAILURES,
+            "Config reloads rejected (the previous config kept running)",
+            m.reload_failures.clone(),
+        );
+        registry.register(names::RELOADS, "Config reloads applied", m.reloads.clone());
         m
     }
 }
@@ -170,12 +297,28 @@ mod tests {
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
         m.requests
-            .get_or_create(&RequestLabels { model: "m".into(), api: "chat_completions", outcome: "ok" })
+            .get_or_create(&RequestLabels {
+                model: "m".into(),
+                api: "chat_completions",
+                outcome: "ok",
+                class: "default".into(),
+                slo: "met",
+            })
             .inc();
-        m.ttft.get_or_create(&ModelApi { model: "m".into(), api: "chat_completions" }).observe(0.1);
+        let l = LatencyLabels { model: "m".into(), api: "chat_completions", class: "c".into() };
+        m.ttft.get_or_create(&l).observe(0.1);
+        m.attainment
+            .get_or_create(&ClassWindow { class: "c".into(), window: "5m".into() })
+            .set(0.5);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-        assert!(out.contains("goodput_requests_total{model=\"m\",api=\"chat_completions\",outcome=\"ok\"} 1"), "{out}");
+        assert!(
+            out.contains(
+                "goodput_requests_total{model=\"m\",api=\"chat_completions\",outcome=\"ok\",class=\"default\",slo=\"met\"} 1"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("goodput_slo_attainment_ratio{class=\"c\",window=\"5m\"} 0.5"), "{out}");
         assert!(out.contains("gen_ai_server_time_to_first_token_seconds_bucket"), "{out}");
         assert!(out.contains("# TYPE goodput_in_flight_requests gauge"), "{out}");
         assert!(out.contains("goodput_measurement_dropped_total"), "{out}");

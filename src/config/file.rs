@@ -21,6 +21,9 @@ pub struct FileConfig {
     pub measure: MeasureSection,
     #[serde(default)]
     pub log: LogSection,
+    #[serde(default)]
+    pub slo: super::slo_file::SloSection,
+    pub cost: Option<super::slo_file::CostSection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,7 +142,7 @@ impl Default for LogSection {
 }
 
 /// Durations are written the way operators say them: `"30s"`, `"5m"`, `"250ms"`.
-mod humantime_serde {
+pub(crate) mod humantime_serde {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, de::Error};

@@ -3,6 +3,8 @@
 //! operator fixes the file in one pass; it never panics.
 
 pub mod file;
+pub mod slo;
+pub mod slo_file;
 mod tls;
 mod validate;
 
@@ -10,7 +12,8 @@ use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use http::uri::{Authority, Scheme};
 
-pub use validate::load;
+pub use slo::{Cost, Slo, SloClass};
+pub use validate::{load, load_with_salt};
 
 /// Values given on the command line; each replaces the file's value.
 #[derive(Debug, Default, Clone)]
@@ -28,6 +31,8 @@ pub struct Config {
     pub admin: SocketAddr,
     pub measure: Measure,
     pub log: Log,
+    pub slo: Slo,
+    pub cost: Option<Cost>,
 }
 
 #[derive(Debug, Clone)]

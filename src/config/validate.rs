@@ -7,16 +7,31 @@ use http::{Uri, uri::Scheme};
 
 use super::{
     Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, Upstream,
-    file::FileConfig, tls,
+    file::FileConfig, slo, tls,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
 pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    load_with_salt(path, overrides, &random_salt())
+}
+
+/// As [`load`], with the tenant salt to use when the file sets none (a reload passes the
+/// running one so tenant hashes stay comparable).
+pub fn load_with_salt(
+    path: Option<&Path>,
+    overrides: &Overrides,
+    salt: &str,
+) -> Result<Config, ConfigError> {
     let file = match path {
         None => FileConfig::default(),
         Some(path) => read(path).map_err(|p| ConfigError(vec![p]))?,
     };
-    validate(file, overrides)
+    validate(file, overrides, salt)
+}
+
+fn random_salt() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn read(path: &Path) -> Result<FileConfig, Problem> {
@@ -48,8 +63,10 @@ fn positive(key: &str, value: u64, problems: &mut Vec<Problem>) {
     }
 }
 
-fn validate(file: FileConfig, overrides: &Overrides) -> Result<Config, ConfigError> {
+fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Config, ConfigError> {
     let mut problems = Vec::new();
+    let slo = slo::validate(&file.slo, salt, &mut problems);
+    let cost = file.cost.as_ref().map(|c| slo::validate_cost(c, &mut problems));
     let listen_raw = overrides.listen.as_deref().unwrap_or(&file.server.listen);
     let listen = socket_addr("server.listen", listen_raw, &mut problems);
     let admin_raw = overrides.admin.as_deref().unwrap_or(&file.admin.listen);
@@ -129,6 +146,8 @@ fn validate(file: FileConfig, overrides: &Overrides) -> Result<Config, ConfigErr
                     max_models: m.max_models,
                 },
                 log: Log { format, level: file.log.level, access_log: file.log.access_log },
+                slo,
+                cost,
             })
         }
         _ => Err(ConfigError(problems)),
@@ -203,7 +222,7 @@ mod tests {
         let file: FileConfig = toml::from_str(text).map_err(|source| {
             ConfigError(vec![Problem::Parse { path: "test".into(), source: Box::new(source) }])
         })?;
-        validate(file, overrides)
+        validate(file, overrides, "test-salt")
     }
 
     #[test]

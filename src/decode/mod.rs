@@ -1,25 +1,43 @@
 //! Turning the bytes of an LLM request and response into what measurement needs.
 //!
 //! The data path hands every response chunk to a [`StreamDecoder`] right after forwarding
-//! it; the decoder frames the stream ([`sse`]), classifies each event with the dialect's
-//! rules ([`openai`]) and reports one [`EventInfo`] per complete event, which the measurement
-//! layer timestamps (first content-bearing event = TTFT, gaps = ITL, usage = token counts).
-//! Non-streaming bodies go through [`parse_response_body`] and request bodies through
-//! [`inspect_request`], both off the per-event path.
+//! it; the decoder frames the stream ([`sse`] or [`ndjson`]), classifies each event with the
+//! dialect's rules and reports one [`EventInfo`] per complete event, which the measurement
+//! layer timestamps (first content-bearing event = TTFT, first answer event = TTFO, gaps =
+//! ITL, usage = token counts). Non-streaming bodies go through [`parse_response_body`] and
+//! request bodies through [`inspect_request`], both off the per-event path.
+//!
+//! One file per dialect, each with its streamed-event classifier and its body reader:
+//! [`openai`] (chat completions, completions), `responses` (OpenAI Responses API),
+//! `anthropic` (Messages), `tgi` (`generate_stream`), `llamacpp` (native `/completion`),
+//! `ollama` (`/api/chat`, `/api/generate`); `wire` holds their shared borrowed-JSON pieces.
 //!
 //! The dialect is never assumed: [`Api::from_path`] and [`StreamKind::from_content_type`]
 //! pick it, and anything this module cannot decode is a flag ([`StreamDecoder::is_broken`]),
 //! never an error that could stop bytes.
 
+mod anthropic;
+mod body;
+mod llamacpp;
+pub mod ndjson;
+mod ollama;
 pub mod openai;
 mod request;
+mod responses;
 pub mod sse;
 mod stream;
+mod tgi;
+mod wire;
 
+#[cfg(test)]
+mod fixture_tests;
+#[cfg(test)]
+mod robustness_tests;
 #[cfg(test)]
 mod tests;
 
-pub use openai::{BodyInfo, parse_response_body};
+pub use body::{BodyInfo, parse_response_body};
+pub use ndjson::NdjsonFramer;
 pub use request::{RequestInfo, inspect_request};
 pub use sse::{SseEvent, SseFramer};
 pub use stream::StreamDecoder;
@@ -27,8 +45,26 @@ pub use stream::StreamDecoder;
 /// Which inference API a request targets, decided from its path alone.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Api {
+    /// OpenAI chat completions (`/chat/completions`), as most engines and gateways speak it.
     ChatCompletions,
+    /// OpenAI legacy completions (`/completions`).
     Completions,
+    /// OpenAI Responses API (`/responses`).
+    Responses,
+    /// Anthropic Messages (`/v1/messages`).
+    Messages,
+    /// Text Generation Inference native `/generate` and `/generate_stream`. The two share one
+    /// label; `stream_endpoint` remembers which path it was, because `/generate_stream`
+    /// always streams whatever the request body says.
+    TgiGenerate {
+        stream_endpoint: bool,
+    },
+    /// llama.cpp server native `/completion` (singular; `/completions` is OpenAI's).
+    LlamaCppCompletion,
+    /// Ollama `/api/chat`.
+    OllamaChat,
+    /// Ollama `/api/generate`.
+    OllamaGenerate,
     Unknown,
 }
 
@@ -37,16 +73,37 @@ impl Api {
     ///
     /// Matching is by suffix so that gateways mounting the API under a prefix
     /// (`/openai/v1/chat/completions`, Azure's `/openai/deployments/{name}/chat/completions`)
-    /// are recognised; trailing slashes are ignored.
+    /// are recognised; trailing slashes are ignored. Anthropic is matched on `/v1/messages`
+    /// rather than `/messages` so that OpenAI's Assistants `/threads/{id}/messages` is not
+    /// taken for it.
     pub fn from_path(path: &str) -> Api {
+        const SUFFIXES: &[(&str, Api)] = &[
+            ("/chat/completions", Api::ChatCompletions),
+            ("/completions", Api::Completions),
+            ("/completion", Api::LlamaCppCompletion),
+            ("/responses", Api::Responses),
+            ("/v1/messages", Api::Messages),
+            // Before TGI's `/generate`, which it also ends with.
+            ("/api/generate", Api::OllamaGenerate),
+            ("/api/chat", Api::OllamaChat),
+            (
+                "/generate_stream",
+                Api::TgiGenerate {
+                    stream_endpoint: true,
+                },
+            ),
+            (
+                "/generate",
+                Api::TgiGenerate {
+                    stream_endpoint: false,
+                },
+            ),
+        ];
         let path = path.trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
-            Api::ChatCompletions
-        } else if path.ends_with("/completions") {
-            Api::Completions
-        } else {
-            Api::Unknown
-        }
+        SUFFIXES
+            .iter()
+            .find(|(suffix, _)| path.ends_with(suffix))
+            .map_or(Api::Unknown, |&(_, api)| api)
     }
 
     /// The label value used in metrics and profiles.
@@ -54,6 +111,12 @@ impl Api {
         match self {
             Api::ChatCompletions => "chat_completions",
             Api::Completions => "completions",
+            Api::Responses => "responses",
+            Api::Messages => "messages",
+            Api::TgiGenerate { .. } => "tgi_generate",
+            Api::LlamaCppCompletion => "llamacpp_completion",
+            Api::OllamaChat => "ollama_chat",
+            Api::OllamaGenerate => "ollama_generate",
             Api::Unknown => "unknown",
         }
     }
@@ -82,6 +145,8 @@ impl FinishReason {
             ("length", FinishReason::Length),
             ("max_tokens", FinishReason::Length),
             ("max_output_tokens", FinishReason::Length),
+            // Anthropic: the context window, not `max_tokens`, cut the reply.
+            ("model_context_window_exceeded", FinishReason::Length),
             ("tool_calls", FinishReason::ToolCalls),
             ("function_call", FinishReason::ToolCalls),
             ("tool_use", FinishReason::ToolCalls),
@@ -110,6 +175,8 @@ impl FinishReason {
 /// Token counts as reported by the upstream; either side may be missing.
 #[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
 pub struct Usage {
+    /// The prompt's length, cached tokens included in every dialect (for Anthropic that is
+    /// `input_tokens` plus the cache reads and writes it reports apart).
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
 }
@@ -117,13 +184,20 @@ pub struct Usage {
 /// What one decoded stream event tells the measurement.
 #[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
 pub struct EventInfo {
-    /// The event carries generated output (text, reasoning, tool call or refusal delta).
+    /// The event carries generated output (text, reasoning, tool call or refusal delta):
+    /// the first one is TTFT.
     pub content: bool,
-    /// Token counts, when this event carries them (usually the last chunk).
+    /// The event carries answer output: content that is not reasoning-only (text, tool call,
+    /// refusal). The first one is TTFO; always `content` too.
+    pub answer: bool,
+    /// Token counts, when this event carries them (usually the last chunk). A stream may
+    /// report them in parts (Anthropic: input in `message_start`, output in `message_delta`)
+    /// or repeatedly (cumulative counts): merge each side, a later value replacing an earlier.
     pub usage: Option<Usage>,
     /// Set on the event where a choice reports why it stopped.
     pub finish_reason: Option<FinishReason>,
-    /// The dialect's end-of-stream marker; a stream ending without one was cut short.
+    /// The dialect's end-of-stream marker; a stream ending without one was cut short. Also
+    /// set on an error event after which the dialect ends the stream (all but OpenAI's).
     pub terminal: bool,
     /// The stream carried an error object instead of (or in the middle of) output.
     pub error: bool,

@@ -7,24 +7,15 @@
 //! parsed, fields whose only question is "empty or not" are kept as borrowed raw JSON text,
 //! and everything else is skipped with `IgnoredAny` by serde's derive.
 
-use std::fmt;
-
 use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use crate::decode::{Api, EventInfo, FinishReason, Usage};
+use crate::decode::wire::{Accumulate, Folded, Tag, lenient_object, non_empty, parse_object};
+use crate::decode::{EventInfo, FinishReason, Usage};
 
-/// What a non-streaming response body tells the measurement.
-#[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
-pub struct BodyInfo {
-    pub usage: Option<Usage>,
-    pub finish_reason: Option<FinishReason>,
-    /// Some choice produced output (text, reasoning, tool calls or a refusal).
-    pub content: bool,
-    /// The body is an error object rather than a completion.
-    pub error: bool,
-}
+/// Kept at their old paths: the body reader now covers every dialect.
+pub use crate::decode::body::{BodyInfo, parse_response_body};
 
 /// Classifies the `data` of one streamed event.
 ///
@@ -42,47 +33,35 @@ pub fn classify_chunk(data: &[u8]) -> Result<EventInfo, serde_json::Error> {
     if trimmed.is_empty() {
         return Ok(EventInfo::default());
     }
-    let wire = parse_object(trimmed)?;
+    let wire: Wire<'_> = parse_object(trimmed)?;
+    let choices = wire.choices();
     Ok(EventInfo {
-        content: wire.content(),
+        content: choices.content,
+        answer: choices.answer,
         usage: wire.usage(),
-        finish_reason: wire.finish_reason(),
+        finish_reason: choices.finish_reason,
         terminal: false,
         error: wire.is_error(),
     })
 }
 
-/// Reads a non-streaming chat/completions response body; `None` when the API is not one
-/// this dialect knows or the body is not a JSON object.
-pub fn parse_response_body(api: Api, body: &[u8]) -> Option<BodyInfo> {
-    if api == Api::Unknown {
-        return None;
-    }
-    let wire = parse_object(body.trim_ascii()).ok()?;
+/// Reads a non-streaming chat/completions response body; `None` when it is not a JSON object.
+pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
+    let wire: Wire<'_> = parse_object(body).ok()?;
+    let choices = wire.choices();
     Some(BodyInfo {
         usage: wire.usage(),
-        finish_reason: wire.finish_reason(),
-        content: wire.content(),
+        finish_reason: choices.finish_reason,
+        content: choices.content,
         error: wire.is_error(),
     })
-}
-
-/// serde's derive would also accept a JSON array as a struct; only objects are chunks.
-fn parse_object(json: &[u8]) -> Result<Wire<'_>, serde_json::Error> {
-    if !json.starts_with(b"{") {
-        return Err(de::Error::invalid_type(
-            de::Unexpected::Other("non-object JSON"),
-            &"a JSON object",
-        ));
-    }
-    serde_json::from_slice(json)
 }
 
 /// A chunk or a response body; both share the `choices` / `usage` / `error` shape.
 #[derive(Deserialize)]
 struct Wire<'a> {
     #[serde(default)]
-    choices: Option<Choices>,
+    choices: Option<Folded<Choices>>,
     /// Raw so that an odd `usage` (null, or not an object) never fails the whole chunk.
     #[serde(borrow, default)]
     usage: Option<&'a RawValue>,
@@ -94,12 +73,8 @@ struct Wire<'a> {
 }
 
 impl Wire<'_> {
-    fn content(&self) -> bool {
-        self.choices.as_ref().is_some_and(|c| c.content)
-    }
-
-    fn finish_reason(&self) -> Option<FinishReason> {
-        self.choices.as_ref().and_then(|c| c.finish_reason)
+    fn choices(&self) -> Choices {
+        self.choices.as_ref().map_or_else(Choices::default, |c| c.0)
     }
 
     fn is_error(&self) -> bool {
@@ -107,11 +82,7 @@ impl Wire<'_> {
     }
 
     fn usage(&self) -> Option<Usage> {
-        let raw = self.usage?.get();
-        if !raw.starts_with('{') {
-            return None;
-        }
-        let wire: UsageWire = serde_json::from_str(raw).ok()?;
+        let wire: UsageWire = lenient_object(self.usage)?;
         let usage = Usage {
             input_tokens: wire.prompt_tokens,
             output_tokens: wire.completion_tokens,
@@ -129,36 +100,23 @@ struct UsageWire {
 }
 
 /// `choices` folded while parsing: no `Vec` of choices is ever built.
-#[derive(Default)]
+#[derive(Copy, Clone, Default)]
 struct Choices {
     content: bool,
+    answer: bool,
     finish_reason: Option<FinishReason>,
 }
 
-impl<'de> Deserialize<'de> for Choices {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_seq(ChoicesVisitor)
-    }
-}
+impl<'de> Accumulate<'de> for Choices {
+    type Item = Choice<'de>;
 
-struct ChoicesVisitor;
-
-impl<'de> Visitor<'de> for ChoicesVisitor {
-    type Value = Choices;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an array of choices")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices, A::Error> {
-        let mut folded = Choices::default();
-        while let Some(choice) = seq.next_element::<Choice<'de>>()? {
-            folded.content |= choice.has_content();
-            if let Some(WireFinish(reason)) = choice.finish_reason {
-                folded.finish_reason.get_or_insert(reason);
-            }
+    fn add(&mut self, choice: Choice<'de>) {
+        let (content, answer) = choice.output();
+        self.content |= content;
+        self.answer |= answer;
+        if let Some(Tag(reason)) = choice.finish_reason {
+            self.finish_reason.get_or_insert(reason);
         }
-        Ok(folded)
     }
 }
 
@@ -172,14 +130,18 @@ struct Choice<'a> {
     #[serde(borrow, default)]
     text: Option<&'a RawValue>,
     #[serde(default)]
-    finish_reason: Option<WireFinish>,
+    finish_reason: Option<Tag<FinishReason>>,
 }
 
 impl Choice<'_> {
-    fn has_content(&self) -> bool {
-        self.delta.as_ref().is_some_and(Message::has_content)
-            || self.message.as_ref().is_some_and(Message::has_content)
-            || non_empty(self.text)
+    /// (content, answer) over the delta, the message and the completions `text`.
+    fn output(&self) -> (bool, bool) {
+        let text = non_empty(self.text);
+        [self.delta.as_ref(), self.message.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(Message::output)
+            .fold((text, text), |(c, a), (mc, ma)| (c || mc, a || ma))
     }
 }
 
@@ -194,58 +156,26 @@ struct Message<'a> {
     reasoning: Option<&'a RawValue>,
     #[serde(borrow, default)]
     tool_calls: Option<&'a RawValue>,
+    /// The legacy (pre-`tools`) function-calling delta: a tool call all the same.
+    #[serde(borrow, default)]
+    function_call: Option<&'a RawValue>,
     #[serde(borrow, default)]
     refusal: Option<&'a RawValue>,
 }
 
 impl Message<'_> {
-    fn has_content(&self) -> bool {
-        [
+    /// (content, answer): reasoning is content but not answer, so TTFO can skip it.
+    fn output(&self) -> (bool, bool) {
+        let answer = [
             self.content,
-            self.reasoning_content,
-            self.reasoning,
             self.tool_calls,
+            self.function_call,
             self.refusal,
         ]
         .into_iter()
-        .any(non_empty)
-    }
-}
-
-/// Judges emptiness on the raw JSON text, so escapes (`"\n"`, `"\u00e9"`) are non-empty
-/// without being decoded. JSON `null` already arrives as `None`.
-fn non_empty(raw: Option<&RawValue>) -> bool {
-    let Some(raw) = raw else {
-        return false;
-    };
-    let text = raw.get().trim();
-    if text == r#""""# || text == "null" {
-        return false;
-    }
-    match text.as_bytes() {
-        [b'[' | b'{', inner @ .., _] => !inner.trim_ascii().is_empty(),
-        _ => true,
-    }
-}
-
-/// A `finish_reason` string, normalized while borrowed (no allocation even with escapes).
-struct WireFinish(FinishReason);
-
-impl<'de> Deserialize<'de> for WireFinish {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = WireFinish;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a finish reason string")
-            }
-
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<WireFinish, E> {
-                Ok(WireFinish(FinishReason::from_wire(s)))
-            }
-        }
-        deserializer.deserialize_str(V)
+        .any(non_empty);
+        let reasoning = non_empty(self.reasoning_content) || non_empty(self.reasoning);
+        (answer || reasoning, answer)
     }
 }
 

@@ -1,44 +1,78 @@
 //! Reading the few request fields measurement needs (model, stream flag, usage opt-in,
-//! requested max tokens) from an OpenAI-style request body.
+//! requested max tokens) from a request body, in the dialect its path says.
 //!
 //! Request bodies can be megabytes of prompt, so the prompt and messages are skipped by the
 //! parser, never materialised; and a field of an unexpected type loses only that field, so
 //! one odd client parameter does not cost the whole request its labels.
 
-use serde::de::{Deserialize, Deserializer};
-use serde_json::value::RawValue;
+use crate::decode::Api;
+use crate::decode::wire::Lenient;
 
 /// What a request asks for, as far as measurement cares.
 #[derive(Clone, Default, Debug, PartialEq, Eq)]
 pub struct RequestInfo {
     pub model: Option<String>,
+    /// Whether the response will stream, with the dialect's default when the body is silent
+    /// (Ollama streams unless told not to; TGI's `/generate_stream` always streams).
     pub stream: bool,
-    /// `stream_options.include_usage == true`: the final chunk will carry token counts.
+    /// The upstream will report token counts without the proxy's help: for OpenAI chat and
+    /// completions when `stream_options.include_usage == true`; for the other dialects
+    /// always, because their protocol carries the counts (TGI's `/generate` only with
+    /// `parameters.details`). Usage injection must only consider requests where this is false.
     pub include_usage: bool,
-    /// `max_tokens`, else `max_completion_tokens`.
+    /// The dialect's output cap: `max_tokens` (else `max_completion_tokens`) for OpenAI,
+    /// `max_output_tokens` for Responses, `max_tokens` for Anthropic,
+    /// `parameters.max_new_tokens` for TGI, `n_predict` (else `max_tokens`) for llama.cpp,
+    /// `options.num_predict` for Ollama. Negative "no limit" values read as `None`.
     pub max_tokens: Option<u64>,
 }
 
-/// Inspects a request body; `None` when it is not a JSON object.
-pub fn inspect_request(body: &[u8]) -> Option<RequestInfo> {
+/// Inspects a request body for the given API; `None` when it is not a JSON object. An
+/// [`Api::Unknown`] body is read with the OpenAI field names, the most common ones.
+pub fn inspect_request(api: Api, body: &[u8]) -> Option<RequestInfo> {
     let body = body.trim_ascii();
     if !body.starts_with(b"{") {
         return None;
     }
     let wire: RequestWire = serde_json::from_slice(body).ok()?;
+    let stream = wire.stream.0;
+    let (stream, include_usage, max_tokens) = match api {
+        Api::ChatCompletions | Api::Completions | Api::Unknown => (
+            stream.unwrap_or(false),
+            wire.stream_options
+                .0
+                .and_then(|o| o.include_usage.0)
+                .unwrap_or(false),
+            wire.max_tokens.0.or(wire.max_completion_tokens.0),
+        ),
+        Api::Responses => (stream.unwrap_or(false), true, wire.max_output_tokens.0),
+        Api::Messages => (stream.unwrap_or(false), true, wire.max_tokens.0),
+        Api::TgiGenerate { stream_endpoint } => {
+            let params = wire.parameters.0.unwrap_or_default();
+            // The body has no stream flag; the path decides.
+            let details = stream_endpoint || params.details.0.unwrap_or(false);
+            (stream_endpoint, details, params.max_new_tokens.0)
+        }
+        Api::LlamaCppCompletion => (
+            stream.unwrap_or(false),
+            true,
+            wire.n_predict.0.or(wire.max_tokens.0),
+        ),
+        Api::OllamaChat | Api::OllamaGenerate => {
+            let options = wire.options.0.unwrap_or_default();
+            (stream.unwrap_or(true), true, options.num_predict.0)
+        }
+    };
     Some(RequestInfo {
         model: wire.model.0,
-        stream: wire.stream.0.unwrap_or(false),
-        include_usage: wire
-            .stream_options
-            .0
-            .and_then(|o| o.include_usage.0)
-            .unwrap_or(false),
-        max_tokens: wire.max_tokens.0.or(wire.max_completion_tokens.0),
+        stream,
+        include_usage,
+        max_tokens,
     })
 }
 
-/// Unknown keys (`messages`, `prompt`, `tools`, ...) are skipped by serde's derive.
+/// The union of every dialect's fields; unknown keys (`messages`, `prompt`, `inputs`,
+/// `tools`, ...) are skipped by serde's derive.
 #[derive(serde::Deserialize)]
 struct RequestWire {
     #[serde(default)]
@@ -51,6 +85,14 @@ struct RequestWire {
     max_tokens: Lenient<u64>,
     #[serde(default)]
     max_completion_tokens: Lenient<u64>,
+    #[serde(default)]
+    max_output_tokens: Lenient<u64>,
+    #[serde(default)]
+    parameters: Lenient<TgiParameters>,
+    #[serde(default)]
+    n_predict: Lenient<u64>,
+    #[serde(default)]
+    options: Lenient<OllamaOptions>,
 }
 
 #[derive(serde::Deserialize)]
@@ -59,19 +101,19 @@ struct StreamOptions {
     include_usage: Lenient<bool>,
 }
 
-/// A field that reads as `None` when it is null or of another type, instead of failing.
-/// These fields are small, so capturing the raw text and parsing it again costs little.
-struct Lenient<T>(Option<T>);
-
-impl<T> Default for Lenient<T> {
-    fn default() -> Self {
-        Lenient(None)
-    }
+#[derive(serde::Deserialize, Default)]
+struct TgiParameters {
+    #[serde(default)]
+    max_new_tokens: Lenient<u64>,
+    #[serde(default)]
+    details: Lenient<bool>,
 }
 
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = <&'de RawValue>::deserialize(deserializer)?;
-        Ok(Lenient(serde_json::from_str(raw.get()).ok()))
-    }
+#[derive(serde::Deserialize, Default)]
+struct OllamaOptions {
+    #[serde(default)]
+    num_predict: Lenient<u64>,
 }
+
+#[cfg(test)]
+mod tests;

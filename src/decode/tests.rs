@@ -1,3 +1,6 @@
+//! Module-level behaviour: path and content-type classification, finish-reason
+//! normalization, and the stream decoder's framing, dispatch and failure handling per dialect.
+
 use super::*;
 
 #[test]
@@ -16,7 +19,33 @@ fn api_from_path() {
         ("/proxy/v1/completions//", Api::Completions),
         ("/v1/chat/completions/chatcmpl-123", Api::Unknown),
         ("/v1/embeddings", Api::Unknown),
-        ("/v1/messages", Api::Unknown),
+        ("/v1/messages", Api::Messages),
+        ("/anthropic/v1/messages/", Api::Messages),
+        ("/v1/messages/count_tokens", Api::Unknown),
+        ("/v1/threads/thread_1/messages", Api::Unknown),
+        ("/v1/responses", Api::Responses),
+        ("/openai/responses", Api::Responses),
+        ("/v1/responses/resp_123", Api::Unknown),
+        (
+            "/generate",
+            Api::TgiGenerate {
+                stream_endpoint: false,
+            },
+        ),
+        (
+            "/tgi/generate_stream/",
+            Api::TgiGenerate {
+                stream_endpoint: true,
+            },
+        ),
+        ("/completion", Api::LlamaCppCompletion),
+        ("/llama/completion", Api::LlamaCppCompletion),
+        ("/api/chat", Api::OllamaChat),
+        ("/ollama/api/chat/", Api::OllamaChat),
+        ("/api/generate", Api::OllamaGenerate),
+        ("/api/embed", Api::Unknown),
+        ("/api/chatx", Api::Unknown),
+        ("/generatex", Api::Unknown),
         ("/v1/chatcompletions", Api::Unknown),
         ("completions", Api::Unknown),
         ("/", Api::Unknown),
@@ -31,6 +60,17 @@ fn api_from_path() {
 fn api_labels() {
     assert_eq!(Api::ChatCompletions.as_str(), "chat_completions");
     assert_eq!(Api::Completions.as_str(), "completions");
+    assert_eq!(Api::Responses.as_str(), "responses");
+    assert_eq!(Api::Messages.as_str(), "messages");
+    for stream_endpoint in [false, true] {
+        assert_eq!(
+            Api::TgiGenerate { stream_endpoint }.as_str(),
+            "tgi_generate"
+        );
+    }
+    assert_eq!(Api::LlamaCppCompletion.as_str(), "llamacpp_completion");
+    assert_eq!(Api::OllamaChat.as_str(), "ollama_chat");
+    assert_eq!(Api::OllamaGenerate.as_str(), "ollama_generate");
     assert_eq!(Api::Unknown.as_str(), "unknown");
 }
 
@@ -45,6 +85,9 @@ fn finish_reason_from_wire() {
         ("STOP", Stop),
         ("length", Length),
         ("max_tokens", Length),
+        ("max_output_tokens", Length),
+        ("model_context_window_exceeded", Length),
+        ("refusal", ContentFilter),
         ("tool_calls", ToolCalls),
         ("function_call", ToolCalls),
         ("tool_use", ToolCalls),
@@ -90,13 +133,43 @@ fn stream_kind_from_content_type() {
 }
 
 #[test]
-fn decoder_only_for_openai_sse() {
-    assert!(StreamDecoder::new(Api::ChatCompletions, StreamKind::Sse).is_some());
-    assert!(StreamDecoder::new(Api::Completions, StreamKind::Sse).is_some());
-    assert!(StreamDecoder::new(Api::Unknown, StreamKind::Sse).is_none());
-    assert!(StreamDecoder::new(Api::ChatCompletions, StreamKind::Json).is_none());
-    assert!(StreamDecoder::new(Api::ChatCompletions, StreamKind::Ndjson).is_none());
-    assert!(StreamDecoder::new(Api::ChatCompletions, StreamKind::Other).is_none());
+fn decoder_only_for_known_dialect_and_framing() {
+    let tgi = Api::TgiGenerate {
+        stream_endpoint: true,
+    };
+    for api in [
+        Api::ChatCompletions,
+        Api::Completions,
+        Api::Responses,
+        Api::Messages,
+        tgi,
+        Api::LlamaCppCompletion,
+    ] {
+        assert!(
+            StreamDecoder::new(api, StreamKind::Sse).is_some(),
+            "{api:?}"
+        );
+        for kind in [StreamKind::Json, StreamKind::Ndjson, StreamKind::Other] {
+            assert!(StreamDecoder::new(api, kind).is_none(), "{api:?} {kind:?}");
+        }
+    }
+    for api in [Api::OllamaChat, Api::OllamaGenerate] {
+        assert!(
+            StreamDecoder::new(api, StreamKind::Ndjson).is_some(),
+            "{api:?}"
+        );
+        for kind in [StreamKind::Json, StreamKind::Sse, StreamKind::Other] {
+            assert!(StreamDecoder::new(api, kind).is_none(), "{api:?} {kind:?}");
+        }
+    }
+    for kind in [
+        StreamKind::Sse,
+        StreamKind::Ndjson,
+        StreamKind::Json,
+        StreamKind::Other,
+    ] {
+        assert!(StreamDecoder::new(Api::Unknown, kind).is_none(), "{kind:?}");
+    }
 }
 
 /// A vLLM-style chat stream with a keep-alive comment and usage at the end.
@@ -124,6 +197,7 @@ fn decodes_a_chat_stream() {
     assert!(!broken);
     let content: Vec<bool> = events.iter().map(|e| e.content).collect();
     assert_eq!(content, [false, true, true, false, false, false]);
+    assert!(events.iter().all(|e| e.answer == e.content));
     assert_eq!(events[3].finish_reason, Some(FinishReason::Stop));
     assert_eq!(
         events[4].usage,
@@ -198,54 +272,106 @@ fn other_event_types_are_reported_empty_and_not_classified() {
     assert_eq!(events, vec![EventInfo::default()]);
 }
 
-#[test]
-fn request_fields_are_read() {
-    let body = br#"{"model":"llama-3-8b","messages":[{"role":"user","content":"hi"}],
-        "stream":true,"stream_options":{"include_usage":true},"max_tokens":256}"#;
-    let want = RequestInfo {
-        model: Some("llama-3-8b".to_owned()),
-        stream: true,
-        include_usage: true,
-        max_tokens: Some(256),
-    };
-    assert_eq!(inspect_request(body), Some(want));
+fn decode_as(api: Api, kind: StreamKind, chunks: &[&[u8]]) -> (Vec<EventInfo>, bool) {
+    let mut decoder = StreamDecoder::new(api, kind).unwrap();
+    let mut events = Vec::new();
+    for chunk in chunks {
+        decoder.feed(chunk, |e| events.push(e));
+    }
+    decoder.finish(|e| events.push(e));
+    (events, decoder.is_broken())
 }
 
 #[test]
-fn request_defaults_and_fallbacks() {
-    let body =
-        br#"{"prompt":"x","max_completion_tokens":64,"stream_options":{"include_usage":false}}"#;
-    let want = RequestInfo {
-        max_tokens: Some(64),
-        ..RequestInfo::default()
-    };
-    assert_eq!(inspect_request(body), Some(want));
-    let both = br#"{"max_tokens":10,"max_completion_tokens":64}"#;
-    assert_eq!(inspect_request(both).unwrap().max_tokens, Some(10));
-    let null_max = br#"{"max_tokens":null,"max_completion_tokens":64}"#;
-    assert_eq!(inspect_request(null_max).unwrap().max_tokens, Some(64));
+fn ndjson_stream_with_crlf_and_a_last_line_without_line_end() {
+    let (events, broken) = decode_as(
+        Api::OllamaGenerate,
+        StreamKind::Ndjson,
+        &[
+            b"{\"response\":\"a\",\"done\":false}\r\n\r\n{\"response\":\"b\",",
+            b"\"done\":false}\n{\"response\":\"\",\"done\":true,\"eval_count\":2}",
+        ],
+    );
+    assert!(!broken);
+    let flags: Vec<(bool, bool)> = events.iter().map(|e| (e.answer, e.terminal)).collect();
+    assert_eq!(flags, [(true, false), (true, false), (false, true)]);
+    assert_eq!(events[2].usage.and_then(|u| u.output_tokens), Some(2));
 }
 
 #[test]
-fn odd_request_fields_lose_only_themselves() {
-    let body = br#"{"model":"m\u00e9","stream":"yes","max_tokens":-1,"stream_options":null}"#;
-    let want = RequestInfo {
-        model: Some("mé".to_owned()),
-        ..RequestInfo::default()
-    };
-    assert_eq!(inspect_request(body), Some(want));
-    let body = br#"{"model":7,"stream":true,"stream_options":{"include_usage":"true"}}"#;
-    let want = RequestInfo {
-        stream: true,
-        ..RequestInfo::default()
-    };
-    assert_eq!(inspect_request(body), Some(want));
+fn ndjson_line_torn_by_a_cut_is_not_a_decode_failure() {
+    let (events, broken) = decode_as(
+        Api::OllamaChat,
+        StreamKind::Ndjson,
+        &[b"{\"message\":{\"content\":\"a\"},\"done\":false}\n{\"message\":{\"con"],
+    );
+    assert!(
+        !broken,
+        "the missing terminal line already says the stream was cut"
+    );
+    assert_eq!(events.len(), 1);
+    assert!(!events[0].terminal);
 }
 
 #[test]
-fn request_that_is_not_an_object_is_none() {
-    assert_eq!(inspect_request(b""), None);
-    assert_eq!(inspect_request(b"model=x"), None);
-    assert_eq!(inspect_request(b"[1]"), None);
-    assert_eq!(inspect_request(br#"{"model":"x""#), None);
+fn ndjson_garbage_line_marks_broken_and_decoding_goes_on() {
+    let (events, broken) = decode_as(
+        Api::OllamaChat,
+        StreamKind::Ndjson,
+        &[b"<html>\n{\"message\":{\"content\":\"a\"},\"done\":false}\n"],
+    );
+    assert!(broken);
+    assert_eq!(events.len(), 2);
+    assert!(events[1].answer);
+}
+
+#[test]
+fn foreign_stream_on_a_known_path_is_a_decode_failure_not_a_cut() {
+    // SGLang's native `/generate` shares TGI's path but not its events.
+    let (events, broken) = decode_as(
+        Api::TgiGenerate {
+            stream_endpoint: false,
+        },
+        StreamKind::Sse,
+        &[b"data: {\"text\":\"Hi\",\"meta_info\":{\"id\":\"x\"},\"index\":0}\n\ndata: [DONE]\n\n"],
+    );
+    assert!(broken);
+    assert!(events.iter().all(|e| !e.content));
+}
+
+#[test]
+fn undecodable_error_events_are_errors_not_failures() {
+    for api in [
+        Api::Responses,
+        Api::Messages,
+        Api::TgiGenerate {
+            stream_endpoint: true,
+        },
+    ] {
+        let (events, broken) = decode_as(
+            api,
+            StreamKind::Sse,
+            &[b"event: error\ndata: upstream overloaded\n\n"],
+        );
+        assert!(!broken, "{api:?}");
+        assert_eq!(events.len(), 1);
+        assert!(events[0].error && events[0].terminal, "{api:?}");
+    }
+}
+
+#[test]
+fn sse_comments_and_pings_are_not_events_or_content() {
+    let (events, broken) = decode_as(
+        Api::LlamaCppCompletion,
+        StreamKind::Sse,
+        &[b": ping\n\ndata: {\"content\":\"a\",\"stop\":false}\n\n: ping\n\n"],
+    );
+    assert!(!broken);
+    assert_eq!(events.len(), 1);
+    let (events, _) = decode_as(
+        Api::Messages,
+        StreamKind::Sse,
+        &[b"event: ping\ndata: {\"type\": \"ping\"}\n\n"],
+    );
+    assert_eq!(events, vec![EventInfo::default()]);
 }

@@ -30,7 +30,7 @@ impl Pending {
         let Some(mut rx) = self.request.take() else { return (None, 0) };
         let Ok(capture) = rx.try_recv() else { return (None, 0) };
         let info = (capture.complete && !capture.overflow && !capture.chunks.is_empty())
-            .then(|| decode::inspect_request(&joined(&capture.chunks)))
+            .then(|| decode::inspect_request(self.api, &joined(&capture.chunks)))
             .flatten();
         (info, capture.bytes)
     }
@@ -79,6 +79,7 @@ impl Pending {
 
         let tl = &self.timeline;
         let ttft = tl.first.map(|f| f.saturating_duration_since(self.t_arrival));
+        let ttfo = tl.first_answer.map(|f| f.saturating_duration_since(self.t_arrival));
         let tpot = match (tl.first, tl.last, output_tokens) {
             (Some(first), Some(last), Some(n)) if n >= 2 => {
                 Some(last.saturating_duration_since(first) / u32::try_from(n - 1).unwrap_or(u32::MAX))
@@ -100,6 +101,7 @@ impl Pending {
             status: self.status,
             outcome,
             ttft_ms: ttft.map(ms),
+            ttfo_ms: ttfo.map(ms),
             tpot_ms: tpot.map(ms),
             e2e_ms: ms(self.ended_at.saturating_duration_since(self.t_arrival)),
             itl_ms,
@@ -109,6 +111,9 @@ impl Pending {
             output_tokens_source,
             events: self.timeline.events,
             bytes_out: self.bytes_out,
+            slo_class: String::new(),
+            slo_met: None,
+            slo_miss_reason: None,
             finished_at: Some(self.ended_at),
             bytes_in: bytes_in.max(self.bytes_in),
             finish_reason: self
@@ -116,6 +121,9 @@ impl Pending {
                 .finish_reason
                 .or(body.as_ref().and_then(|b| b.finish_reason)),
             decode_failed: self.decode_broken,
+            arrival: self.arrival,
+            tenant: self.tenant,
+            slo_overrides: self.slo_overrides,
         };
         (record, gaps)
     }

@@ -4,29 +4,93 @@
 use std::{
     future::Future,
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll, ready},
     time::Instant,
 };
 
 use bytes::Bytes;
-use http::{Request, Response, header::CONTENT_TYPE};
+use arc_swap::ArcSwap;
+use http::{
+    HeaderMap, HeaderName, Request, Response,
+    header::{CONTENT_LENGTH, CONTENT_TYPE},
+};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use super::{MeasuredBody, Outcome, Recorder, RequestTap, Tap, request_id, tap::ProxyFailure};
+use super::{
+    MeasuredBody, Outcome, Recorder, RequestTap, Tap, request_id,
+    tap::{HeadInfo, ProxyFailure},
+};
+use crate::config::slo::{Targets, tenant_hash};
 use crate::{BoxError, decode::Api, proxy::Tunnel};
+
+/// What the layer needs from the configuration; swapped as a whole on reload and loaded
+/// once per request.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub request_inspect_limit: usize,
+    pub response_inspect_limit: usize,
+    pub tenant_header: Option<HeaderName>,
+    pub tenant_salt: String,
+    pub override_headers: bool,
+    pub long_input_bytes: u64,
+}
+
+impl Settings {
+    pub fn from_config(cfg: &crate::config::Config) -> Settings {
+        Settings {
+            request_inspect_limit: cfg.measure.request_inspect_limit,
+            response_inspect_limit: cfg.measure.response_inspect_limit,
+            tenant_header: cfg.slo.tenant_header.clone(),
+            tenant_salt: cfg.slo.tenant_salt.clone(),
+            override_headers: cfg.slo.override_headers,
+            long_input_bytes: cfg.slo.long_input_bytes,
+        }
+    }
+
+    /// Reads what the SLO and load views need from the request head.
+    fn head_info(&self, headers: &HeaderMap) -> HeadInfo {
+        let long_input = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n >= self.long_input_bytes);
+        let tenant = self
+            .tenant_header
+            .as_ref()
+            .and_then(|h| headers.get(h))
+            .map(|v| tenant_hash(&self.tenant_salt, v.as_bytes()));
+        let slo_overrides = if self.override_headers {
+            let ms = |name: &str| {
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .filter(|v| v.is_finite() && *v > 0.0)
+            };
+            Targets {
+                ttft_ms: ms("x-slo-ttft-ms"),
+                tpot_ms: ms("x-slo-tpot-ms"),
+                e2e_ms: ms("x-slo-e2e-ms"),
+            }
+        } else {
+            Targets::default()
+        };
+        HeadInfo { long_input, tenant, slo_overrides }
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct MeasureLayer {
     recorder: Recorder,
-    request_limit: usize,
-    response_limit: usize,
+    settings: Arc<ArcSwap<Settings>>,
 }
 
 impl MeasureLayer {
-    pub fn new(recorder: Recorder, request_limit: usize, response_limit: usize) -> MeasureLayer {
-        MeasureLayer { recorder, request_limit, response_limit }
+    pub fn new(recorder: Recorder, settings: Arc<ArcSwap<Settings>>) -> MeasureLayer {
+        MeasureLayer { recorder, settings }
     }
 }
 
@@ -61,12 +125,21 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let t_arrival = Instant::now();
+        let settings = self.layer.settings.load();
         let (mut parts, body) = req.into_parts();
         let id = request_id::ensure(&mut parts.headers);
         let api = Api::from_path(parts.uri.path());
-        let (body, request) = RequestTap::new(body, self.layer.request_limit);
-        let tap =
-            Tap::new(self.layer.recorder.clone(), id, t_arrival, api, request, self.layer.response_limit);
+        let head = settings.head_info(&parts.headers);
+        let (body, request) = RequestTap::new(body, settings.request_inspect_limit);
+        let tap = Tap::new(
+            self.layer.recorder.clone(),
+            id,
+            t_arrival,
+            api,
+            request,
+            settings.response_inspect_limit,
+            head,
+        );
         ResponseFuture { inner: self.inner.call(Request::from_parts(parts, body)), tap: Some(tap) }
     }
 }

@@ -10,11 +10,12 @@ mod layer;
 pub mod record;
 mod request_id;
 mod sink;
+pub mod slo;
 mod tap;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
-pub use layer::{Measure, MeasureLayer};
+pub use layer::{Measure, MeasureLayer, Settings};
 pub use record::{Outcome, RequestRecord, TokenSource};
 pub use request_id::REQUEST_ID;
-pub use sink::Recorder;
-pub use tap::{Ending, Pending, ProxyFailure, Tap, Timeline};
+pub use sink::{Arrival, Recorder};
+pub use tap::{Ending, HeadInfo, Pending, ProxyFailure, Tap, Timeline};

@@ -113,6 +113,8 @@ pub struct RequestRecord {
     pub status: Option<u16>,
     pub outcome: Outcome,
     pub ttft_ms: Option<f64>,
+    /// Time to the first *answer* token (reasoning skipped), where the dialect tells.
+    pub ttfo_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
     pub e2e_ms: f64,
     pub itl_ms: Option<ItlSummary>,
@@ -122,6 +124,12 @@ pub struct RequestRecord {
     pub output_tokens_source: Option<TokenSource>,
     pub events: u64,
     pub bytes_out: u64,
+    /// The SLO class the request was held to (`default` when no class matched).
+    pub slo_class: String,
+    /// Whether it met its class's targets; `null` for client aborts (not counted).
+    pub slo_met: Option<bool>,
+    /// Why it missed: `ttft`, `tpot`, `e2e` or `error`.
+    pub slo_miss_reason: Option<&'static str>,
     /// When the record was finished (monotonic), for windowed views; not serialized.
     #[serde(skip)]
     pub finished_at: Option<Instant>,
@@ -134,6 +142,15 @@ pub struct RequestRecord {
     /// Set when the response could not be decoded; the bytes still flowed.
     #[serde(skip)]
     pub decode_failed: bool,
+    /// The load it arrived into.
+    #[serde(skip)]
+    pub arrival: super::Arrival,
+    /// Salted hash of the tenant header value.
+    #[serde(skip)]
+    pub tenant: Option<u64>,
+    /// Per-request targets from `x-slo-*` headers.
+    #[serde(skip)]
+    pub slo_overrides: crate::config::slo::Targets,
 }
 
 #[cfg(test)]

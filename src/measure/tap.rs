@@ -8,7 +8,8 @@ use std::time::{Instant, SystemTime};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::{Recorder, body::RequestCapture, record::Outcome};
+use super::{Recorder, body::RequestCapture, record::Outcome, sink::Arrival};
+use crate::config::slo::Targets;
 use crate::decode::{Api, EventInfo, FinishReason, StreamDecoder, StreamKind, Usage};
 
 /// How the response ended, as seen by the data path.
@@ -30,6 +31,8 @@ pub enum Ending {
 #[derive(Debug, Default)]
 pub struct Timeline {
     pub first: Option<Instant>,
+    /// First content-bearing event that is not reasoning-only (TTFO).
+    pub first_answer: Option<Instant>,
     pub last: Option<Instant>,
     /// Gaps between consecutive content-bearing events, in microseconds.
     pub gaps_us: Vec<u32>,
@@ -52,6 +55,9 @@ impl Timeline {
             }
             self.last = Some(now);
             self.events += 1;
+            if ev.answer && self.first_answer.is_none() {
+                self.first_answer = Some(now);
+            }
         }
         if let Some(u) = ev.usage {
             let prev = self.usage.unwrap_or_default();
@@ -90,6 +96,21 @@ pub struct Pending {
     pub bytes_in: u64,
     pub ended_at: Instant,
     pub ending: Ending,
+    pub arrival: Arrival,
+    /// This request's body is long (by Content-Length), for the interference view.
+    pub long_input: bool,
+    /// Salted hash of the tenant header value.
+    pub tenant: Option<u64>,
+    /// Per-request SLO targets from `x-slo-*` headers (when enabled).
+    pub slo_overrides: Targets,
+}
+
+/// What the layer learnt from the request head for the SLO and load views.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeadInfo {
+    pub long_input: bool,
+    pub tenant: Option<u64>,
+    pub slo_overrides: Targets,
 }
 
 /// Marks a response the proxy produced itself, with the outcome it stands for.
@@ -114,8 +135,9 @@ impl Tap {
         api: Api,
         request: oneshot::Receiver<RequestCapture>,
         capture_limit: usize,
+        head: HeadInfo,
     ) -> Tap {
-        recorder.started();
+        let arrival = recorder.started(head.long_input);
         let pending = Pending {
             id,
             t_arrival,
@@ -135,6 +157,10 @@ impl Tap {
             bytes_in: 0,
             ended_at: t_arrival,
             ending: Ending::ClientGone,
+            arrival,
+            long_input: head.long_input,
+            tenant: head.tenant,
+            slo_overrides: head.slo_overrides,
         };
         Tap { recorder, pending: Some(pending), decoder: None, capture_limit, captured: 0 }
     }
@@ -199,7 +225,7 @@ impl Tap {
         }
         p.ended_at = now;
         p.ending = ending;
-        self.recorder.ended();
+        self.recorder.ended(p.long_input);
         self.recorder.submit(p);
     }
 

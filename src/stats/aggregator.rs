@@ -2,16 +2,19 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use super::{ModelLabels, Recent};
 use crate::{
-    admin::metrics::{Metrics, ModelApi, RequestLabels, TokenLabels},
-    measure::{Pending, RequestRecord},
+    admin::metrics::{ClassSlo, LatencyLabels, Metrics, ModelApi, RequestLabels, TokenLabels},
+    config::Config,
+    measure::{Pending, RequestRecord, slo},
 };
 
 pub struct Aggregator {
     rx: mpsc::Receiver<Pending>,
+    config: Arc<ArcSwap<Config>>,
     metrics: Metrics,
     recent: Arc<Recent>,
     models: ModelLabels,
@@ -21,12 +24,13 @@ pub struct Aggregator {
 impl Aggregator {
     pub fn new(
         rx: mpsc::Receiver<Pending>,
+        config: Arc<ArcSwap<Config>>,
         metrics: Metrics,
         recent: Arc<Recent>,
         max_models: usize,
         access_log: bool,
     ) -> Aggregator {
-        Aggregator { rx, metrics, recent, models: ModelLabels::new(max_models), access_log }
+        Aggregator { rx, config, metrics, recent, models: ModelLabels::new(max_models), access_log }
     }
 
     /// Runs until every data-path handle is gone and the queue is drained.
@@ -37,17 +41,33 @@ impl Aggregator {
     }
 
     fn handle(&mut self, pending: Pending) {
-        let (record, gaps) = pending.finish();
+        let (mut record, gaps) = pending.finish();
+        slo::judge(&mut record, &self.config.load().slo);
         let model = self.models.label(record.model.as_deref());
         let api = record.api;
+        let class = record.slo_class.clone();
+        let slo = match record.slo_met {
+            Some(true) => "met",
+            Some(false) => "missed",
+            None => "excluded",
+        };
         let m = &self.metrics;
         m.requests
-            .get_or_create(&RequestLabels { model: model.clone(), api, outcome: record.outcome.as_str() })
+            .get_or_create(&RequestLabels {
+                model: model.clone(),
+                api,
+                outcome: record.outcome.as_str(),
+                class: class.clone(),
+                slo,
+            })
             .inc();
-        let key = ModelApi { model: model.clone(), api };
-        if record.decode_failed {
-            m.decode_failures.get_or_create(&key).inc();
+        if let Some(n) = record.output_tokens {
+            m.output_tokens.get_or_create(&ClassSlo { class: class.clone(), slo }).inc_by(n);
         }
+        if record.decode_failed {
+            m.decode_failures.get_or_create(&ModelApi { model: model.clone(), api }).inc();
+        }
+        let key = LatencyLabels { model: model.clone(), api, class: class.clone() };
         m.duration.get_or_create(&key).observe(record.e2e_ms / 1000.0);
         if let Some(ttft) = record.ttft_ms {
             m.ttft.get_or_create(&key).observe(ttft / 1000.0);
@@ -63,7 +83,8 @@ impl Aggregator {
         }
         for (kind, n) in [("input", record.input_tokens), ("output", record.output_tokens)] {
             if let Some(n) = n {
-                let labels = TokenLabels { model: model.clone(), api, gen_ai_token_type: kind };
+                let labels =
+                    TokenLabels { model: model.clone(), api, class: class.clone(), gen_ai_token_type: kind };
                 m.token_usage.get_or_create(&labels).observe(n as f64);
             }
         }
@@ -84,7 +105,11 @@ fn access_log(r: &RequestRecord) {
         stream = r.stream,
         status = r.status.unwrap_or(0),
         outcome = r.outcome.as_str(),
+        slo_class = %r.slo_class,
+        slo_met = r.slo_met,
+        slo_miss = r.slo_miss_reason,
         ttft_ms = r.ttft_ms.map(round2),
+        ttfo_ms = r.ttfo_ms.map(round2),
         tpot_ms = r.tpot_ms.map(round2),
         e2e_ms = round2(r.e2e_ms),
         input_tokens = r.input_tokens,

@@ -1,4 +1,8 @@
+//! The OpenAI chunk classifier (content vs answer, finish reasons, usage, errors) and body
+//! reader.
+
 use super::*;
+use crate::decode::Api;
 
 fn info(data: &str) -> EventInfo {
     classify_chunk(data.as_bytes()).unwrap()
@@ -10,7 +14,17 @@ fn chat(delta: &str, finish: &str) -> String {
     )
 }
 
-fn content_only() -> EventInfo {
+/// A content-bearing answer event (text, tool call, refusal).
+fn answer() -> EventInfo {
+    EventInfo {
+        content: true,
+        answer: true,
+        ..EventInfo::default()
+    }
+}
+
+/// A content-bearing reasoning-only event: TTFT but not TTFO.
+fn reasoning() -> EventInfo {
     EventInfo {
         content: true,
         ..EventInfo::default()
@@ -50,35 +64,50 @@ fn role_chunk_is_not_content() {
 
 #[test]
 fn text_delta_is_content() {
-    assert_eq!(
-        info(&chat(r#"{"content":"Hello"}"#, "null")),
-        content_only()
-    );
-    assert_eq!(info(&chat(r#"{"content":" "}"#, "null")), content_only());
+    assert_eq!(info(&chat(r#"{"content":"Hello"}"#, "null")), answer());
+    assert_eq!(info(&chat(r#"{"content":" "}"#, "null")), answer());
 }
 
 #[test]
 fn escaped_text_is_still_content() {
-    assert_eq!(info(&chat(r#"{"content":"\n"}"#, "null")), content_only());
-    assert_eq!(
-        info(&chat(r#"{"content":"\u00e9"}"#, "null")),
-        content_only()
-    );
-    assert_eq!(info(&chat(r#"{"content":"\"\""}"#, "null")), content_only());
+    assert_eq!(info(&chat(r#"{"content":"\n"}"#, "null")), answer());
+    assert_eq!(info(&chat(r#"{"content":"\u00e9"}"#, "null")), answer());
+    assert_eq!(info(&chat(r#"{"content":"\"\""}"#, "null")), answer());
 }
 
 #[test]
-fn reasoning_refusal_and_tool_calls_are_content() {
+fn refusal_and_tool_calls_are_answer() {
     for delta in [
-        r#"{"content":null,"reasoning_content":"Let me think"}"#,
-        r#"{"content":"","reasoning":"hmm"}"#,
         r#"{"refusal":"I can't help with that."}"#,
         r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}"#,
         r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}"#,
+        r#"{"function_call":{"name":"get_weather","arguments":""}}"#,
         r#"{"content":[{"type":"text","text":"hi"}]}"#,
+        r#"{"content":"x","reasoning_content":"and some thought"}"#,
     ] {
-        assert_eq!(info(&chat(delta, "null")), content_only(), "{delta}");
+        assert_eq!(info(&chat(delta, "null")), answer(), "{delta}");
     }
+}
+
+#[test]
+fn reasoning_only_is_content_but_not_answer() {
+    for delta in [
+        r#"{"content":null,"reasoning_content":"Let me think"}"#,
+        r#"{"content":"","reasoning":"hmm"}"#,
+        r#"{"reasoning_content":"\n","tool_calls":[]}"#,
+    ] {
+        assert_eq!(info(&chat(delta, "null")), reasoning(), "{delta}");
+    }
+}
+
+#[test]
+fn answer_and_content_fold_over_choices() {
+    let data = r#"{"choices":[
+        {"index":0,"delta":{"reasoning_content":"r"}},
+        {"index":1,"delta":{"content":"a"}}]}"#;
+    assert_eq!(info(data), answer());
+    let data = r#"{"choices":[{"index":0,"delta":{"reasoning":"r"}},{"index":1,"delta":{}}]}"#;
+    assert_eq!(info(data), reasoning());
 }
 
 #[test]
@@ -89,6 +118,7 @@ fn empty_values_are_not_content() {
         r#"{"tool_calls":null,"refusal":null,"reasoning_content":null}"#,
         r#"{"reasoning":{}}"#,
         r#"{"refusal":""}"#,
+        r#"{"function_call":null}"#,
     ] {
         assert_eq!(info(&chat(delta, "null")), EventInfo::default(), "{delta}");
     }
@@ -112,7 +142,7 @@ fn finish_reason_and_content_come_from_any_choice() {
         {"index":0,"delta":{"content":""},"finish_reason":null},
         {"index":1,"delta":{"content":"x"},"finish_reason":"length"}]}"#;
     let got = info(data);
-    assert!(got.content);
+    assert!(got.content && got.answer);
     assert_eq!(got.finish_reason, Some(FinishReason::Length));
 }
 
@@ -148,7 +178,7 @@ fn usage_on_every_chunk_is_read_with_the_content() {
 fn odd_usage_is_ignored_not_fatal() {
     for usage in ["null", "5", r#""x""#, "{}", r#"{"prompt_tokens":-1}"#] {
         let data = format!(r#"{{"choices":[{{"delta":{{"content":"a"}}}}],"usage":{usage}}}"#);
-        assert_eq!(info(&data), content_only(), "{usage}");
+        assert_eq!(info(&data), answer(), "{usage}");
     }
 }
 
@@ -159,9 +189,9 @@ fn completions_text_chunk() {
             r#"{{"id":"cmpl-1","object":"text_completion","created":1,"choices":[{{"text":{t},"index":0,"logprobs":null,"finish_reason":{finish}}}],"model":"m"}}"#
         )
     };
-    assert_eq!(info(&text(r#"" world""#, "null")), content_only());
+    assert_eq!(info(&text(r#"" world""#, "null")), answer());
     let last = info(&text(r#""""#, r#""length""#));
-    assert!(!last.content);
+    assert!(!last.content && !last.answer);
     assert_eq!(last.finish_reason, Some(FinishReason::Length));
 }
 
@@ -255,4 +285,13 @@ fn body_that_is_not_json_or_not_openai_is_none() {
         parse_response_body(Api::Unknown, br#"{"choices":[]}"#),
         None
     );
+}
+
+#[test]
+fn reasoning_only_body_has_content() {
+    let body = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":null,
+        "reasoning_content":"thinking..."},"finish_reason":"length"}]}"#;
+    let got = parse_response_body(Api::ChatCompletions, body).unwrap();
+    assert!(got.content);
+    assert_eq!(got.finish_reason, Some(FinishReason::Length));
 }

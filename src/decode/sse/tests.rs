@@ -1,3 +1,6 @@
+//! The event-stream framer against the WHATWG rules, its buffer reuse and size cap, and a
+//! property test that chunking never changes the events.
+
 use super::*;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;

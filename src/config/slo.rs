@@ -1,0 +1,405 @@
+//! Validated SLO classes and cost: what a request is held to, and what serving costs.
+//! Matching is evaluated off the data path (by the aggregator), first match wins, and the
+//! default class takes the rest.
+
+use std::{hash::Hasher, time::Duration};
+
+use http::HeaderName;
+
+use super::{
+    Problem,
+    slo_file::{ClassSection, CostSection, SloSection, TargetsSection},
+};
+
+/// Name of the class that takes every request no configured class matched.
+pub const DEFAULT_CLASS: &str = "default";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slo {
+    pub windows: Vec<Duration>,
+    pub tenant_header: Option<HeaderName>,
+    pub tenant_salt: String,
+    pub override_headers: bool,
+    pub min_samples: u64,
+    pub input_buckets: Vec<u64>,
+    pub history: Duration,
+    pub long_input_bytes: u64,
+    /// Configured classes in order.
+    pub classes: Vec<SloClass>,
+    /// The class of every request no configured class matched.
+    pub default: SloClass,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloClass {
+    pub name: String,
+    pub matcher: Matcher,
+    pub targets: Targets,
+    pub attainment: f64,
+    pub percentiles: Vec<PercentileTarget>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Targets {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LatencyMetric {
+    Ttft,
+    Tpot,
+    Itl,
+    E2e,
+}
+
+impl LatencyMetric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LatencyMetric::Ttft => "ttft",
+            LatencyMetric::Tpot => "tpot",
+            LatencyMetric::Itl => "itl",
+            LatencyMetric::E2e => "e2e",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PercentileTarget {
+    pub metric: LatencyMetric,
+    pub quantile: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Matcher {
+    pub model: Option<String>,
+    pub api: Option<String>,
+    pub tenant: Option<u64>,
+    pub input_tokens_max: Option<u64>,
+}
+
+/// What a finished request offers for class matching.
+#[derive(Debug, Clone, Copy)]
+pub struct MatchInput<'a> {
+    pub model: Option<&'a str>,
+    pub api: &'a str,
+    pub tenant: Option<u64>,
+    pub input_tokens: Option<u64>,
+}
+
+impl Matcher {
+    pub fn matches(&self, r: &MatchInput<'_>) -> bool {
+        self.model.as_deref().is_none_or(|g| r.model.is_some_and(|m| glob(g, m)))
+            && self.api.as_deref().is_none_or(|a| api_matches(a, r.api))
+            && self.tenant.is_none_or(|t| r.tenant == Some(t))
+            && self.input_tokens_max.is_none_or(|max| r.input_tokens.is_some_and(|n| n <= max))
+    }
+}
+
+impl Slo {
+    /// The class a request belongs to: the first that matches, else the default.
+    pub fn class_for(&self, r: &MatchInput<'_>) -> &SloClass {
+        self.classes.iter().find(|c| c.matcher.matches(r)).unwrap_or(&self.default)
+    }
+
+    /// Every class, the default last.
+    pub fn all_classes(&self) -> impl Iterator<Item = &SloClass> {
+        self.classes.iter().chain(std::iter::once(&self.default))
+    }
+
+    /// The salted hash a tenant header value is kept as.
+    pub fn tenant_hash(&self, value: &[u8]) -> u64 {
+        tenant_hash(&self.tenant_salt, value)
+    }
+}
+
+pub fn tenant_hash(salt: &str, value: &[u8]) -> u64 {
+    // SipHash keyed by the salt: a tenant value can't be recovered by a dictionary lookup
+    // without the salt, which is never written anywhere.
+    let mut key = std::hash::DefaultHasher::new();
+    key.write(salt.as_bytes());
+    let k0 = key.finish();
+    key.write_u8(0xff);
+    let k1 = key.finish();
+    let mut h = std::hash::DefaultHasher::new();
+    h.write_u64(k0);
+    h.write_u64(k1);
+    h.write(value);
+    h.finish()
+}
+
+/// `api` match: an exact API label, or `chat` for every chat-style API.
+fn api_matches(want: &str, api: &str) -> bool {
+    want == api
+        || (want == "chat" && matches!(api, "chat_completions" | "messages" | "ollama_chat"))
+        || (want == "completion"
+            && matches!(api, "completions" | "llamacpp_completion" | "ollama_generate" | "tgi_generate"))
+}
+
+/// `*` matches any run of characters, `?` one character; everything else literally.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cost {
+    pub currency: String,
+    /// Sum of the components.
+    pub per_hour: f64,
+    pub components: Vec<(String, f64)>,
+}
+
+fn targets(key: &str, t: &TargetsSection, problems: &mut Vec<Problem>) -> (Targets, Vec<PercentileTarget>) {
+    for (name, v) in [("ttft_ms", t.ttft_ms), ("tpot_ms", t.tpot_ms), ("e2e_ms", t.e2e_ms)] {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0)
+        {
+            problems.push(Problem::invalid(format!("{key}.{name}"), "must be a positive number of ms"));
+        }
+    }
+    if !(t.attainment > 0.0 && t.attainment <= 1.0) {
+        problems.push(Problem::invalid(format!("{key}.attainment"), "must be in (0, 1], e.g. 0.99"));
+    }
+    let mut percentiles = Vec::new();
+    for (i, p) in t.percentiles.iter().enumerate() {
+        let pkey = format!("{key}.percentiles[{i}]");
+        let metric = match p.metric.as_str() {
+            "ttft" => Some(LatencyMetric::Ttft),
+            "tpot" => Some(LatencyMetric::Tpot),
+            "itl" => Some(LatencyMetric::Itl),
+            "e2e" => Some(LatencyMetric::E2e),
+            other => {
+                problems.push(Problem::invalid(
+                    format!("{pkey}.metric"),
+                    format!("`{other}` is not one of ttft, tpot, itl, e2e"),
+                ));
+                None
+            }
+        };
+        if !(p.quantile > 0.0 && p.quantile < 1.0) {
+            problems.push(Problem::invalid(format!("{pkey}.quantile"), "must be in (0, 1), e.g. 0.95"));
+        }
+        if !(p.max_ms.is_finite() && p.max_ms > 0.0) {
+            problems.push(Problem::invalid(format!("{pkey}.max_ms"), "must be a positive number"));
+        }
+        if let Some(metric) = metric {
+            percentiles.push(PercentileTarget { metric, quantile: p.quantile, max_ms: p.max_ms });
+        }
+    }
+    (Targets { ttft_ms: t.ttft_ms, tpot_ms: t.tpot_ms, e2e_ms: t.e2e_ms }, percentiles)
+}
+
+fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) -> SloClass {
+    let key = format!("slo.class[{i}] ({})", c.name);
+    if c.name.is_empty() || c.name == DEFAULT_CLASS || !c.name.bytes().all(|b| b.is_ascii_graphic()) {
+        problems.push(Problem::invalid(
+            format!("{key}.name"),
+            "must be a non-empty name without spaces, and not `default`",
+        ));
+    }
+    let (targets, percentiles) = targets(&key, &c.targets, problems);
+    SloClass {
+        name: c.name.clone(),
+        matcher: Matcher {
+            model: c.matches.model.clone(),
+            api: c.matches.api.clone(),
+            tenant: c.matches.tenant.as_deref().map(|t| tenant_hash(salt, t.as_bytes())),
+            input_tokens_max: c.matches.input_tokens_max,
+        },
+        targets,
+        attainment: c.targets.attainment,
+        percentiles,
+    }
+}
+
+/// Validates `[slo]`. `salt` is the process's tenant salt when none is configured, so a
+/// reload keeps tenant hashes stable.
+pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo {
+    let mut windows = Vec::new();
+    for w in &s.windows {
+        match humantime::parse_duration(w) {
+            Ok(d) if d >= Duration::from_secs(1) => windows.push(d),
+            _ => problems.push(Problem::invalid("slo.windows", format!("`{w}` is not a duration ≥ 1s"))),
+        }
+    }
+    if s.windows.is_empty() {
+        problems.push(Problem::invalid("slo.windows", "needs at least one window, e.g. \"5m\""));
+    }
+    let tenant_header = s.tenant_header.as_deref().and_then(|h| match HeaderName::from_bytes(h.as_bytes()) {
+        Ok(name) => Some(name),
+        Err(_) => {
+            problems.push(Problem::invalid("slo.tenant_header", format!("`{h}` is not a header name")));
+            None
+        }
+    });
+    if !s.input_buckets.windows(2).all(|w| w[0] < w[1]) || s.input_buckets.is_empty() {
+        problems.push(Problem::invalid("slo.input_buckets", "must be a non-empty ascending list"));
+    }
+    let salt = s.tenant_salt.clone().unwrap_or_else(|| salt.to_owned());
+    let classes: Vec<SloClass> =
+        s.class.iter().enumerate().map(|(i, c)| class(i, c, &salt, problems)).collect();
+    for (i, c) in classes.iter().enumerate() {
+        if classes[..i].iter().any(|p| p.name == c.name) {
+            problems.push(Problem::invalid("slo.class", format!("class `{}` is defined twice", c.name)));
+        }
+        if c.matcher.tenant.is_some() && tenant_header.is_none() {
+            problems.push(Problem::invalid(
+                format!("slo.class[{i}] ({}).match.tenant", c.name),
+                "needs slo.tenant_header",
+            ));
+        }
+    }
+    let (targets, percentiles) = targets("slo.default", &s.default, problems);
+    let default = SloClass {
+        name: DEFAULT_CLASS.into(),
+        matcher: Matcher::default(),
+        targets,
+        attainment: s.default.attainment,
+        percentiles,
+    };
+    Slo {
+        windows,
+        tenant_header,
+        tenant_salt: salt,
+        override_headers: s.override_headers,
+        min_samples: s.min_samples.max(1),
+        input_buckets: s.input_buckets.clone(),
+        history: s.history,
+        long_input_bytes: s.long_input_bytes,
+        classes,
+        default,
+    }
+}
+
+pub fn validate_cost(c: &CostSection, problems: &mut Vec<Problem>) -> Cost {
+    let p = &c.per_hour;
+    let components: Vec<(String, f64)> = [
+        ("hardware", p.hardware),
+        ("power", p.power),
+        ("hosting", p.hosting),
+        ("licences", p.licences),
+        ("operations", p.operations),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
+    .collect();
+    for (k, v) in &components {
+        if !(v.is_finite() && *v >= 0.0) {
+            problems.push(Problem::invalid(format!("cost.per_hour.{k}"), "must be ≥ 0"));
+        }
+    }
+    if c.currency.is_empty() || !c.currency.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        problems.push(Problem::invalid("cost.currency", "must be a currency code like USD"));
+    }
+    Cost { currency: c.currency.clone(), per_hour: components.iter().map(|(_, v)| v).sum(), components }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob("llama-*", "llama-3-70b"));
+        assert!(glob("*", ""));
+        assert!(glob("l?ama*b", "llama-70b"));
+        assert!(!glob("llama-*", "mistral"));
+        assert!(glob("*-instruct", "qwen-2-instruct"));
+        assert!(!glob("a*b", "acbd"));
+    }
+
+    fn input<'a>(model: &'a str, api: &'a str, tokens: Option<u64>) -> MatchInput<'a> {
+        MatchInput { model: Some(model), api, tenant: None, input_tokens: tokens }
+    }
+
+    #[test]
+    fn first_match_wins_and_default_takes_the_rest() {
+        let text = r#"
+            [[class]]
+            name = "short"
+            match = { model = "llama-*", api = "chat", input_tokens_max = 1000 }
+            ttft_ms = 500
+            [[class]]
+            name = "llama"
+            match = { model = "llama-*" }
+            ttft_ms = 2000
+            [default]
+            e2e_ms = 60000
+        "#;
+        let section: SloSection = toml::from_str(text).unwrap();
+        let mut problems = Vec::new();
+        let slo = validate(&section, "salt", &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(slo.class_for(&input("llama-3", "chat_completions", Some(10))).name, "short");
+        assert_eq!(slo.class_for(&input("llama-3", "chat_completions", Some(5000))).name, "llama");
+        assert_eq!(slo.class_for(&input("llama-3", "completions", None)).name, "llama");
+        assert_eq!(slo.class_for(&input("gpt", "chat_completions", None)).name, "default");
+        assert_eq!(slo.default.targets.e2e_ms, Some(60000.0));
+    }
+
+    #[test]
+    fn tenants_match_by_salted_hash() {
+        let text = "tenant_header = \"x-tenant\"\n[[class]]\nname = \"acme\"\nmatch = { tenant = \"acme\" }\n";
+        let section: SloSection = toml::from_str(text).unwrap();
+        let mut problems = Vec::new();
+        let slo = validate(&section, "s1", &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        let acme = MatchInput { model: None, api: "x", tenant: Some(slo.tenant_hash(b"acme")), input_tokens: None };
+        assert_eq!(slo.class_for(&acme).name, "acme");
+        assert_ne!(tenant_hash("s1", b"acme"), tenant_hash("s2", b"acme"));
+    }
+
+    #[test]
+    fn bad_classes_are_all_reported() {
+        let text = r#"
+            windows = ["soon"]
+            [[class]]
+            name = "default"
+            attainment = 1.5
+            percentiles = [{ metric = "speed", quantile = 2.0, max_ms = -1 }]
+            [[class]]
+            name = "t"
+            match = { tenant = "x" }
+        "#;
+        let section: SloSection = toml::from_str(text).unwrap();
+        let mut problems = Vec::new();
+        validate(&section, "s", &mut problems);
+        let all: String = problems.iter().map(|p| format!("{p}\n")).collect();
+        for needle in ["slo.windows", "name", "attainment", "metric", "quantile", "max_ms", "tenant_header"] {
+            assert!(all.contains(needle), "{needle} missing in:\n{all}");
+        }
+    }
+
+    #[test]
+    fn cost_sums_components() {
+        let c: CostSection = toml::from_str(
+            "currency = \"EUR\"\nper_hour = { hardware = 9.8, power = 0.6, operations = 1.2 }\n",
+        )
+        .unwrap();
+        let mut problems = Vec::new();
+        let cost = validate_cost(&c, &mut problems);
+        assert!(problems.is_empty());
+        assert!((cost.per_hour - 11.6).abs() < 1e-9);
+        assert_eq!(cost.components.len(), 3);
+    }
+}

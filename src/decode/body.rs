@@ -1,0 +1,37 @@
+//! Reading a non-streaming response body, whichever dialect it is in.
+//!
+//! Runs on the aggregator, off the request's hot path, once per non-streamed response: it
+//! picks the dialect's body reader from the [`Api`] and reports the same things a stream's
+//! events would (usage, finish reason, whether anything was generated, error).
+
+use crate::decode::{Api, FinishReason, Usage};
+use crate::decode::{anthropic, llamacpp, ollama, openai, responses, tgi};
+
+/// What a non-streaming response body tells the measurement.
+#[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
+pub struct BodyInfo {
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<FinishReason>,
+    /// The body holds generated output (text, reasoning, tool calls or a refusal).
+    pub content: bool,
+    /// The body is an error object rather than a completion.
+    pub error: bool,
+}
+
+/// Reads a non-streaming response body; `None` when the API has no dialect here or the body
+/// is not a JSON document of that dialect.
+pub fn parse_response_body(api: Api, body: &[u8]) -> Option<BodyInfo> {
+    let body = body.trim_ascii();
+    match api {
+        Api::ChatCompletions | Api::Completions => openai::parse_body(body),
+        Api::Responses => responses::parse_body(body),
+        Api::Messages => anthropic::parse_body(body),
+        Api::TgiGenerate { .. } => tgi::parse_body(body),
+        Api::LlamaCppCompletion => llamacpp::parse_body(body),
+        Api::OllamaChat | Api::OllamaGenerate => ollama::parse_body(body),
+        Api::Unknown => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+//! The Text Generation Inference native dialect (`/generate_stream`, `/generate`):
+//! classifying one streamed event and reading a non-streaming body.
+//!
+//! Every streamed `data:` object carries one generated `token`; the last one also carries
+//! `generated_text` and `details` (finish reason, generated token count). A special token
+//! (end of sequence) is not output. TGI streams raw tokens, so it does not separate
+//! reasoning: all its output is answer.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+
+use crate::decode::body::BodyInfo;
+use crate::decode::wire::{Count, Folded, Tag, foreign, non_empty, parse_object};
+use crate::decode::{EventInfo, FinishReason, Usage};
+
+/// Classifies one SSE event of a `generate_stream` response.
+pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serde_json::Error> {
+    let data = data.trim_ascii();
+    if data.is_empty() {
+        return Ok(EventInfo::default());
+    }
+    let wire: Wire<'_> = match parse_object(data) {
+        Ok(wire) => wire,
+        Err(_) if event == "error" => return Ok(failure()),
+        Err(e) => return Err(e),
+    };
+    if wire.error.is_some() {
+        return Ok(failure());
+    }
+    if wire.token.is_none() && wire.generated_text.is_none() && wire.details.is_none() {
+        // SGLang's native `/generate` (`{"text": ..., "meta_info": ...}`) lands here too.
+        return Err(foreign("TGI"));
+    }
+    let content = wire.token.as_ref().is_some_and(Token::is_output);
+    Ok(EventInfo {
+        content,
+        answer: content,
+        usage: wire.details.as_ref().and_then(Details::usage),
+        finish_reason: wire.details.as_ref().and_then(Details::finish_reason),
+        terminal: wire.generated_text.is_some() || wire.details.is_some(),
+        error: false,
+    })
+}
+
+/// Reads a `/generate` body (`details` only when the request asked for them).
+pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
+    let wire: Wire<'_> = parse_object(body).ok()?;
+    if wire.error.is_some() {
+        return Some(BodyInfo {
+            error: true,
+            ..BodyInfo::default()
+        });
+    }
+    let text = wire.generated_text?;
+    Some(BodyInfo {
+        usage: wire.details.as_ref().and_then(Details::usage),
+        finish_reason: wire.details.as_ref().and_then(Details::finish_reason),
+        content: non_empty(Some(text)),
+        error: false,
+    })
+}
+
+/// The error object (`{"error": "...", "error_type": "..."}`): the stream ends with it.
+fn failure() -> EventInfo {
+    EventInfo {
+        error: true,
+        terminal: true,
+        ..EventInfo::default()
+    }
+}
+
+/// A streamed event or a `/generate` body.
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow, default)]
+    token: Option<Token<'a>>,
+    /// Non-null only on the last streamed event; the whole text in a body.
+    #[serde(borrow, default)]
+    generated_text: Option<&'a RawValue>,
+    #[serde(default)]
+    details: Option<Details>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Token<'a> {
+    #[serde(borrow, default)]
+    text: Option<&'a RawValue>,
+    #[serde(default)]
+    special: Option<bool>,
+}
+
+impl Token<'_> {
+    fn is_output(&self) -> bool {
+        self.special != Some(true) && non_empty(self.text)
+    }
+}
+
+#[derive(Deserialize)]
+struct Details {
+    #[serde(default)]
+    finish_reason: Option<Tag<FinishReason>>,
+    #[serde(default)]
+    generated_tokens: Option<u64>,
+    /// The prompt length, in the stream details of recent TGI versions.
+    #[serde(default)]
+    input_length: Option<u64>,
+    /// The same under the name some TGI-compatible servers use.
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    /// One entry per prompt token when the request set `decoder_input_details`.
+    #[serde(default)]
+    prefill: Option<Folded<Count>>,
+}
+
+impl Details {
+    fn usage(&self) -> Option<Usage> {
+        let prefill = self.prefill.as_ref().map(|p| p.0.0).filter(|&n| n > 0);
+        let usage = Usage {
+            input_tokens: self.input_length.or(self.prompt_tokens).or(prefill),
+            output_tokens: self.generated_tokens,
+        };
+        (usage != Usage::default()).then_some(usage)
+    }
+
+    fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish_reason.as_ref().map(|r| r.0)
+    }
+}
+
+#[cfg(test)]
+mod tests;

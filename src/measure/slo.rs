@@ -1,0 +1,148 @@
+//! The SLO verdict of one finished request, per DESIGN.md: it meets its class when its
+//! outcome is `ok` and each target the class sets holds (a missing target, or a metric the
+//! request has no value for, is not checked). Client aborts are excluded from attainment.
+
+use super::{Outcome, RequestRecord};
+use crate::config::slo::{MatchInput, Slo, Targets};
+
+/// Why a request missed its SLO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissReason {
+    Ttft,
+    Tpot,
+    E2e,
+    Error,
+}
+
+impl MissReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissReason::Ttft => "ttft",
+            MissReason::Tpot => "tpot",
+            MissReason::E2e => "e2e",
+            MissReason::Error => "error",
+        }
+    }
+}
+
+/// `Some(met)`, or `None` when the request does not count (client abort); with the reason
+/// when missed.
+pub fn verdict(r: &RequestRecord, targets: &Targets) -> (Option<bool>, Option<MissReason>) {
+    match r.outcome {
+        Outcome::ClientAbort => return (None, None),
+        Outcome::Ok => {}
+        _ => return (Some(false), Some(MissReason::Error)),
+    }
+    let over = |value: Option<f64>, target: Option<f64>| match (value, target) {
+        (Some(v), Some(t)) => v > t,
+        _ => false,
+    };
+    if over(r.ttft_ms, targets.ttft_ms) {
+        return (Some(false), Some(MissReason::Ttft));
+    }
+    if over(r.tpot_ms, targets.tpot_ms) {
+        return (Some(false), Some(MissReason::Tpot));
+    }
+    if over(Some(r.e2e_ms), targets.e2e_ms) {
+        return (Some(false), Some(MissReason::E2e));
+    }
+    (Some(true), None)
+}
+
+/// Assigns the record its class and verdict. Per-request override headers (when enabled)
+/// replace the class's targets one by one.
+pub fn judge(r: &mut RequestRecord, slo: &Slo) {
+    let class = slo.class_for(&MatchInput {
+        model: r.model.as_deref(),
+        api: r.api,
+        tenant: r.tenant,
+        input_tokens: r.input_tokens,
+    });
+    let o = r.slo_overrides;
+    let targets = Targets {
+        ttft_ms: o.ttft_ms.or(class.targets.ttft_ms),
+        tpot_ms: o.tpot_ms.or(class.targets.tpot_ms),
+        e2e_ms: o.e2e_ms.or(class.targets.e2e_ms),
+    };
+    let (met, reason) = verdict(r, &targets);
+    r.slo_class = class.name.clone();
+    r.slo_met = met;
+    r.slo_miss_reason = reason.map(MissReason::as_str);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(outcome: Outcome, ttft: Option<f64>, tpot: Option<f64>, e2e: f64) -> RequestRecord {
+        RequestRecord {
+            id: "r".into(),
+            started_at: String::new(),
+            model: Some("m".into()),
+            api: "chat_completions",
+            stream: true,
+            status: Some(200),
+            outcome,
+            ttft_ms: ttft,
+            ttfo_ms: None,
+            tpot_ms: tpot,
+            e2e_ms: e2e,
+            itl_ms: None,
+            input_tokens: None,
+            input_tokens_source: None,
+            output_tokens: Some(10),
+            output_tokens_source: None,
+            events: 10,
+            bytes_out: 0,
+            slo_class: String::new(),
+            slo_met: None,
+            slo_miss_reason: None,
+            finished_at: None,
+            bytes_in: 0,
+            finish_reason: None,
+            decode_failed: false,
+            arrival: Default::default(),
+            tenant: None,
+            slo_overrides: Targets::default(),
+        }
+    }
+
+    const T: Targets = Targets { ttft_ms: Some(100.0), tpot_ms: Some(20.0), e2e_ms: Some(1000.0) };
+
+    #[test]
+    fn each_target_is_checked_in_order() {
+        assert_eq!(verdict(&record(Outcome::Ok, Some(99.0), Some(19.0), 900.0), &T), (Some(true), None));
+        assert_eq!(verdict(&record(Outcome::Ok, Some(101.0), Some(30.0), 900.0), &T).1, Some(MissReason::Ttft));
+        assert_eq!(verdict(&record(Outcome::Ok, Some(1.0), Some(30.0), 900.0), &T).1, Some(MissReason::Tpot));
+        assert_eq!(verdict(&record(Outcome::Ok, Some(1.0), Some(1.0), 1001.0), &T).1, Some(MissReason::E2e));
+    }
+
+    #[test]
+    fn missing_values_and_targets_are_not_checked() {
+        let non_stream = record(Outcome::Ok, None, None, 500.0);
+        assert_eq!(verdict(&non_stream, &T), (Some(true), None));
+        assert_eq!(verdict(&record(Outcome::Ok, Some(1e9), None, 1.0), &Targets::default()).0, Some(true));
+    }
+
+    #[test]
+    fn failures_miss_and_aborts_do_not_count() {
+        assert_eq!(verdict(&record(Outcome::UpstreamReset, Some(1.0), None, 1.0), &T), (Some(false), Some(MissReason::Error)));
+        assert_eq!(verdict(&record(Outcome::ClientAbort, Some(1.0), None, 1.0), &T), (None, None));
+    }
+
+    #[test]
+    fn overrides_replace_class_targets() {
+        let slo = crate::config::load(
+            None,
+            &crate::config::Overrides { upstream: Some("http://a".into()), ..Default::default() },
+        )
+        .unwrap()
+        .slo;
+        let mut r = record(Outcome::Ok, Some(150.0), None, 10.0);
+        judge(&mut r, &slo);
+        assert_eq!((r.slo_class.as_str(), r.slo_met), ("default", Some(true)));
+        r.slo_overrides.ttft_ms = Some(100.0);
+        judge(&mut r, &slo);
+        assert_eq!((r.slo_met, r.slo_miss_reason), (Some(false), Some("ttft")));
+    }
+}

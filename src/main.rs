@@ -72,6 +72,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         return check_config(file);
     }
     let overrides = Overrides { listen: args.listen, upstream: args.upstream, admin: args.admin };
+    let source = args
+        .config
+        .clone()
+        .map(|path| run::ConfigSource { path, overrides: overrides.clone() });
     let cfg = match config::load(args.config.as_deref(), &overrides) {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -88,17 +92,34 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     rt.block_on(async {
-        let running = match run::start(cfg).await {
+        let running = match run::start_from(cfg, source).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");
                 return ExitCode::FAILURE;
             }
         };
+        if let Some(reloader) = running.reloader.clone() {
+            tokio::spawn(reload_on_sighup(reloader));
+        }
         run::shutdown_signal().await;
         running.shutdown().await;
         ExitCode::SUCCESS
     })
+}
+
+/// SIGHUP re-reads the configuration file.
+async fn reload_on_sighup(reloader: std::sync::Arc<run::Reloader>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+        while hup.recv().await.is_some() {
+            let _ = reloader.reload();
+        }
+    }
+    #[cfg(not(unix))]
+    drop(reloader);
 }
 
 fn main() -> ExitCode {

@@ -10,6 +10,7 @@ use std::{
     task::{Context, Poll},
 };
 
+use arc_swap::ArcSwap;
 use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use tower::Service;
@@ -23,9 +24,11 @@ use super::{
 };
 use crate::{config::Upstream, measure::RequestTap};
 
+/// Cheap to clone; the upstream side can be replaced on config reload while requests in
+/// flight keep the client they started with.
 #[derive(Clone)]
 pub struct Forward {
-    inner: Arc<Inner>,
+    inner: Arc<ArcSwap<Inner>>,
 }
 
 struct Inner {
@@ -35,7 +38,12 @@ struct Inner {
 
 impl Forward {
     pub fn new(upstream: &Upstream) -> Forward {
-        Forward { inner: Arc::new(Inner { client: client::build(upstream), upstream: upstream.clone() }) }
+        Forward { inner: Arc::new(ArcSwap::from_pointee(Inner::new(upstream))) }
+    }
+
+    /// Switches new requests to a freshly built client for `upstream`.
+    pub fn replace(&self, upstream: &Upstream) {
+        self.inner.store(Arc::new(Inner::new(upstream)));
     }
 }
 
@@ -49,7 +57,7 @@ impl Service<Request<RequestTap<Incoming>>> for Forward {
     }
 
     fn call(&mut self, req: Request<RequestTap<Incoming>>) -> Self::Future {
-        let inner = self.inner.clone();
+        let inner = self.inner.load_full();
         Box::pin(async move {
             Ok(match inner.forward(req).await {
                 Ok(resp) => resp,
@@ -60,6 +68,10 @@ impl Service<Request<RequestTap<Incoming>>> for Forward {
 }
 
 impl Inner {
+    fn new(upstream: &Upstream) -> Inner {
+        Inner { client: client::build(upstream), upstream: upstream.clone() }
+    }
+
     fn target(&self, uri: &Uri) -> Result<Uri, ProxyError> {
         let u = &self.upstream;
         let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());

@@ -18,7 +18,6 @@ pub struct Aggregator {
     metrics: Metrics,
     recent: Arc<Recent>,
     models: ModelLabels,
-    access_log: bool,
 }
 
 impl Aggregator {
@@ -28,9 +27,8 @@ impl Aggregator {
         metrics: Metrics,
         recent: Arc<Recent>,
         max_models: usize,
-        access_log: bool,
     ) -> Aggregator {
-        Aggregator { rx, config, metrics, recent, models: ModelLabels::new(max_models), access_log }
+        Aggregator { rx, config, metrics, recent, models: ModelLabels::new(max_models) }
     }
 
     /// Runs until every data-path handle is gone and the queue is drained.
@@ -42,7 +40,8 @@ impl Aggregator {
 
     fn handle(&mut self, pending: Pending) {
         let (mut record, gaps) = pending.finish();
-        slo::judge(&mut record, &self.config.load().slo);
+        let config = self.config.load();
+        slo::judge(&mut record, &config.slo);
         let model = self.models.label(record.model.as_deref());
         let api = record.api;
         let class = record.slo_class.clone();
@@ -88,7 +87,7 @@ impl Aggregator {
                 m.token_usage.get_or_create(&labels).observe(n as f64);
             }
         }
-        if self.access_log {
+        if config.log.access_log {
             access_log(&record);
         }
         self.recent.push(Arc::new(record));

@@ -1,6 +1,11 @@
 //! Wiring: one registry, one recorder channel, the aggregator, the proxy and the admin
 //! server, started on given listeners and stopped gracefully. Integration tests use
-//! [`start`] with `127.0.0.1:0` addresses exactly as `goodput serve` does.
+//! [`start`] with `127.0.0.1:0` addresses exactly as `goodput serve` does. [`reload`]
+//! re-reads the configuration file and swaps what can change live.
+
+mod reload;
+
+pub use reload::{ConfigSource, ReloadError, Reloader};
 
 use std::{
     net::SocketAddr,
@@ -43,6 +48,8 @@ pub struct Running {
     pub proxy_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub recent: Arc<Recent>,
+    /// Present when the configuration came from a file.
+    pub reloader: Option<Arc<Reloader>>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -69,11 +76,19 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
     TcpListener::bind(addr).await.map_err(|source| StartError::Bind { what, addr, source })
 }
 
+/// How often the config file's modification time is checked for changes.
+const RELOAD_POLL: Duration = Duration::from_secs(2);
+
 /// Binds the configured addresses and starts serving.
 pub async fn start(cfg: Config) -> Result<Running, StartError> {
+    start_from(cfg, None).await
+}
+
+/// As [`start`]; with a source, the configuration can be reloaded (and the file is watched).
+pub async fn start_from(cfg: Config, source: Option<ConfigSource>) -> Result<Running, StartError> {
     let listener = bind("proxy", cfg.server.listen).await?;
     let admin = bind("admin", cfg.admin).await?;
-    start_on(cfg, listener, admin)
+    start_on_from(cfg, listener, admin, source)
 }
 
 /// Starts serving on already-bound listeners.
@@ -82,19 +97,42 @@ pub fn start_on(
     listener: TcpListener,
     admin_listener: TcpListener,
 ) -> Result<Running, StartError> {
+    start_on_from(cfg, listener, admin_listener, None)
+}
+
+fn start_on_from(
+    cfg: Config,
+    listener: TcpListener,
+    admin_listener: TcpListener,
+    source: Option<ConfigSource>,
+) -> Result<Running, StartError> {
     let proxy_addr = local_addr("proxy", &listener, cfg.server.listen)?;
     let admin_addr = local_addr("admin", &admin_listener, cfg.admin)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let reload_counters = (metrics.reloads.clone(), metrics.reload_failures.clone());
     let m = &cfg.measure;
     let (recorder, rx) = Recorder::new(m.channel_capacity, metrics.dropped.clone(), metrics.in_flight.clone());
     let recent = Arc::new(Recent::new(m.recent_requests));
     let live = Arc::new(ArcSwap::from_pointee(cfg.clone()));
     let aggregator =
-        Aggregator::new(rx, live.clone(), metrics, recent.clone(), m.max_models, cfg.log.access_log);
+        Aggregator::new(rx, live.clone(), metrics, recent.clone(), m.max_models);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
-    let proxy = Proxy::new(&cfg.server, Forward::new(&cfg.upstream), layer, recorder);
+    let forward = Forward::new(&cfg.upstream);
+    let proxy = Proxy::new(&cfg.server, forward.clone(), layer, recorder);
+    let reloader = source.map(|source| {
+        Arc::new(Reloader {
+            source,
+            live: live.clone(),
+            settings: settings.clone(),
+            forward,
+            tls: proxy.tls_handle(),
+            reloads: reload_counters.0.clone(),
+            failures: reload_counters.1.clone(),
+        })
+    });
+    let watcher = reloader.clone().map(|r| tokio::spawn(r.watch(RELOAD_POLL)));
     let ready = Arc::new(AtomicBool::new(true));
     let admin = Admin { registry: Arc::new(registry), recent: recent.clone(), ready: ready.clone() };
     let (stop, stopped) = watch::channel(false);
@@ -125,11 +163,14 @@ pub fn start_on(
         if tokio::time::timeout(FLUSH_DEADLINE, aggregating).await.is_err() {
             tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
         }
+        if let Some(w) = watcher {
+            w.abort();
+        }
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
         tracing::info!("goodput stopped");
     });
-    Ok(Running { proxy_addr, admin_addr, recent, stop, task })
+    Ok(Running { proxy_addr, admin_addr, recent, reloader, stop, task })
 }
 
 fn local_addr(what: &'static str, l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, StartError> {

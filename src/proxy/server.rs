@@ -16,6 +16,7 @@ use hyper_util::{
     service::TowerToHyperService,
 };
 use tokio::{io::{AsyncRead, AsyncWrite}, net::TcpListener, task::JoinSet};
+use arc_swap::ArcSwap;
 use tokio_rustls::TlsAcceptor;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -25,17 +26,28 @@ use crate::{
     measure::{Measure, MeasureLayer, Recorder},
 };
 
+/// HTTP/2 streams a client may open on one connection. hyper's default (200) would hold a
+/// gateway's or load generator's streams back in the client, before `t_arrival`, where no
+/// measurement sees the wait; the upstream's own limit is what should apply.
+const H2_MAX_CONCURRENT_STREAMS: u32 = 16_384;
+
 /// Everything a connection needs; shared by all of them.
 pub struct Proxy {
     service: Measure<Forward>,
     builder: auto::Builder<TokioExecutor>,
-    tls: Option<TlsAcceptor>,
+    /// Swappable so a config reload can rotate certificates without a restart.
+    tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
     handshake_timeout: Duration,
     drain_timeout: Duration,
     recorder: Recorder,
 }
 
 impl Proxy {
+    /// The handle a config reload uses to rotate the listener's certificate.
+    pub fn tls_handle(&self) -> Option<Arc<ArcSwap<rustls::ServerConfig>>> {
+        self.tls.clone()
+    }
+
     pub fn new(server: &Server, forward: Forward, layer: MeasureLayer, recorder: Recorder) -> Proxy {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
@@ -43,14 +55,17 @@ impl Proxy {
             .timer(TokioTimer::new())
             .header_read_timeout(server.header_read_timeout)
             .keep_alive(true);
-        builder.http2().timer(TokioTimer::new());
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS);
         if !server.http2 {
             builder = builder.http1_only();
         }
         Proxy {
             service: layer.layer(forward),
             builder,
-            tls: server.tls.clone().map(TlsAcceptor::from),
+            tls: server.tls.clone().map(|c| Arc::new(ArcSwap::new(c))),
             handshake_timeout: server.header_read_timeout,
             drain_timeout: server.drain_timeout,
             recorder,
@@ -126,7 +141,7 @@ async fn accept(
     remote: SocketAddr,
     watcher: Watcher,
 ) {
-    let Some(acceptor) = proxy.tls.clone() else {
+    let Some(acceptor) = proxy.tls.as_ref().map(|t| TlsAcceptor::from(t.load_full())) else {
         let conn = ConnInfo { remote, tls: false };
         return Arc::clone(&proxy).connection(stream, conn, watcher).await;
     };

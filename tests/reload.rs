@@ -1,10 +1,14 @@
 //! Configuration hot reload: a valid file is swapped in for new requests while streams in
 //! flight finish on what they started with; an invalid file or a restart-only change keeps
 //! the running configuration and is counted.
+#![expect(clippy::unwrap_used, reason = "test helpers: a failed set-up must stop the test")]
 
 mod common;
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use common::{
     fake::{FakeUpstream, Script},
@@ -32,10 +36,10 @@ fn file_text(upstream: &str, extra: &str) -> String {
     )
 }
 
-async fn start_reloadable(path: &PathBuf) -> run::Running {
+async fn start_reloadable(path: &Path) -> run::Running {
     let overrides = Overrides::default();
     let cfg = config::load(Some(path), &overrides).unwrap();
-    run::start_from(cfg, Some(ConfigSource { path: path.clone(), overrides })).await.unwrap()
+    run::start_from(cfg, Some(ConfigSource { path: path.to_path_buf(), overrides })).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

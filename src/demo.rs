@@ -78,7 +78,12 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let (sim_stop, sim_stopped) = tokio::sync::oneshot::channel::<()>();
     let sim_task = tokio::spawn({
         let sim = sim.clone();
-        async move { sim.serve(sim_listener, async { let _ = sim_stopped.await; }).await }
+        async move {
+            sim.serve(sim_listener, async {
+                let _ = sim_stopped.await;
+            })
+            .await
+        }
     });
 
     let proxy_listener = bind_or_any(args.listen).await?;
@@ -95,8 +100,14 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     println!("goodput demo");
     println!("  simulator (upstream)  http://{sim_addr}");
     println!("  proxy                 http://{proxy}/v1/chat/completions");
-    println!("  admin                 http://{}/metrics  /api/v1/requests", running.admin_addr);
-    println!("  load                  {} synthetic clients; Ctrl-C to stop", args.clients);
+    println!(
+        "  admin                 http://{}/metrics  /api/v1/requests",
+        running.admin_addr
+    );
+    println!(
+        "  load                  {} synthetic clients; Ctrl-C to stop",
+        args.clients
+    );
 
     let mut load = tokio::task::JoinSet::new();
     for worker in 0..args.clients {
@@ -137,7 +148,8 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
 /// One synthetic user: a mix of streaming (with and without usage) and non-streaming
 /// chat requests with varied lengths and think times.
 async fn client_loop(proxy: SocketAddr, seed: u64) {
-    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
     let mut rng = SmallRng::seed_from_u64(seed);
     let url = format!("http://{proxy}/v1/chat/completions");
     loop {
@@ -179,7 +191,11 @@ pub fn summary_line(records: &[std::sync::Arc<RequestRecord>], window: Duration)
     let mut tpot: Vec<f64> = records.iter().filter_map(|r| r.tpot_ms).collect();
     let tokens: u64 = records.iter().filter_map(|r| r.output_tokens).sum();
     let fmt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"));
-    let ok_pct = if n == 0 { 100.0 } else { 100.0 * ok as f64 / n as f64 };
+    let ok_pct = if n == 0 {
+        100.0
+    } else {
+        100.0 * ok as f64 / n as f64
+    };
     format!(
         "reqs {n} ({:.1}/s) ok {ok_pct:.0}% | ttft p50 {} p95 {} | tpot p50 {} | {:.0} tok/s",
         n as f64 / secs,

@@ -13,7 +13,11 @@ use goodput::{
 const EXIT_CONFIG: u8 = 64;
 
 #[derive(Parser)]
-#[command(name = "goodput", version, about = "A streaming-aware proxy that times every token")]
+#[command(
+    name = "goodput",
+    version,
+    about = "A streaming-aware proxy that times every token"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,18 +68,24 @@ fn check_config(file: &std::path::Path) -> ExitCode {
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
     if let Some(file) = &args.check_config {
         return check_config(file);
     }
-    let overrides = Overrides { listen: args.listen, upstream: args.upstream, admin: args.admin };
-    let source = args
-        .config
-        .clone()
-        .map(|path| run::ConfigSource { path, overrides: overrides.clone() });
+    let overrides = Overrides {
+        listen: args.listen,
+        upstream: args.upstream,
+        admin: args.admin,
+    };
+    let source = args.config.clone().map(|path| run::ConfigSource {
+        path,
+        overrides: overrides.clone(),
+    });
     let cfg = match config::load(args.config.as_deref(), &overrides) {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -113,7 +123,9 @@ async fn reload_on_sighup(reloader: std::sync::Arc<run::Reloader>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
         while hup.recv().await.is_some() {
             let _ = reloader.reload();
         }

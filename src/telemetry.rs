@@ -13,7 +13,10 @@ pub fn init(format: LogFormat, level: &str) {
     // Colour only for a person at a terminal: escape codes in a file or a log shipper break
     // `grep id=...` and show up as garbage in journald and `docker logs`.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -1063,7 +1063,9 @@ async fn metrics_and_records_api_agree_with_the_traffic() {
     let value = |series: &str| metric_value(&text, series);
     let labels = r#"{model="test-model",api="chat_completions",class="default"}"#;
     assert_eq!(
-        value(r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="ok",class="default",slo="met"}"#),
+        value(
+            r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="ok",class="default",slo="met"}"#
+        ),
         Some(3.0),
         "{text}"
     );

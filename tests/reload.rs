@@ -1,7 +1,10 @@
 //! Configuration hot reload: a valid file is swapped in for new requests while streams in
 //! flight finish on what they started with; an invalid file or a restart-only change keeps
 //! the running configuration and is counted.
-#![expect(clippy::unwrap_used, reason = "test helpers: a failed set-up must stop the test")]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed set-up must stop the test"
+)]
 
 mod common;
 
@@ -39,7 +42,15 @@ fn file_text(upstream: &str, extra: &str) -> String {
 async fn start_reloadable(path: &Path) -> run::Running {
     let overrides = Overrides::default();
     let cfg = config::load(Some(path), &overrides).unwrap();
-    run::start_from(cfg, Some(ConfigSource { path: path.to_path_buf(), overrides })).await.unwrap()
+    run::start_from(
+        cfg,
+        Some(ConfigSource {
+            path: path.to_path_buf(),
+            overrides,
+        }),
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -65,9 +76,16 @@ async fn a_valid_file_switches_new_requests_and_spares_streams_in_flight() {
     assert_eq!((status, &body[..]), (200, &b"{\"from\":\"other\"}"[..]));
     use http_body_util::BodyExt;
     let streamed = in_flight.into_body().collect().await.unwrap().to_bytes();
-    assert!(streamed.ends_with(b"data: [DONE]\n\n"), "the stream in flight was cut");
+    assert!(
+        streamed.ends_with(b"data: [DONE]\n\n"),
+        "the stream in flight was cut"
+    );
     let text = metrics(proxy.admin_addr).await;
-    assert_eq!(metric_value(&text, "goodput_config_reloads_total"), Some(1.0), "{text}");
+    assert_eq!(
+        metric_value(&text, "goodput_config_reloads_total"),
+        Some(1.0),
+        "{text}"
+    );
     proxy.shutdown().await;
 }
 
@@ -106,7 +124,10 @@ async fn restart_only_settings_are_refused_by_name() {
     std::fs::write(&path, moved).unwrap();
     let err = proxy.reloader.as_ref().unwrap().reload().unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("server.listen") && msg.contains("server.drain_timeout"), "{msg}");
+    assert!(
+        msg.contains("server.listen") && msg.contains("server.drain_timeout"),
+        "{msg}"
+    );
     proxy.shutdown().await;
 }
 
@@ -118,7 +139,10 @@ async fn slo_classes_change_live_and_the_file_is_watched() {
     let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
     post_collect(&client(), &url, chat_body(true, 3, true)).await;
     let recs = wait_records(proxy.admin_addr, 1, T).await;
-    assert_eq!((recs[0]["slo_class"].as_str(), recs[0]["slo_met"].as_bool()), (Some("default"), Some(true)));
+    assert_eq!(
+        (recs[0]["slo_class"].as_str(), recs[0]["slo_met"].as_bool()),
+        (Some("default"), Some(true))
+    );
 
     // A class whose TTFT target the simulator's 20 ms cannot meet; picked up by the watcher
     // (no explicit reload call). Wait past one-second mtime granularity before writing.
@@ -136,7 +160,10 @@ async fn slo_classes_change_live_and_the_file_is_watched() {
             assert_eq!(last["slo_miss_reason"], "ttft");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the watcher never reloaded");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watcher never reloaded"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     proxy.shutdown().await;

@@ -60,8 +60,8 @@ const ITL_BUCKETS: [f64; 17] = [
 ];
 /// OTel's token-usage boundaries (powers of 4).
 const TOKEN_BUCKETS: [f64; 14] = [
-    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
-    4194304.0, 16777216.0, 67108864.0,
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -204,8 +204,16 @@ impl Metrics {
             "Input and output tokens per request",
             m.token_usage.clone(),
         );
-        registry.register(names::REQUESTS, "Finished requests by outcome", m.requests.clone());
-        registry.register(names::IN_FLIGHT, "Requests being served now", m.in_flight.clone());
+        registry.register(
+            names::REQUESTS,
+            "Finished requests by outcome",
+            m.requests.clone(),
+        );
+        registry.register(
+            names::IN_FLIGHT,
+            "Requests being served now",
+            m.in_flight.clone(),
+        );
         registry.register(
             names::DROPPED,
             "Measurements dropped because the aggregator queue was full",
@@ -283,8 +291,13 @@ mod tests {
 
     #[test]
     fn buckets_ascend() {
-        for b in [&TTFT_BUCKETS[..], &TPOT_BUCKETS, &DURATION_BUCKETS, &ITL_BUCKETS, &TOKEN_BUCKETS]
-        {
+        for b in [
+            &TTFT_BUCKETS[..],
+            &TPOT_BUCKETS,
+            &DURATION_BUCKETS,
+            &ITL_BUCKETS,
+            &TOKEN_BUCKETS,
+        ] {
             assert!(sorted(b), "{b:?}");
         }
         assert!(TTFT_BUCKETS[0] < 0.001 && *TTFT_BUCKETS.last().unwrap() >= 60.0);
@@ -305,10 +318,17 @@ mod tests {
                 slo: "met",
             })
             .inc();
-        let l = LatencyLabels { model: "m".into(), api: "chat_completions", class: "c".into() };
+        let l = LatencyLabels {
+            model: "m".into(),
+            api: "chat_completions",
+            class: "c".into(),
+        };
         m.ttft.get_or_create(&l).observe(0.1);
         m.attainment
-            .get_or_create(&ClassWindow { class: "c".into(), window: "5m".into() })
+            .get_or_create(&ClassWindow {
+                class: "c".into(),
+                window: "5m".into(),
+            })
             .set(0.5);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
@@ -318,9 +338,18 @@ mod tests {
             ),
             "{out}"
         );
-        assert!(out.contains("goodput_slo_attainment_ratio{class=\"c\",window=\"5m\"} 0.5"), "{out}");
-        assert!(out.contains("gen_ai_server_time_to_first_token_seconds_bucket"), "{out}");
-        assert!(out.contains("# TYPE goodput_in_flight_requests gauge"), "{out}");
+        assert!(
+            out.contains("goodput_slo_attainment_ratio{class=\"c\",window=\"5m\"} 0.5"),
+            "{out}"
+        );
+        assert!(
+            out.contains("gen_ai_server_time_to_first_token_seconds_bucket"),
+            "{out}"
+        );
+        assert!(
+            out.contains("# TYPE goodput_in_flight_requests gauge"),
+            "{out}"
+        );
         assert!(out.contains("goodput_measurement_dropped_total"), "{out}");
     }
 }

@@ -57,7 +57,10 @@ impl Admin {
         let mut out = String::with_capacity(16 * 1024);
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             tracing::error!(error = %e, "encoding metrics failed");
-            return text(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed\n");
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "metrics encoding failed\n",
+            );
         }
         with_type(
             Response::new(Full::new(Bytes::from(out))),
@@ -78,22 +81,30 @@ impl Admin {
             requests: Vec<&'a RequestRecord>,
         }
         let records = self.recent.latest(limit);
-        let body = Body { requests: records.iter().map(|r| r.as_ref()).collect() };
+        let body = Body {
+            requests: records.iter().map(|r| r.as_ref()).collect(),
+        };
         json(StatusCode::OK, &body)
     }
 }
 
 fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    query?.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+    query?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
 }
 
 fn with_type(mut resp: Response<Full<Bytes>>, content_type: &'static str) -> Response<Full<Bytes>> {
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
-    let mut resp = with_type(Response::new(Full::new(Bytes::from_static(body.as_bytes()))), "text/plain");
+    let mut resp = with_type(
+        Response::new(Full::new(Bytes::from_static(body.as_bytes()))),
+        "text/plain",
+    );
     *resp.status_mut() = status;
     resp
 }
@@ -101,7 +112,10 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 fn json(status: StatusCode, value: &impl Serialize) -> Response<Full<Bytes>> {
     match serde_json::to_vec(value) {
         Ok(body) => {
-            let mut resp = with_type(Response::new(Full::new(Bytes::from(body))), "application/json");
+            let mut resp = with_type(
+                Response::new(Full::new(Bytes::from(body))),
+                "application/json",
+            );
             *resp.status_mut() = status;
             resp
         }
@@ -113,7 +127,10 @@ fn json(status: StatusCode, value: &impl Serialize) -> Response<Full<Bytes>> {
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
-    json(status, &serde_json::json!({ "error": { "message": message } }))
+    json(
+        status,
+        &serde_json::json!({ "error": { "message": message } }),
+    )
 }
 
 /// Serves the admin endpoints until `shutdown` resolves.

@@ -101,7 +101,9 @@ pub struct AdminSection {
 
 impl Default for AdminSection {
     fn default() -> Self {
-        Self { listen: "127.0.0.1:9464".into() }
+        Self {
+            listen: "127.0.0.1:9464".into(),
+        }
     }
 }
 
@@ -137,7 +139,11 @@ pub struct LogSection {
 
 impl Default for LogSection {
     fn default() -> Self {
-        Self { format: "text".into(), level: "info".into(), access_log: true }
+        Self {
+            format: "text".into(),
+            level: "info".into(),
+            access_log: true,
+        }
     }
 }
 

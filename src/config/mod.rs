@@ -105,7 +105,10 @@ pub enum Problem {
 
 impl Problem {
     pub(crate) fn invalid(key: impl Into<String>, message: impl Into<String>) -> Problem {
-        Problem::Invalid { key: key.into(), message: message.into() }
+        Problem::Invalid {
+            key: key.into(),
+            message: message.into(),
+        }
     }
 }
 

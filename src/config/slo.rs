@@ -91,17 +91,24 @@ pub struct MatchInput<'a> {
 
 impl Matcher {
     pub fn matches(&self, r: &MatchInput<'_>) -> bool {
-        self.model.as_deref().is_none_or(|g| r.model.is_some_and(|m| glob(g, m)))
+        self.model
+            .as_deref()
+            .is_none_or(|g| r.model.is_some_and(|m| glob(g, m)))
             && self.api.as_deref().is_none_or(|a| api_matches(a, r.api))
             && self.tenant.is_none_or(|t| r.tenant == Some(t))
-            && self.input_tokens_max.is_none_or(|max| r.input_tokens.is_some_and(|n| n <= max))
+            && self
+                .input_tokens_max
+                .is_none_or(|max| r.input_tokens.is_some_and(|n| n <= max))
     }
 }
 
 impl Slo {
     /// The class a request belongs to: the first that matches, else the default.
     pub fn class_for(&self, r: &MatchInput<'_>) -> &SloClass {
-        self.classes.iter().find(|c| c.matcher.matches(r)).unwrap_or(&self.default)
+        self.classes
+            .iter()
+            .find(|c| c.matcher.matches(r))
+            .unwrap_or(&self.default)
     }
 
     /// Every class, the default last.
@@ -135,7 +142,10 @@ fn api_matches(want: &str, api: &str) -> bool {
     want == api
         || (want == "chat" && matches!(api, "chat_completions" | "messages" | "ollama_chat"))
         || (want == "completion"
-            && matches!(api, "completions" | "llamacpp_completion" | "ollama_generate" | "tgi_generate"))
+            && matches!(
+                api,
+                "completions" | "llamacpp_completion" | "ollama_generate" | "tgi_generate"
+            ))
 }
 
 /// `*` matches any run of characters, `?` one character; everything else literally.
@@ -169,16 +179,30 @@ pub struct Cost {
     pub components: Vec<(String, f64)>,
 }
 
-fn targets(key: &str, t: &TargetsSection, problems: &mut Vec<Problem>) -> (Targets, Vec<PercentileTarget>) {
-    for (name, v) in [("ttft_ms", t.ttft_ms), ("tpot_ms", t.tpot_ms), ("e2e_ms", t.e2e_ms)] {
+fn targets(
+    key: &str,
+    t: &TargetsSection,
+    problems: &mut Vec<Problem>,
+) -> (Targets, Vec<PercentileTarget>) {
+    for (name, v) in [
+        ("ttft_ms", t.ttft_ms),
+        ("tpot_ms", t.tpot_ms),
+        ("e2e_ms", t.e2e_ms),
+    ] {
         if let Some(v) = v
             && !(v.is_finite() && v > 0.0)
         {
-            problems.push(Problem::invalid(format!("{key}.{name}"), "must be a positive number of ms"));
+            problems.push(Problem::invalid(
+                format!("{key}.{name}"),
+                "must be a positive number of ms",
+            ));
         }
     }
     if !(t.attainment > 0.0 && t.attainment <= 1.0) {
-        problems.push(Problem::invalid(format!("{key}.attainment"), "must be in (0, 1], e.g. 0.99"));
+        problems.push(Problem::invalid(
+            format!("{key}.attainment"),
+            "must be in (0, 1], e.g. 0.99",
+        ));
     }
     let mut percentiles = Vec::new();
     for (i, p) in t.percentiles.iter().enumerate() {
@@ -197,21 +221,39 @@ fn targets(key: &str, t: &TargetsSection, problems: &mut Vec<Problem>) -> (Targe
             }
         };
         if !(p.quantile > 0.0 && p.quantile < 1.0) {
-            problems.push(Problem::invalid(format!("{pkey}.quantile"), "must be in (0, 1), e.g. 0.95"));
+            problems.push(Problem::invalid(
+                format!("{pkey}.quantile"),
+                "must be in (0, 1), e.g. 0.95",
+            ));
         }
         if !(p.max_ms.is_finite() && p.max_ms > 0.0) {
-            problems.push(Problem::invalid(format!("{pkey}.max_ms"), "must be a positive number"));
+            problems.push(Problem::invalid(
+                format!("{pkey}.max_ms"),
+                "must be a positive number",
+            ));
         }
         if let Some(metric) = metric {
-            percentiles.push(PercentileTarget { metric, quantile: p.quantile, max_ms: p.max_ms });
+            percentiles.push(PercentileTarget {
+                metric,
+                quantile: p.quantile,
+                max_ms: p.max_ms,
+            });
         }
     }
-    (Targets { ttft_ms: t.ttft_ms, tpot_ms: t.tpot_ms, e2e_ms: t.e2e_ms }, percentiles)
+    (
+        Targets {
+            ttft_ms: t.ttft_ms,
+            tpot_ms: t.tpot_ms,
+            e2e_ms: t.e2e_ms,
+        },
+        percentiles,
+    )
 }
 
 fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) -> SloClass {
     let key = format!("slo.class[{i}] ({})", c.name);
-    if c.name.is_empty() || c.name == DEFAULT_CLASS || !c.name.bytes().all(|b| b.is_ascii_graphic()) {
+    if c.name.is_empty() || c.name == DEFAULT_CLASS || !c.name.bytes().all(|b| b.is_ascii_graphic())
+    {
         problems.push(Problem::invalid(
             format!("{key}.name"),
             "must be a non-empty name without spaces, and not `default`",
@@ -223,7 +265,11 @@ fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) ->
         matcher: Matcher {
             model: c.matches.model.clone(),
             api: c.matches.api.clone(),
-            tenant: c.matches.tenant.as_deref().map(|t| tenant_hash(salt, t.as_bytes())),
+            tenant: c
+                .matches
+                .tenant
+                .as_deref()
+                .map(|t| tenant_hash(salt, t.as_bytes())),
             input_tokens_max: c.matches.input_tokens_max,
         },
         targets,
@@ -239,28 +285,50 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
     for w in &s.windows {
         match humantime::parse_duration(w) {
             Ok(d) if d >= Duration::from_secs(1) => windows.push(d),
-            _ => problems.push(Problem::invalid("slo.windows", format!("`{w}` is not a duration ≥ 1s"))),
+            _ => problems.push(Problem::invalid(
+                "slo.windows",
+                format!("`{w}` is not a duration ≥ 1s"),
+            )),
         }
     }
     if s.windows.is_empty() {
-        problems.push(Problem::invalid("slo.windows", "needs at least one window, e.g. \"5m\""));
+        problems.push(Problem::invalid(
+            "slo.windows",
+            "needs at least one window, e.g. \"5m\"",
+        ));
     }
-    let tenant_header = s.tenant_header.as_deref().and_then(|h| match HeaderName::from_bytes(h.as_bytes()) {
-        Ok(name) => Some(name),
-        Err(_) => {
-            problems.push(Problem::invalid("slo.tenant_header", format!("`{h}` is not a header name")));
-            None
-        }
-    });
+    let tenant_header =
+        s.tenant_header
+            .as_deref()
+            .and_then(|h| match HeaderName::from_bytes(h.as_bytes()) {
+                Ok(name) => Some(name),
+                Err(_) => {
+                    problems.push(Problem::invalid(
+                        "slo.tenant_header",
+                        format!("`{h}` is not a header name"),
+                    ));
+                    None
+                }
+            });
     if !s.input_buckets.windows(2).all(|w| w[0] < w[1]) || s.input_buckets.is_empty() {
-        problems.push(Problem::invalid("slo.input_buckets", "must be a non-empty ascending list"));
+        problems.push(Problem::invalid(
+            "slo.input_buckets",
+            "must be a non-empty ascending list",
+        ));
     }
     let salt = s.tenant_salt.clone().unwrap_or_else(|| salt.to_owned());
-    let classes: Vec<SloClass> =
-        s.class.iter().enumerate().map(|(i, c)| class(i, c, &salt, problems)).collect();
+    let classes: Vec<SloClass> = s
+        .class
+        .iter()
+        .enumerate()
+        .map(|(i, c)| class(i, c, &salt, problems))
+        .collect();
     for (i, c) in classes.iter().enumerate() {
         if classes[..i].iter().any(|p| p.name == c.name) {
-            problems.push(Problem::invalid("slo.class", format!("class `{}` is defined twice", c.name)));
+            problems.push(Problem::invalid(
+                "slo.class",
+                format!("class `{}` is defined twice", c.name),
+            ));
         }
         if c.matcher.tenant.is_some() && tenant_header.is_none() {
             problems.push(Problem::invalid(
@@ -305,13 +373,23 @@ pub fn validate_cost(c: &CostSection, problems: &mut Vec<Problem>) -> Cost {
     .collect();
     for (k, v) in &components {
         if !(v.is_finite() && *v >= 0.0) {
-            problems.push(Problem::invalid(format!("cost.per_hour.{k}"), "must be ≥ 0"));
+            problems.push(Problem::invalid(
+                format!("cost.per_hour.{k}"),
+                "must be ≥ 0",
+            ));
         }
     }
     if c.currency.is_empty() || !c.currency.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        problems.push(Problem::invalid("cost.currency", "must be a currency code like USD"));
+        problems.push(Problem::invalid(
+            "cost.currency",
+            "must be a currency code like USD",
+        ));
     }
-    Cost { currency: c.currency.clone(), per_hour: components.iter().map(|(_, v)| v).sum(), components }
+    Cost {
+        currency: c.currency.clone(),
+        per_hour: components.iter().map(|(_, v)| v).sum(),
+        components,
+    }
 }
 
 #[cfg(test)]
@@ -329,7 +407,12 @@ mod tests {
     }
 
     fn input<'a>(model: &'a str, api: &'a str, tokens: Option<u64>) -> MatchInput<'a> {
-        MatchInput { model: Some(model), api, tenant: None, input_tokens: tokens }
+        MatchInput {
+            model: Some(model),
+            api,
+            tenant: None,
+            input_tokens: tokens,
+        }
     }
 
     #[test]
@@ -350,10 +433,24 @@ mod tests {
         let mut problems = Vec::new();
         let slo = validate(&section, "salt", &mut problems);
         assert!(problems.is_empty(), "{problems:?}");
-        assert_eq!(slo.class_for(&input("llama-3", "chat_completions", Some(10))).name, "short");
-        assert_eq!(slo.class_for(&input("llama-3", "chat_completions", Some(5000))).name, "llama");
-        assert_eq!(slo.class_for(&input("llama-3", "completions", None)).name, "llama");
-        assert_eq!(slo.class_for(&input("gpt", "chat_completions", None)).name, "default");
+        assert_eq!(
+            slo.class_for(&input("llama-3", "chat_completions", Some(10)))
+                .name,
+            "short"
+        );
+        assert_eq!(
+            slo.class_for(&input("llama-3", "chat_completions", Some(5000)))
+                .name,
+            "llama"
+        );
+        assert_eq!(
+            slo.class_for(&input("llama-3", "completions", None)).name,
+            "llama"
+        );
+        assert_eq!(
+            slo.class_for(&input("gpt", "chat_completions", None)).name,
+            "default"
+        );
         assert_eq!(slo.default.targets.e2e_ms, Some(60000.0));
     }
 
@@ -364,7 +461,12 @@ mod tests {
         let mut problems = Vec::new();
         let slo = validate(&section, "s1", &mut problems);
         assert!(problems.is_empty(), "{problems:?}");
-        let acme = MatchInput { model: None, api: "x", tenant: Some(slo.tenant_hash(b"acme")), input_tokens: None };
+        let acme = MatchInput {
+            model: None,
+            api: "x",
+            tenant: Some(slo.tenant_hash(b"acme")),
+            input_tokens: None,
+        };
         assert_eq!(slo.class_for(&acme).name, "acme");
         assert_ne!(tenant_hash("s1", b"acme"), tenant_hash("s2", b"acme"));
     }
@@ -385,7 +487,15 @@ mod tests {
         let mut problems = Vec::new();
         validate(&section, "s", &mut problems);
         let all: String = problems.iter().map(|p| format!("{p}\n")).collect();
-        for needle in ["slo.windows", "name", "attainment", "metric", "quantile", "max_ms", "tenant_header"] {
+        for needle in [
+            "slo.windows",
+            "name",
+            "attainment",
+            "metric",
+            "quantile",
+            "max_ms",
+            "tenant_header",
+        ] {
             assert!(all.contains(needle), "{needle} missing in:\n{all}");
         }
     }

@@ -89,7 +89,13 @@ pub struct TargetsSection {
 
 impl Default for TargetsSection {
     fn default() -> Self {
-        Self { ttft_ms: None, tpot_ms: None, e2e_ms: None, attainment: 0.99, percentiles: Vec::new() }
+        Self {
+            ttft_ms: None,
+            tpot_ms: None,
+            e2e_ms: None,
+            attainment: 0.99,
+            percentiles: Vec::new(),
+        }
     }
 }
 
@@ -111,7 +117,10 @@ pub struct CostSection {
 
 impl Default for CostSection {
     fn default() -> Self {
-        Self { currency: "USD".into(), per_hour: PerHourSection::default() }
+        Self {
+            currency: "USD".into(),
+            per_hour: PerHourSection::default(),
+        }
     }
 }
 

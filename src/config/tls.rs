@@ -13,20 +13,39 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn read_certs(key: &'static str, path: &str) -> Result<Vec<CertificateDer<'static>>, Problem> {
-    let file = File::open(path).map_err(|source| Problem::Io { key, path: path.into(), source })?;
+    let file = File::open(path).map_err(|source| Problem::Io {
+        key,
+        path: path.into(),
+        source,
+    })?;
     let certs = rustls_pemfile::certs(&mut BufReader::new(file))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| Problem::Io { key, path: path.into(), source })?;
+        .map_err(|source| Problem::Io {
+            key,
+            path: path.into(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(Problem::invalid(key, format!("no PEM certificate found in `{path}`")));
+        return Err(Problem::invalid(
+            key,
+            format!("no PEM certificate found in `{path}`"),
+        ));
     }
     Ok(certs)
 }
 
 fn read_key(key: &'static str, path: &str) -> Result<PrivateKeyDer<'static>, Problem> {
-    let file = File::open(path).map_err(|source| Problem::Io { key, path: path.into(), source })?;
+    let file = File::open(path).map_err(|source| Problem::Io {
+        key,
+        path: path.into(),
+        source,
+    })?;
     rustls_pemfile::private_key(&mut BufReader::new(file))
-        .map_err(|source| Problem::Io { key, path: path.into(), source })?
+        .map_err(|source| Problem::Io {
+            key,
+            path: path.into(),
+            source,
+        })?
         .ok_or_else(|| Problem::invalid(key, format!("no PEM private key found in `{path}`")))
 }
 
@@ -36,8 +55,10 @@ pub fn server_config(
     key: &str,
     http2: bool,
 ) -> Result<Arc<rustls::ServerConfig>, Vec<Problem>> {
-    let (certs, key_der) = match (read_certs("server.tls.cert", cert), read_key("server.tls.key", key))
-    {
+    let (certs, key_der) = match (
+        read_certs("server.tls.cert", cert),
+        read_key("server.tls.key", key),
+    ) {
         (Ok(c), Ok(k)) => (c, k),
         (c, k) => return Err(c.err().into_iter().chain(k.err()).collect()),
     };
@@ -46,9 +67,17 @@ pub fn server_config(
         .map_err(|e| vec![Problem::invalid("server.tls", e.to_string())])?
         .with_no_client_auth()
         .with_single_cert(certs, key_der)
-        .map_err(|e| vec![Problem::invalid("server.tls", format!("certificate/key: {e}"))])?;
-    config.alpn_protocols =
-        if http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
+        .map_err(|e| {
+            vec![Problem::invalid(
+                "server.tls",
+                format!("certificate/key: {e}"),
+            )]
+        })?;
+    config.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     Ok(Arc::new(config))
 }
 
@@ -60,7 +89,10 @@ pub fn client_config(ca_file: Option<&str>) -> Result<rustls::ClientConfig, Prob
     if let Some(path) = ca_file {
         for cert in read_certs("upstream.ca_file", path)? {
             roots.add(cert).map_err(|e| {
-                Problem::invalid("upstream.ca_file", format!("`{path}`: unusable certificate: {e}"))
+                Problem::invalid(
+                    "upstream.ca_file",
+                    format!("`{path}`: unusable certificate: {e}"),
+                )
             })?;
         }
     }

@@ -41,7 +41,10 @@ fn read(path: &Path) -> Result<FileConfig, Problem> {
         path: shown.clone(),
         source,
     })?;
-    toml::from_str(&text).map_err(|source| Problem::Parse { path: shown, source: Box::new(source) })
+    toml::from_str(&text).map_err(|source| Problem::Parse {
+        path: shown,
+        source: Box::new(source),
+    })
 }
 
 fn socket_addr(key: &str, value: &str, problems: &mut Vec<Problem>) -> Option<SocketAddr> {
@@ -66,7 +69,10 @@ fn positive(key: &str, value: u64, problems: &mut Vec<Problem>) {
 fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Config, ConfigError> {
     let mut problems = Vec::new();
     let slo = slo::validate(&file.slo, salt, &mut problems);
-    let cost = file.cost.as_ref().map(|c| slo::validate_cost(c, &mut problems));
+    let cost = file
+        .cost
+        .as_ref()
+        .map(|c| slo::validate_cost(c, &mut problems));
     let listen_raw = overrides.listen.as_deref().unwrap_or(&file.server.listen);
     let listen = socket_addr("server.listen", listen_raw, &mut problems);
     let admin_raw = overrides.admin.as_deref().unwrap_or(&file.admin.listen);
@@ -95,18 +101,38 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
     let upstream = upstream(&file, overrides, &mut problems);
 
     let s = &file.server;
-    positive("server.header_read_timeout", s.header_read_timeout.as_millis() as u64, &mut problems);
+    positive(
+        "server.header_read_timeout",
+        s.header_read_timeout.as_millis() as u64,
+        &mut problems,
+    );
     let u = &file.upstream;
-    positive("upstream.connect_timeout", u.connect_timeout.as_millis() as u64, &mut problems);
+    positive(
+        "upstream.connect_timeout",
+        u.connect_timeout.as_millis() as u64,
+        &mut problems,
+    );
     positive(
         "upstream.response_header_timeout",
         u.response_header_timeout.as_millis() as u64,
         &mut problems,
     );
-    positive("upstream.idle_timeout", u.idle_timeout.as_millis() as u64, &mut problems);
+    positive(
+        "upstream.idle_timeout",
+        u.idle_timeout.as_millis() as u64,
+        &mut problems,
+    );
     let m = &file.measure;
-    positive("measure.channel_capacity", m.channel_capacity as u64, &mut problems);
-    positive("measure.recent_requests", m.recent_requests as u64, &mut problems);
+    positive(
+        "measure.channel_capacity",
+        m.channel_capacity as u64,
+        &mut problems,
+    );
+    positive(
+        "measure.recent_requests",
+        m.recent_requests as u64,
+        &mut problems,
+    );
     positive("measure.max_models", m.max_models as u64, &mut problems);
 
     let format = match file.log.format.as_str() {
@@ -121,7 +147,10 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
         }
     };
     if let Err(e) = file.log.level.parse::<tracing_subscriber::EnvFilter>() {
-        problems.push(Problem::invalid("log.level", format!("`{}`: {e}", file.log.level)));
+        problems.push(Problem::invalid(
+            "log.level",
+            format!("`{}`: {e}", file.log.level),
+        ));
     }
 
     match (listen, admin, upstream, format) {
@@ -145,7 +174,11 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                     recent_requests: m.recent_requests,
                     max_models: m.max_models,
                 },
-                log: Log { format, level: file.log.level, access_log: file.log.access_log },
+                log: Log {
+                    format,
+                    level: file.log.level,
+                    access_log: file.log.access_log,
+                },
                 slo,
                 cost,
             })
@@ -154,7 +187,11 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
     }
 }
 
-fn upstream(file: &FileConfig, overrides: &Overrides, problems: &mut Vec<Problem>) -> Option<Upstream> {
+fn upstream(
+    file: &FileConfig,
+    overrides: &Overrides,
+    problems: &mut Vec<Problem>,
+) -> Option<Upstream> {
     let u = &file.upstream;
     let Some(raw) = overrides.upstream.as_deref().or(u.url.as_deref()) else {
         problems.push(Problem::invalid(
@@ -183,14 +220,23 @@ fn upstream(file: &FileConfig, overrides: &Overrides, problems: &mut Vec<Problem
         }
     };
     let Some(authority) = uri.authority().cloned() else {
-        problems.push(Problem::invalid("upstream.url", format!("`{raw}` has no host")));
+        problems.push(Problem::invalid(
+            "upstream.url",
+            format!("`{raw}` has no host"),
+        ));
         return None;
     };
     if uri.query().is_some() {
-        problems.push(Problem::invalid("upstream.url", format!("`{raw}` must not have a query")));
+        problems.push(Problem::invalid(
+            "upstream.url",
+            format!("`{raw}` must not have a query"),
+        ));
     }
     if u.ca_file.is_some() && !https {
-        problems.push(Problem::invalid("upstream.ca_file", "only used with an https:// upstream"));
+        problems.push(Problem::invalid(
+            "upstream.ca_file",
+            "only used with an https:// upstream",
+        ));
     }
     let tls = match tls::client_config(u.ca_file.as_deref()) {
         Ok(cfg) => Arc::new(cfg),
@@ -220,7 +266,10 @@ mod tests {
 
     fn parse(text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
         let file: FileConfig = toml::from_str(text).map_err(|source| {
-            ConfigError(vec![Problem::Parse { path: "test".into(), source: Box::new(source) }])
+            ConfigError(vec![Problem::Parse {
+                path: "test".into(),
+                source: Box::new(source),
+            }])
         })?;
         validate(file, overrides, "test-salt")
     }
@@ -241,7 +290,10 @@ mod tests {
 
     #[test]
     fn flags_override_the_file() {
-        let o = Overrides { listen: Some("127.0.0.1:1".into()), ..Default::default() };
+        let o = Overrides {
+            listen: Some("127.0.0.1:1".into()),
+            ..Default::default()
+        };
         let cfg = parse("[upstream]\nurl = \"https://gw.example\"\n", &o).unwrap();
         assert_eq!(cfg.server.listen.port(), 1);
         assert_eq!(cfg.upstream.scheme, Scheme::HTTPS);
@@ -263,8 +315,13 @@ mod tests {
         "#;
         let err = parse(text, &Overrides::default()).unwrap_err();
         let msg = err.to_string();
-        for key in ["server.listen", "admin.listen", "upstream.url", "idle_timeout", "log.format"]
-        {
+        for key in [
+            "server.listen",
+            "admin.listen",
+            "upstream.url",
+            "idle_timeout",
+            "log.format",
+        ] {
             assert!(msg.contains(key), "{key} missing from:\n{msg}");
         }
         assert_eq!(err.0.len(), 5, "{msg}");
@@ -272,8 +329,11 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_rejected() {
-        let err = parse("[upstream]\nurl = \"http://a\"\ntimeout = \"1s\"\n", &Overrides::default())
-            .unwrap_err();
+        let err = parse(
+            "[upstream]\nurl = \"http://a\"\ntimeout = \"1s\"\n",
+            &Overrides::default(),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("unknown field `timeout`"), "{err}");
     }
 
@@ -286,10 +346,16 @@ mod tests {
     #[test]
     fn missing_tls_files_are_named() {
         let text = "[server.tls]\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"\n";
-        let o = Overrides { upstream: Some("http://a".into()), ..Default::default() };
+        let o = Overrides {
+            upstream: Some("http://a".into()),
+            ..Default::default()
+        };
         let err = parse(text, &o).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("/nonexistent/c.pem") && msg.contains("/nonexistent/k.pem"), "{msg}");
+        assert!(
+            msg.contains("/nonexistent/c.pem") && msg.contains("/nonexistent/k.pem"),
+            "{msg}"
+        );
     }
 
     #[test]

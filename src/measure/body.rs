@@ -76,8 +76,11 @@ where
             }
             Some(Err(e)) => {
                 let err: BoxError = e.into();
-                let ending =
-                    if err.is::<IdleTimeout>() { Ending::IdleTimeout } else { Ending::UpstreamFailed };
+                let ending = if err.is::<IdleTimeout>() {
+                    Ending::IdleTimeout
+                } else {
+                    Ending::UpstreamFailed
+                };
                 this.tap.finish(now, ending);
                 Poll::Ready(Some(Err(err)))
             }

@@ -27,8 +27,12 @@ fn joined(chunks: &[Bytes]) -> Vec<u8> {
 impl Pending {
     /// The request as the client sent it, if its body was complete and within the limit.
     fn request_info(&mut self) -> (Option<RequestInfo>, u64) {
-        let Some(mut rx) = self.request.take() else { return (None, 0) };
-        let Ok(capture) = rx.try_recv() else { return (None, 0) };
+        let Some(mut rx) = self.request.take() else {
+            return (None, 0);
+        };
+        let Ok(capture) = rx.try_recv() else {
+            return (None, 0);
+        };
         let info = (capture.complete && !capture.overflow && !capture.chunks.is_empty())
             .then(|| decode::inspect_request(self.api, &joined(&capture.chunks)))
             .flatten();
@@ -50,9 +54,7 @@ impl Pending {
             Ending::Complete if stream_error => Outcome::UpstreamError,
             // A stream that closed cleanly at the HTTP level but never sent its terminal
             // event (`[DONE]`) was cut short upstream.
-            Ending::Complete
-                if self.decoded && !self.decode_broken && !self.timeline.terminal =>
-            {
+            Ending::Complete if self.decoded && !self.decode_broken && !self.timeline.terminal => {
                 Outcome::UpstreamReset
             }
             Ending::Complete => Outcome::Ok,
@@ -62,9 +64,10 @@ impl Pending {
     /// Builds the record; also returns the inter-token gaps (µs) for the ITL histogram.
     pub fn finish(mut self) -> (RequestRecord, Vec<u32>) {
         let (request, bytes_in) = self.request_info();
-        let body = (self.kind == StreamKind::Json && self.api != Api::Unknown && !self.body_overflow)
-            .then(|| decode::parse_response_body(self.api, &joined(&self.body)))
-            .flatten();
+        let body =
+            (self.kind == StreamKind::Json && self.api != Api::Unknown && !self.body_overflow)
+                .then(|| decode::parse_response_body(self.api, &joined(&self.body)))
+                .flatten();
         let stream_error = self.timeline.error || body.as_ref().is_some_and(|b| b.error);
         let outcome = self.outcome(stream_error);
         let usage = self.timeline.usage.or(body.as_ref().and_then(|b| b.usage));
@@ -78,12 +81,16 @@ impl Pending {
         let input_tokens = usage.and_then(|u| u.input_tokens);
 
         let tl = &self.timeline;
-        let ttft = tl.first.map(|f| f.saturating_duration_since(self.t_arrival));
-        let ttfo = tl.first_answer.map(|f| f.saturating_duration_since(self.t_arrival));
+        let ttft = tl
+            .first
+            .map(|f| f.saturating_duration_since(self.t_arrival));
+        let ttfo = tl
+            .first_answer
+            .map(|f| f.saturating_duration_since(self.t_arrival));
         let tpot = match (tl.first, tl.last, output_tokens) {
-            (Some(first), Some(last), Some(n)) if n >= 2 => {
-                Some(last.saturating_duration_since(first) / u32::try_from(n - 1).unwrap_or(u32::MAX))
-            }
+            (Some(first), Some(last), Some(n)) if n >= 2 => Some(
+                last.saturating_duration_since(first) / u32::try_from(n - 1).unwrap_or(u32::MAX),
+            ),
             _ => None,
         };
         let mut gaps = std::mem::take(&mut self.timeline.gaps_us);
@@ -96,7 +103,11 @@ impl Pending {
             id: std::mem::take(&mut self.id),
             started_at: humantime::format_rfc3339_millis(self.started_at).to_string(),
             model: request.and_then(|r| r.model),
-            api: if self.tunnel { "upgrade" } else { self.api.as_str() },
+            api: if self.tunnel {
+                "upgrade"
+            } else {
+                self.api.as_str()
+            },
             stream,
             status: self.status,
             outcome,

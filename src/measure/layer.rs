@@ -9,8 +9,8 @@ use std::{
     time::Instant,
 };
 
-use bytes::Bytes;
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use http::{
     HeaderMap, HeaderName, Request, Response,
     header::{CONTENT_LENGTH, CONTENT_TYPE},
@@ -78,7 +78,11 @@ impl Settings {
         } else {
             Targets::default()
         };
-        HeadInfo { long_input, tenant, slo_overrides }
+        HeadInfo {
+            long_input,
+            tenant,
+            slo_overrides,
+        }
     }
 }
 
@@ -98,7 +102,10 @@ impl<S> Layer<S> for MeasureLayer {
     type Service = Measure<S>;
 
     fn layer(&self, inner: S) -> Measure<S> {
-        Measure { inner, layer: self.clone() }
+        Measure {
+            inner,
+            layer: self.clone(),
+        }
     }
 }
 
@@ -140,7 +147,10 @@ where
             settings.response_inspect_limit,
             head,
         );
-        ResponseFuture { inner: self.inner.call(Request::from_parts(parts, body)), tap: Some(tap) }
+        ResponseFuture {
+            inner: self.inner.call(Request::from_parts(parts, body)),
+            tap: Some(tap),
+        }
     }
 }
 
@@ -170,7 +180,10 @@ where
         };
         match result {
             Ok(mut resp) => {
-                let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+                let content_type = resp
+                    .headers()
+                    .get(CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok());
                 let failure = resp.extensions().get::<ProxyFailure>().copied();
                 tap.on_head(resp.status().as_u16(), content_type, failure);
                 if let Some(tunnel) = resp.extensions_mut().remove::<Tunnel>() {

@@ -96,7 +96,11 @@ impl ItlSummary {
             let idx = ((q * gaps.len() as f64).ceil() as usize).clamp(1, gaps.len()) - 1;
             f64::from(gaps[idx]) / 1000.0
         };
-        Some(ItlSummary { p50: rank(0.50), p95: rank(0.95), max: rank(1.0) })
+        Some(ItlSummary {
+            p50: rank(0.50),
+            p95: rank(0.95),
+            max: rank(1.0),
+        })
     }
 }
 

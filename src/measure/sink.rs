@@ -35,7 +35,11 @@ pub struct Arrival {
 }
 
 impl Recorder {
-    pub fn new(capacity: usize, dropped: Counter, in_flight: Gauge) -> (Recorder, mpsc::Receiver<Pending>) {
+    pub fn new(
+        capacity: usize,
+        dropped: Counter,
+        in_flight: Gauge,
+    ) -> (Recorder, mpsc::Receiver<Pending>) {
         let (tx, rx) = mpsc::channel(capacity);
         (
             Recorder {

@@ -107,34 +107,66 @@ mod tests {
         }
     }
 
-    const T: Targets = Targets { ttft_ms: Some(100.0), tpot_ms: Some(20.0), e2e_ms: Some(1000.0) };
+    const T: Targets = Targets {
+        ttft_ms: Some(100.0),
+        tpot_ms: Some(20.0),
+        e2e_ms: Some(1000.0),
+    };
 
     #[test]
     fn each_target_is_checked_in_order() {
-        assert_eq!(verdict(&record(Outcome::Ok, Some(99.0), Some(19.0), 900.0), &T), (Some(true), None));
-        assert_eq!(verdict(&record(Outcome::Ok, Some(101.0), Some(30.0), 900.0), &T).1, Some(MissReason::Ttft));
-        assert_eq!(verdict(&record(Outcome::Ok, Some(1.0), Some(30.0), 900.0), &T).1, Some(MissReason::Tpot));
-        assert_eq!(verdict(&record(Outcome::Ok, Some(1.0), Some(1.0), 1001.0), &T).1, Some(MissReason::E2e));
+        assert_eq!(
+            verdict(&record(Outcome::Ok, Some(99.0), Some(19.0), 900.0), &T),
+            (Some(true), None)
+        );
+        assert_eq!(
+            verdict(&record(Outcome::Ok, Some(101.0), Some(30.0), 900.0), &T).1,
+            Some(MissReason::Ttft)
+        );
+        assert_eq!(
+            verdict(&record(Outcome::Ok, Some(1.0), Some(30.0), 900.0), &T).1,
+            Some(MissReason::Tpot)
+        );
+        assert_eq!(
+            verdict(&record(Outcome::Ok, Some(1.0), Some(1.0), 1001.0), &T).1,
+            Some(MissReason::E2e)
+        );
     }
 
     #[test]
     fn missing_values_and_targets_are_not_checked() {
         let non_stream = record(Outcome::Ok, None, None, 500.0);
         assert_eq!(verdict(&non_stream, &T), (Some(true), None));
-        assert_eq!(verdict(&record(Outcome::Ok, Some(1e9), None, 1.0), &Targets::default()).0, Some(true));
+        assert_eq!(
+            verdict(
+                &record(Outcome::Ok, Some(1e9), None, 1.0),
+                &Targets::default()
+            )
+            .0,
+            Some(true)
+        );
     }
 
     #[test]
     fn failures_miss_and_aborts_do_not_count() {
-        assert_eq!(verdict(&record(Outcome::UpstreamReset, Some(1.0), None, 1.0), &T), (Some(false), Some(MissReason::Error)));
-        assert_eq!(verdict(&record(Outcome::ClientAbort, Some(1.0), None, 1.0), &T), (None, None));
+        assert_eq!(
+            verdict(&record(Outcome::UpstreamReset, Some(1.0), None, 1.0), &T),
+            (Some(false), Some(MissReason::Error))
+        );
+        assert_eq!(
+            verdict(&record(Outcome::ClientAbort, Some(1.0), None, 1.0), &T),
+            (None, None)
+        );
     }
 
     #[test]
     fn overrides_replace_class_targets() {
         let slo = crate::config::load(
             None,
-            &crate::config::Overrides { upstream: Some("http://a".into()), ..Default::default() },
+            &crate::config::Overrides {
+                upstream: Some("http://a".into()),
+                ..Default::default()
+            },
         )
         .unwrap()
         .slo;

@@ -162,7 +162,13 @@ impl Tap {
             tenant: head.tenant,
             slo_overrides: head.slo_overrides,
         };
-        Tap { recorder, pending: Some(pending), decoder: None, capture_limit, captured: 0 }
+        Tap {
+            recorder,
+            pending: Some(pending),
+            decoder: None,
+            capture_limit,
+            captured: 0,
+        }
     }
 
     /// The response head is known: choose how its body will be decoded.
@@ -172,7 +178,9 @@ impl Tap {
         content_type: Option<&str>,
         proxy_failure: Option<ProxyFailure>,
     ) {
-        let Some(p) = self.pending.as_mut() else { return };
+        let Some(p) = self.pending.as_mut() else {
+            return;
+        };
         p.status = Some(status);
         p.kind = StreamKind::from_content_type(content_type);
         p.proxy_failure = proxy_failure.map(|f| f.0);
@@ -189,7 +197,9 @@ impl Tap {
 
     /// One body frame, with the instant it was read from the upstream.
     pub fn on_data(&mut self, now: Instant, data: &Bytes) {
-        let Some(p) = self.pending.as_mut() else { return };
+        let Some(p) = self.pending.as_mut() else {
+            return;
+        };
         p.bytes_out += data.len() as u64;
         if let Some(decoder) = self.decoder.as_mut() {
             let timeline = &mut p.timeline;
@@ -215,7 +225,9 @@ impl Tap {
 
     /// Ends the measurement and hands it to the aggregator. Later calls do nothing.
     pub fn finish(&mut self, now: Instant, ending: Ending) {
-        let Some(mut p) = self.pending.take() else { return };
+        let Some(mut p) = self.pending.take() else {
+            return;
+        };
         if let Some(decoder) = self.decoder.as_mut() {
             if ending == Ending::Complete {
                 let timeline = &mut p.timeline;
@@ -231,7 +243,11 @@ impl Tap {
 
     /// How a stream that stopped without reaching its end is attributed.
     pub fn dropped_ending(&self) -> Ending {
-        if self.recorder.is_cutting() { Ending::ShutdownCut } else { Ending::ClientGone }
+        if self.recorder.is_cutting() {
+            Ending::ShutdownCut
+        } else {
+            Ending::ClientGone
+        }
     }
 
     /// Moves the measurement into a new tap (to follow a tunnel), leaving this one inert.

@@ -37,11 +37,17 @@ pin_project! {
 
 impl UpstreamBody {
     pub fn stream(body: Incoming, timeout: Duration) -> UpstreamBody {
-        UpstreamBody::Stream { body, idle: tokio::time::sleep(timeout), timeout }
+        UpstreamBody::Stream {
+            body,
+            idle: tokio::time::sleep(timeout),
+            timeout,
+        }
     }
 
     pub fn full(data: Bytes) -> UpstreamBody {
-        UpstreamBody::Full { data: (!data.is_empty()).then_some(data) }
+        UpstreamBody::Full {
+            data: (!data.is_empty()).then_some(data),
+        }
     }
 
     pub fn empty() -> UpstreamBody {
@@ -58,7 +64,11 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project() {
-            Proj::Stream { body, mut idle, timeout } => match body.poll_frame(cx) {
+            Proj::Stream {
+                body,
+                mut idle,
+                timeout,
+            } => match body.poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     // Extending a tokio timer deadline is a lock-free update.
                     idle.as_mut().reset(Instant::now() + *timeout);

@@ -21,7 +21,9 @@ pub fn build(cfg: &Upstream) -> UpstreamClient {
     http.set_connect_timeout(Some(cfg.connect_timeout));
     http.set_keepalive(Some(Duration::from_secs(60)));
     let tls = (*cfg.tls).clone();
-    let builder = HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http();
+    let builder = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
     let connector = if cfg.http2 {
         builder.enable_all_versions().wrap_connector(http)
     } else {

@@ -80,7 +80,8 @@ impl ProxyError {
         });
         let mut resp = Response::new(UpstreamBody::full(Bytes::from(body.to_string())));
         *resp.status_mut() = self.status();
-        resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         resp.extensions_mut().insert(ProxyFailure(self.outcome()));
         resp
     }

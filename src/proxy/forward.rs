@@ -38,7 +38,9 @@ struct Inner {
 
 impl Forward {
     pub fn new(upstream: &Upstream) -> Forward {
-        Forward { inner: Arc::new(ArcSwap::from_pointee(Inner::new(upstream))) }
+        Forward {
+            inner: Arc::new(ArcSwap::from_pointee(Inner::new(upstream))),
+        }
     }
 
     /// Switches new requests to a freshly built client for `upstream`.
@@ -69,7 +71,10 @@ impl Service<Request<RequestTap<Incoming>>> for Forward {
 
 impl Inner {
     fn new(upstream: &Upstream) -> Inner {
-        Inner { client: client::build(upstream), upstream: upstream.clone() }
+        Inner {
+            client: client::build(upstream),
+            upstream: upstream.clone(),
+        }
     }
 
     fn target(&self, uri: &Uri) -> Result<Uri, ProxyError> {
@@ -123,11 +128,16 @@ impl Inner {
             let (mut parts, _) = upstream_resp.into_parts();
             headers::prepare_response(&mut parts.headers, true);
             parts.extensions = http::Extensions::new();
-            parts.extensions.insert(Tunnel::spawn(client_upgrade, upstream_upgrade));
+            parts
+                .extensions
+                .insert(Tunnel::spawn(client_upgrade, upstream_upgrade));
             return Ok(Response::from_parts(parts, UpstreamBody::empty()));
         }
         headers::prepare_response(&mut parts.headers, false);
         parts.extensions = http::Extensions::new();
-        Ok(Response::from_parts(parts, UpstreamBody::stream(body, self.upstream.idle_timeout)))
+        Ok(Response::from_parts(
+            parts,
+            UpstreamBody::stream(body, self.upstream.idle_timeout),
+        ))
     }
 }

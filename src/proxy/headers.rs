@@ -48,8 +48,9 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 /// Removes hop-by-hop fields. For an upgrade, `Connection: upgrade` and `Upgrade` are the
 /// point of the request and are kept (and re-set cleanly).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    let listed: Vec<HeaderName> =
-        connection_tokens(headers).filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()).collect();
+    let listed: Vec<HeaderName> = connection_tokens(headers)
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+        .collect();
     for name in listed {
         if !(upgrade && name == UPGRADE) {
             headers.remove(&name);
@@ -59,7 +60,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     let te_trailers = headers
         .get(TE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers")));
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        });
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
@@ -130,7 +134,10 @@ mod tests {
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
         }
         h
     }
@@ -162,7 +169,10 @@ mod tests {
 
     #[test]
     fn upgrade_keeps_its_headers() {
-        let mut h = map(&[("connection", "Upgrade, keep-alive"), ("upgrade", "websocket")]);
+        let mut h = map(&[
+            ("connection", "Upgrade, keep-alive"),
+            ("upgrade", "websocket"),
+        ]);
         strip_hop_by_hop(&mut h, true);
         assert_eq!(h.get(CONNECTION).unwrap(), "upgrade");
         assert_eq!(h.get(UPGRADE).unwrap(), "websocket");
@@ -170,13 +180,19 @@ mod tests {
 
     #[test]
     fn forwarded_headers_are_set() {
-        let conn = ConnInfo { remote: "10.1.2.3:5555".parse::<SocketAddr>().unwrap(), tls: true };
+        let conn = ConnInfo {
+            remote: "10.1.2.3:5555".parse::<SocketAddr>().unwrap(),
+            tls: true,
+        };
         let mut h = map(&[("host", "proxy.local:8080"), ("x-forwarded-for", "1.1.1.1")]);
         prepare_request(&mut h, Some(&conn), None, false, false);
         assert_eq!(h.get(X_FORWARDED_FOR).unwrap(), "1.1.1.1, 10.1.2.3");
         assert_eq!(h.get(X_FORWARDED_PROTO).unwrap(), "https");
         assert_eq!(h.get(X_FORWARDED_HOST).unwrap(), "proxy.local:8080");
-        assert!(h.get(HOST).is_none(), "Host is re-set from the upstream URL");
+        assert!(
+            h.get(HOST).is_none(),
+            "Host is re-set from the upstream URL"
+        );
 
         let mut h = HeaderMap::new();
         prepare_request(&mut h, Some(&conn), Some("h2.local"), true, false);

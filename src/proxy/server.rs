@@ -5,6 +5,7 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
+use arc_swap::ArcSwap;
 use http::Request;
 use hyper::body::Incoming;
 use hyper_util::{
@@ -15,8 +16,11 @@ use hyper_util::{
     },
     service::TowerToHyperService,
 };
-use tokio::{io::{AsyncRead, AsyncWrite}, net::TcpListener, task::JoinSet};
-use arc_swap::ArcSwap;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpListener,
+    task::JoinSet,
+};
 use tokio_rustls::TlsAcceptor;
 use tower::{Layer, ServiceExt, service_fn};
 
@@ -48,7 +52,12 @@ impl Proxy {
         self.tls.clone()
     }
 
-    pub fn new(server: &Server, forward: Forward, layer: MeasureLayer, recorder: Recorder) -> Proxy {
+    pub fn new(
+        server: &Server,
+        forward: Forward,
+        layer: MeasureLayer,
+        recorder: Recorder,
+    ) -> Proxy {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
@@ -83,8 +92,9 @@ impl Proxy {
         });
         // hyper's header-read timeout starts only once HTTP/1 is chosen; bound the bytes before.
         let io = FirstBytes::new(io, self.handshake_timeout);
-        let connection =
-            self.builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
+        let connection = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
         if let Err(e) = watcher.watch(connection.into_owned()).await {
             tracing::debug!(error = %e, "client connection ended with an error");
         }

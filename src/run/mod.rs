@@ -73,7 +73,9 @@ impl Running {
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr).await.map_err(|source| StartError::Bind { what, addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { what, addr, source })
 }
 
 /// How often the config file's modification time is checked for changes.
@@ -112,11 +114,14 @@ fn start_on_from(
     let metrics = Metrics::register(&mut registry);
     let reload_counters = (metrics.reloads.clone(), metrics.reload_failures.clone());
     let m = &cfg.measure;
-    let (recorder, rx) = Recorder::new(m.channel_capacity, metrics.dropped.clone(), metrics.in_flight.clone());
+    let (recorder, rx) = Recorder::new(
+        m.channel_capacity,
+        metrics.dropped.clone(),
+        metrics.in_flight.clone(),
+    );
     let recent = Arc::new(Recent::new(m.recent_requests));
     let live = Arc::new(ArcSwap::from_pointee(cfg.clone()));
-    let aggregator =
-        Aggregator::new(rx, live.clone(), metrics, recent.clone(), m.max_models);
+    let aggregator = Aggregator::new(rx, live.clone(), metrics, recent.clone(), m.max_models);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let forward = Forward::new(&cfg.upstream);
@@ -134,7 +139,11 @@ fn start_on_from(
     });
     let watcher = reloader.clone().map(|r| tokio::spawn(r.watch(RELOAD_POLL)));
     let ready = Arc::new(AtomicBool::new(true));
-    let admin = Admin { registry: Arc::new(registry), recent: recent.clone(), ready: ready.clone() };
+    let admin = Admin {
+        registry: Arc::new(registry),
+        recent: recent.clone(),
+        ready: ready.clone(),
+    };
     let (stop, stopped) = watch::channel(false);
 
     tracing::info!(
@@ -160,7 +169,10 @@ fn start_on_from(
         if let Err(e) = proxy::serve(listener, proxy, draining).await {
             tracing::error!(error = %e, "proxy stopped with an error");
         }
-        if tokio::time::timeout(FLUSH_DEADLINE, aggregating).await.is_err() {
+        if tokio::time::timeout(FLUSH_DEADLINE, aggregating)
+            .await
+            .is_err()
+        {
             tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
         }
         if let Some(w) = watcher {
@@ -170,11 +182,23 @@ fn start_on_from(
         let _ = admin_task.await;
         tracing::info!("goodput stopped");
     });
-    Ok(Running { proxy_addr, admin_addr, recent, reloader, stop, task })
+    Ok(Running {
+        proxy_addr,
+        admin_addr,
+        recent,
+        reloader,
+        stop,
+        task,
+    })
 }
 
-fn local_addr(what: &'static str, l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, StartError> {
-    l.local_addr().map_err(|source| StartError::Bind { what, addr, source })
+fn local_addr(
+    what: &'static str,
+    l: &TcpListener,
+    addr: SocketAddr,
+) -> Result<SocketAddr, StartError> {
+    l.local_addr()
+        .map_err(|source| StartError::Bind { what, addr, source })
 }
 
 async fn until(mut rx: watch::Receiver<bool>) {

@@ -57,13 +57,31 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     };
     check(old.server.listen != new.server.listen, "server.listen");
     check(old.admin != new.admin, "admin.listen");
-    check(old.server.tls.is_some() != new.server.tls.is_some(), "server.tls (on/off)");
+    check(
+        old.server.tls.is_some() != new.server.tls.is_some(),
+        "server.tls (on/off)",
+    );
     check(old.server.http2 != new.server.http2, "server.http2");
-    check(old.server.header_read_timeout != new.server.header_read_timeout, "server.header_read_timeout");
-    check(old.server.drain_timeout != new.server.drain_timeout, "server.drain_timeout");
-    check(old.measure.channel_capacity != new.measure.channel_capacity, "measure.channel_capacity");
-    check(old.measure.recent_requests != new.measure.recent_requests, "measure.recent_requests");
-    check(old.measure.max_models != new.measure.max_models, "measure.max_models");
+    check(
+        old.server.header_read_timeout != new.server.header_read_timeout,
+        "server.header_read_timeout",
+    );
+    check(
+        old.server.drain_timeout != new.server.drain_timeout,
+        "server.drain_timeout",
+    );
+    check(
+        old.measure.channel_capacity != new.measure.channel_capacity,
+        "measure.channel_capacity",
+    );
+    check(
+        old.measure.recent_requests != new.measure.recent_requests,
+        "measure.recent_requests",
+    );
+    check(
+        old.measure.max_models != new.measure.max_models,
+        "measure.max_models",
+    );
     check(old.log.format != new.log.format, "log.format");
     check(old.log.level != new.log.level, "log.level");
     changed

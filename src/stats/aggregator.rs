@@ -28,7 +28,13 @@ impl Aggregator {
         recent: Arc<Recent>,
         max_models: usize,
     ) -> Aggregator {
-        Aggregator { rx, config, metrics, recent, models: ModelLabels::new(max_models) }
+        Aggregator {
+            rx,
+            config,
+            metrics,
+            recent,
+            models: ModelLabels::new(max_models),
+        }
     }
 
     /// Runs until every data-path handle is gone and the queue is drained.
@@ -61,13 +67,29 @@ impl Aggregator {
             })
             .inc();
         if let Some(n) = record.output_tokens {
-            m.output_tokens.get_or_create(&ClassSlo { class: class.clone(), slo }).inc_by(n);
+            m.output_tokens
+                .get_or_create(&ClassSlo {
+                    class: class.clone(),
+                    slo,
+                })
+                .inc_by(n);
         }
         if record.decode_failed {
-            m.decode_failures.get_or_create(&ModelApi { model: model.clone(), api }).inc();
+            m.decode_failures
+                .get_or_create(&ModelApi {
+                    model: model.clone(),
+                    api,
+                })
+                .inc();
         }
-        let key = LatencyLabels { model: model.clone(), api, class: class.clone() };
-        m.duration.get_or_create(&key).observe(record.e2e_ms / 1000.0);
+        let key = LatencyLabels {
+            model: model.clone(),
+            api,
+            class: class.clone(),
+        };
+        m.duration
+            .get_or_create(&key)
+            .observe(record.e2e_ms / 1000.0);
         if let Some(ttft) = record.ttft_ms {
             m.ttft.get_or_create(&key).observe(ttft / 1000.0);
         }
@@ -80,10 +102,17 @@ impl Aggregator {
                 itl.observe(f64::from(gap) / 1e6);
             }
         }
-        for (kind, n) in [("input", record.input_tokens), ("output", record.output_tokens)] {
+        for (kind, n) in [
+            ("input", record.input_tokens),
+            ("output", record.output_tokens),
+        ] {
             if let Some(n) = n {
-                let labels =
-                    TokenLabels { model: model.clone(), api, class: class.clone(), gen_ai_token_type: kind };
+                let labels = TokenLabels {
+                    model: model.clone(),
+                    api,
+                    class: class.clone(),
+                    gen_ai_token_type: kind,
+                };
                 m.token_usage.get_or_create(&labels).observe(n as f64);
             }
         }

@@ -14,12 +14,17 @@ pub struct ModelLabels {
 
 impl ModelLabels {
     pub fn new(max: usize) -> ModelLabels {
-        ModelLabels { seen: HashSet::new(), max }
+        ModelLabels {
+            seen: HashSet::new(),
+            max,
+        }
     }
 
     /// The label value for a request's model.
     pub fn label(&mut self, model: Option<&str>) -> String {
-        let Some(model) = model else { return "unknown".into() };
+        let Some(model) = model else {
+            return "unknown".into();
+        };
         let mut end = model.len().min(MAX_LABEL_LEN);
         while !model.is_char_boundary(end) {
             end -= 1;

@@ -17,7 +17,10 @@ pub struct Recent {
 
 impl Recent {
     pub fn new(capacity: usize) -> Recent {
-        Recent { ring: Mutex::new(VecDeque::with_capacity(capacity.min(1 << 16))), capacity }
+        Recent {
+            ring: Mutex::new(VecDeque::with_capacity(capacity.min(1 << 16))),
+            capacity,
+        }
     }
 
     pub fn push(&self, record: Arc<RequestRecord>) {
@@ -31,17 +34,26 @@ impl Recent {
     /// The newest `limit` records, oldest first.
     pub fn latest(&self, limit: usize) -> Vec<Arc<RequestRecord>> {
         let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-        ring.iter().skip(ring.len().saturating_sub(limit)).cloned().collect()
+        ring.iter()
+            .skip(ring.len().saturating_sub(limit))
+            .cloned()
+            .collect()
     }
 
     /// Records finished at or after `since`, oldest first.
     pub fn since(&self, since: Instant) -> Vec<Arc<RequestRecord>> {
         let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-        ring.iter().filter(|r| r.finished_at.is_some_and(|t| t >= since)).cloned().collect()
+        ring.iter()
+            .filter(|r| r.finished_at.is_some_and(|t| t >= since))
+            .cloned()
+            .collect()
     }
 
     pub fn len(&self) -> usize {
-        self.ring.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.ring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -8,6 +8,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -19,7 +20,10 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tokio::net::TcpListener;
 
-use crate::{measure::RequestRecord, stats::Recent};
+use crate::{
+    measure::RequestRecord,
+    stats::{Live, Recent, engine::parse_window},
+};
 
 /// What the admin endpoints read.
 #[derive(Clone)]
@@ -28,6 +32,8 @@ pub struct Admin {
     pub recent: Arc<Recent>,
     /// True while the proxy accepts traffic; false before start and while draining.
     pub ready: Arc<AtomicBool>,
+    /// The windowed SLO, goodput, cost and capacity view.
+    pub live: Live,
 }
 
 /// Default of `?limit=` for `/api/v1/requests` (the ring size bounds it anyway).
@@ -41,6 +47,8 @@ impl Admin {
         match req.uri().path() {
             "/metrics" => self.metrics(),
             "/api/v1/requests" => self.requests(req.uri().query()),
+            "/api/v1/summary" => self.summary(req.uri().query()),
+            "/api/v1/capacity" => self.capacity(req.uri().query()),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 if self.ready.load(Ordering::Relaxed) {
@@ -85,6 +93,45 @@ impl Admin {
             requests: records.iter().map(|r| r.as_ref()).collect(),
         };
         json(StatusCode::OK, &body)
+    }
+}
+
+impl Admin {
+    /// `?window=5m` (default: 5m when configured, else the first configured window).
+    fn summary(&self, query: Option<&str>) -> Response<Full<Bytes>> {
+        let engine = self.live.lock();
+        let windows: Vec<(String, Duration)> =
+            engine.windows().map(|(l, d)| (l.to_owned(), d)).collect();
+        let window = match query_param(query, "window") {
+            Some(w) => match parse_window(w) {
+                Ok(d) => d,
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &format!("window: {e}")),
+            },
+            None => windows
+                .iter()
+                .find(|(_, d)| *d == Duration::from_secs(300))
+                .or(windows.first())
+                .map_or(Duration::from_secs(300), |(_, d)| *d),
+        };
+        match engine.summary(window, Instant::now()) {
+            Some(summary) => json(StatusCode::OK, &summary),
+            None => {
+                let known: Vec<&str> = windows.iter().map(|(l, _)| l.as_str()).collect();
+                json_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("window not configured; configured: {}", known.join(", ")),
+                )
+            }
+        }
+    }
+
+    /// `?class=NAME` (default: all classes pooled).
+    fn capacity(&self, query: Option<&str>) -> Response<Full<Bytes>> {
+        let class = query_param(query, "class");
+        match self.live.lock().capacity(class, Instant::now()) {
+            Some(c) => json(StatusCode::OK, &c),
+            None => json_error(StatusCode::NOT_FOUND, "no such SLO class"),
+        }
     }
 }
 

@@ -256,7 +256,7 @@ fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) ->
     {
         problems.push(Problem::invalid(
             format!("{key}.name"),
-            "must be a non-empty name without spaces, and not `default`",
+            "must be a non-empty name without spaces, and not `default` or `overall`",
         ));
     }
     let (targets, percentiles) = targets(&key, &c.targets, problems);

@@ -25,7 +25,7 @@ use crate::{
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
     proxy::{self, Forward, Proxy},
-    stats::{Aggregator, Recent},
+    stats::{Aggregator, Live, Recent},
 };
 
 /// How long to wait, after the last connection closed, for the last records to be
@@ -121,7 +121,15 @@ fn start_on_from(
     );
     let recent = Arc::new(Recent::new(m.recent_requests));
     let live = Arc::new(ArcSwap::from_pointee(cfg.clone()));
-    let aggregator = Aggregator::new(rx, live.clone(), metrics, recent.clone(), m.max_models);
+    let slo_view = Live::new(&cfg);
+    let aggregator = Aggregator::new(
+        rx,
+        live.clone(),
+        metrics,
+        recent.clone(),
+        m.max_models,
+        slo_view.clone(),
+    );
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let forward = Forward::new(&cfg.upstream);
@@ -143,6 +151,7 @@ fn start_on_from(
         registry: Arc::new(registry),
         recent: recent.clone(),
         ready: ready.clone(),
+        live: slo_view,
     };
     let (stop, stopped) = watch::channel(false);
 

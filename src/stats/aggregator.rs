@@ -1,23 +1,40 @@
-//! The single consumer of finished measurements.
+//! The single consumer of finished measurements. Besides the records it keeps the clock
+//! of the live views: in-flight concurrency is sampled every [`SAMPLE_EVERY`], and the
+//! windowed gauges are refreshed every [`REFRESH_EVERY`].
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
-use super::{ModelLabels, Recent};
+use super::{
+    Live, ModelLabels, Recent,
+    engine::Observation,
+    live::{engine_config, refresh_gauges},
+};
 use crate::{
     admin::metrics::{ClassSlo, LatencyLabels, Metrics, ModelApi, RequestLabels, TokenLabels},
     config::Config,
     measure::{Pending, RequestRecord, slo},
 };
 
+/// How often in-flight concurrency is sampled for the mean/peak and capacity views.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// How often the windowed gauges are recomputed (a scrape interval is rarely shorter).
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
 pub struct Aggregator {
     rx: mpsc::Receiver<Pending>,
     config: Arc<ArcSwap<Config>>,
+    /// The configuration the engine was last built from.
+    engine_built_from: Arc<Config>,
     metrics: Metrics,
     recent: Arc<Recent>,
     models: ModelLabels,
+    live: Live,
 }
 
 impl Aggregator {
@@ -27,20 +44,55 @@ impl Aggregator {
         metrics: Metrics,
         recent: Arc<Recent>,
         max_models: usize,
+        live: Live,
     ) -> Aggregator {
+        let engine_built_from = config.load_full();
         Aggregator {
             rx,
             config,
+            engine_built_from,
             metrics,
             recent,
             models: ModelLabels::new(max_models),
+            live,
         }
     }
 
     /// Runs until every data-path handle is gone and the queue is drained.
     pub async fn run(mut self) {
-        while let Some(pending) = self.rx.recv().await {
-            self.handle(pending);
+        let mut sample = tokio::time::interval(SAMPLE_EVERY);
+        sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut last_refresh = Instant::now();
+        loop {
+            tokio::select! {
+                pending = self.rx.recv() => match pending {
+                    Some(pending) => self.handle(pending),
+                    None => break,
+                },
+                _ = sample.tick() => {
+                    let now = Instant::now();
+                    let in_flight = u64::try_from(self.metrics.in_flight.get()).unwrap_or(0);
+                    self.follow_config();
+                    let mut engine = self.live.lock();
+                    engine.sample_in_flight(now, in_flight);
+                    if now.duration_since(last_refresh) >= REFRESH_EVERY {
+                        last_refresh = now;
+                        engine.advance(now);
+                        refresh_gauges(&engine, &self.config.load(), &self.metrics, now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rebuilds the engine's configuration after a reload (keeping its data when the
+    /// windows still mean the same thing).
+    fn follow_config(&mut self) {
+        let current = self.config.load_full();
+        if !Arc::ptr_eq(&current, &self.engine_built_from) {
+            let kept = self.live.lock().reconfigure(engine_config(&current));
+            tracing::info!(kept_windows = kept, "SLO view reconfigured");
+            self.engine_built_from = current;
         }
     }
 
@@ -98,7 +150,7 @@ impl Aggregator {
         }
         if !gaps.is_empty() {
             let itl = m.itl.get_or_create(&key);
-            for gap in gaps {
+            for &gap in &gaps {
                 itl.observe(f64::from(gap) / 1e6);
             }
         }
@@ -116,6 +168,25 @@ impl Aggregator {
                 m.token_usage.get_or_create(&labels).observe(n as f64);
             }
         }
+        self.live.lock().observe(&Observation {
+            started: record.finished_at.map_or_else(Instant::now, |end| {
+                end.checked_sub(Duration::from_secs_f64(record.e2e_ms / 1000.0))
+                    .unwrap_or(end)
+            }),
+            finished: record.finished_at.unwrap_or_else(Instant::now),
+            class: &class,
+            model: &model,
+            outcome: record.outcome,
+            slo_met: record.slo_met,
+            ttft_ms: record.ttft_ms,
+            tpot_ms: record.tpot_ms,
+            e2e_ms: record.e2e_ms,
+            itl_us: &gaps,
+            input_tokens: record.input_tokens,
+            output_tokens: record.output_tokens,
+            concurrency_at_start: record.arrival.concurrency,
+            long_in_flight_at_start: record.arrival.long_in_flight,
+        });
         if config.log.access_log {
             access_log(&record);
         }

@@ -1,11 +1,15 @@
 //! The aggregator side of the measurement path: it receives what the data path saw,
 //! builds each [`crate::measure::RequestRecord`], and is the one end-of-request place that
-//! updates the metrics, writes the access log and keeps the recent-requests ring.
+//! updates the metrics, writes the access log and keeps the recent-requests ring; and the
+//! [`engine`] of sliding windows behind the SLO, goodput, cost and capacity views.
 
 mod aggregator;
+pub mod engine;
 mod labels;
+mod live;
 mod recent;
 
 pub use aggregator::Aggregator;
+pub use live::{Live, engine_config};
 pub use labels::ModelLabels;
 pub use recent::Recent;

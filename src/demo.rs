@@ -19,7 +19,14 @@ use crate::{
     measure::{Outcome, RequestRecord},
     run,
     sim::{Sim, SimConfig},
+    stats::engine::Summary,
 };
+
+/// The demo's configuration (SLO classes and cost); also checked in CI as a config file.
+const DEMO_CONFIG: &str = include_str!("../config/demo.toml");
+
+/// The window the live line reports.
+const SUMMARY_WINDOW: Duration = Duration::from_secs(60);
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct DemoArgs {
@@ -30,7 +37,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "127.0.0.1:9464")]
     pub admin: SocketAddr,
     /// Concurrent synthetic clients.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub clients: usize,
     /// Seconds between summary lines.
     #[arg(long, default_value_t = 5)]
@@ -93,8 +100,7 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         upstream: Some(format!("http://{sim_addr}")),
         admin: Some(admin_listener.local_addr()?.to_string()),
     };
-    let mut cfg = config::load(None, &overrides)?;
-    cfg.log.access_log = false;
+    let cfg = config::load_str(DEMO_CONFIG, "config/demo.toml", &overrides)?;
     let running = run::start_on(cfg, proxy_listener, admin_listener)?;
     let proxy = running.proxy_addr;
     println!("goodput demo");
@@ -130,7 +136,11 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = ticker.tick() => {
                 let now = std::time::Instant::now();
-                println!("{}", summary_line(&running.recent.since(since), now - since));
+                let summary = running.live.lock().summary(SUMMARY_WINDOW, now);
+                match summary {
+                    Some(s) => println!("{}", summary_line(&s)),
+                    None => println!("{}", recent_line(&running.recent.since(since), now - since)),
+                }
                 since = now;
             }
             () = &mut deadline => break,
@@ -182,8 +192,40 @@ fn percentile(values: &mut [f64], q: f64) -> Option<f64> {
     Some(values[idx])
 }
 
+/// `1m: 412 req | SLO 97.1% | goodput 1020 of 1100 tok/s | TTFT p50 152 p95 260 ms |
+/// TPOT p50 20.1 ms | $3.20/M eff. tok | stable conc 8`.
+pub fn summary_line(s: &Summary) -> String {
+    let o = &s.overall;
+    let pct = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0));
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+    let cost = o
+        .cost_per_million_effective_tokens
+        .map_or_else(String::new, |c| {
+            let currency = o.cost.as_ref().map_or("", |c| c.currency.as_str());
+            format!(" | {c:.2} {currency}/M eff. tok")
+        });
+    format!(
+        "{}: {} req | SLO {} | goodput {:.0} of {:.0} tok/s | TTFT p50 {} p95 {} ms | TPOT p50 {} ms{} | stable conc {}",
+        s.window,
+        o.group.rates.requests,
+        pct(o.group.rates.attainment),
+        o.group.rates.effective_goodput_tokens_per_s,
+        o.group.rates.raw_output_tokens_per_s,
+        ms(o.group.ttft_ms.p50),
+        ms(o.group.ttft_ms.p95),
+        o.group
+            .tpot_ms
+            .p50
+            .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}")),
+        cost,
+        o.group
+            .max_stable_concurrency
+            .map_or_else(|| "-".to_owned(), |v| v.to_string()),
+    )
+}
+
 /// `reqs 40 (8.0/s) ok 97% | ttft p50 152 ms p95 260 ms | tpot p50 20.1 ms | 1020 tok/s`.
-pub fn summary_line(records: &[std::sync::Arc<RequestRecord>], window: Duration) -> String {
+pub fn recent_line(records: &[std::sync::Arc<RequestRecord>], window: Duration) -> String {
     let secs = window.as_secs_f64().max(1e-9);
     let n = records.len();
     let ok = records.iter().filter(|r| r.outcome == Outcome::Ok).count();

@@ -13,7 +13,7 @@ use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
 use http::uri::{Authority, Scheme};
 
 pub use slo::{Cost, Slo, SloClass};
-pub use validate::{load, load_with_salt};
+pub use validate::{load, load_str, load_with_salt};
 
 /// Values given on the command line; each replaces the file's value.
 #[derive(Debug, Default, Clone)]

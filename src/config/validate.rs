@@ -29,6 +29,17 @@ pub fn load_with_salt(
     validate(file, overrides, salt)
 }
 
+/// Validates configuration text (e.g. an embedded default); `origin` names it in errors.
+pub fn load_str(text: &str, origin: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let file: FileConfig = toml::from_str(text).map_err(|source| {
+        ConfigError(vec![Problem::Parse {
+            path: origin.to_owned(),
+            source: Box::new(source),
+        }])
+    })?;
+    validate(file, overrides, &random_salt())
+}
+
 fn random_salt() -> String {
     let bytes: [u8; 16] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -50,6 +50,8 @@ pub struct Running {
     pub recent: Arc<Recent>,
     /// Present when the configuration came from a file.
     pub reloader: Option<Arc<Reloader>>,
+    /// The windowed SLO, goodput, cost and capacity view.
+    pub live: Live,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -151,7 +153,7 @@ fn start_on_from(
         registry: Arc::new(registry),
         recent: recent.clone(),
         ready: ready.clone(),
-        live: slo_view,
+        live: slo_view.clone(),
     };
     let (stop, stopped) = watch::channel(false);
 
@@ -196,6 +198,7 @@ fn start_on_from(
         admin_addr,
         recent,
         reloader,
+        live: slo_view,
         stop,
         task,
     })

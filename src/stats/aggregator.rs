@@ -63,6 +63,8 @@ impl Aggregator {
         let mut sample = tokio::time::interval(SAMPLE_EVERY);
         sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut last_refresh = Instant::now();
+        // Targets and cost are known before any traffic: expose them at once.
+        refresh_gauges(&self.live.lock(), &self.config.load(), &self.metrics, last_refresh);
         loop {
             tokio::select! {
                 pending = self.rx.recv() => match pending {
@@ -90,7 +92,9 @@ impl Aggregator {
     fn follow_config(&mut self) {
         let current = self.config.load_full();
         if !Arc::ptr_eq(&current, &self.engine_built_from) {
-            let kept = self.live.lock().reconfigure(engine_config(&current));
+            let mut engine = self.live.lock();
+            let kept = engine.reconfigure(engine_config(&current));
+            refresh_gauges(&engine, &current, &self.metrics, Instant::now());
             tracing::info!(kept_windows = kept, "SLO view reconfigured");
             self.engine_built_from = current;
         }

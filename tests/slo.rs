@@ -1,7 +1,10 @@
 //! SLO classes, verdicts, windows, goodput, cost and capacity through the real proxy with
 //! the simulator at controlled latency: the numbers must equal hand-computed values, and
 //! the capacity view must find the knee the simulator was configured to have.
-#![expect(clippy::unwrap_used, reason = "test helpers: a failed set-up must stop the test")]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed set-up must stop the test"
+)]
 
 mod common;
 
@@ -47,7 +50,9 @@ async fn send(proxy: &Running, model: &str, tokens: u32, headers: &[(&str, &str)
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let req = req.body(Full::new(Bytes::from(body(model, tokens)))).unwrap();
+    let req = req
+        .body(Full::new(Bytes::from(body(model, tokens))))
+        .unwrap();
     let resp = client().request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
@@ -55,13 +60,22 @@ async fn send(proxy: &Running, model: &str, tokens: u32, headers: &[(&str, &str)
 }
 
 async fn summary(proxy: &Running, window: &str) -> Value {
-    let (status, text) = admin_get(proxy.admin_addr, &format!("/api/v1/summary?window={window}")).await;
+    let (status, text) = admin_get(
+        proxy.admin_addr,
+        &format!("/api/v1/summary?window={window}"),
+    )
+    .await;
     assert_eq!(status, 200, "{text}");
     serde_json::from_str(&text).unwrap()
 }
 
 fn class<'a>(s: &'a Value, name: &str) -> &'a Value {
-    s["classes"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap()
+    s["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()
 }
 
 const CLASSES: &str = r#"
@@ -94,23 +108,41 @@ async fn attainment_goodput_and_cost_equal_hand_computed_values() {
     let recs = wait_records(proxy.admin_addr, 9, T).await;
     assert_eq!(recs.len(), 9);
     let slow = recs.iter().find(|r| r["model"] == "slow-model").unwrap();
-    assert_eq!((slow["slo_class"].as_str(), slow["slo_met"].as_bool()), (Some("slow"), Some(false)));
+    assert_eq!(
+        (slow["slo_class"].as_str(), slow["slo_met"].as_bool()),
+        (Some("slow"), Some(false))
+    );
     assert_eq!(slow["slo_miss_reason"], "ttft");
     let fast = recs.iter().find(|r| r["model"] == "fast-model").unwrap();
-    assert_eq!((fast["slo_class"].as_str(), fast["slo_met"].as_bool()), (Some("fast"), Some(true)));
+    assert_eq!(
+        (fast["slo_class"].as_str(), fast["slo_met"].as_bool()),
+        (Some("fast"), Some(true))
+    );
     assert!(fast["slo_miss_reason"].is_null());
 
     let s = summary(&proxy, "1m").await;
     assert_eq!(s["window"], "1m");
     let (f, sl, d) = (class(&s, "fast"), class(&s, "slow"), class(&s, "default"));
-    assert_eq!((f["requests"].as_u64(), f["slo_met"].as_u64()), (Some(4), Some(4)));
+    assert_eq!(
+        (f["requests"].as_u64(), f["slo_met"].as_u64()),
+        (Some(4), Some(4))
+    );
     assert_eq!(f["attainment"], 1.0);
-    assert_eq!((sl["requests"].as_u64(), sl["slo_met"].as_u64()), (Some(4), Some(0)));
+    assert_eq!(
+        (sl["requests"].as_u64(), sl["slo_met"].as_u64()),
+        (Some(4), Some(0))
+    );
     assert_eq!(sl["attainment"], 0.0);
     assert_eq!(d["attainment"], 1.0);
     let o = &s["overall"];
-    assert_eq!((o["requests"].as_u64(), o["slo_met"].as_u64()), (Some(9), Some(5)));
-    assert!((o["attainment"].as_f64().unwrap() - 5.0 / 9.0).abs() < 1e-9, "{o}");
+    assert_eq!(
+        (o["requests"].as_u64(), o["slo_met"].as_u64()),
+        (Some(9), Some(5))
+    );
+    assert!(
+        (o["attainment"].as_f64().unwrap() - 5.0 / 9.0).abs() < 1e-9,
+        "{o}"
+    );
 
     // 45 effective tokens (4 × 10 fast + 5 default), 85 raw, over the reported span.
     let span = s["window_seconds"].as_f64().unwrap();
@@ -124,7 +156,10 @@ async fn attainment_goodput_and_cost_equal_hand_computed_values() {
     assert_eq!(cost["currency"], "EUR");
     assert!((cost["per_hour"].as_f64().unwrap() - 3600.0).abs() < 1e-9);
     let per_m = o["cost_per_million_effective_tokens"].as_f64().unwrap();
-    assert!((per_m - span / 45.0 * 1e6).abs() / per_m < 1e-9, "{per_m} vs span {span}");
+    assert!(
+        (per_m - span / 45.0 * 1e6).abs() / per_m < 1e-9,
+        "{per_m} vs span {span}"
+    );
     let wasted = cost["wasted_share"].as_f64().unwrap();
     assert!((wasted - 40.0 / 85.0).abs() < 1e-9, "{wasted}");
     for key in ["p50", "p90", "p95", "p99", "max"] {
@@ -136,33 +171,57 @@ async fn attainment_goodput_and_cost_equal_hand_computed_values() {
     // The same numbers reach Prometheus, with bounded labels.
     let text = metrics(proxy.admin_addr).await;
     let v = |series: &str| metric_value(&text, series);
-    assert_eq!(v(r#"goodput_output_tokens_total{class="fast",slo="met"}"#), Some(40.0), "{text}");
-    assert_eq!(v(r#"goodput_output_tokens_total{class="slow",slo="missed"}"#), Some(40.0));
     assert_eq!(
-        v(r#"goodput_requests_total{model="slow-model",api="chat_completions",outcome="ok",class="slow",slo="missed"}"#),
+        v(r#"goodput_output_tokens_total{class="fast",slo="met"}"#),
+        Some(40.0),
+        "{text}"
+    );
+    assert_eq!(
+        v(r#"goodput_output_tokens_total{class="slow",slo="missed"}"#),
+        Some(40.0)
+    );
+    assert_eq!(
+        v(
+            r#"goodput_requests_total{model="slow-model",api="chat_completions",outcome="ok",class="slow",slo="missed"}"#
+        ),
         Some(4.0)
     );
-    assert_eq!(v(r#"goodput_slo_attainment_target_ratio{class="slow"}"#), Some(0.9));
+    assert_eq!(
+        v(r#"goodput_slo_attainment_target_ratio{class="slow"}"#),
+        Some(0.9)
+    );
     assert_eq!(v(r#"goodput_cost_per_hour{currency="EUR"}"#), Some(3600.0));
     // Windowed gauges are refreshed every second.
     let deadline = tokio::time::Instant::now() + T;
     loop {
         let text = metrics(proxy.admin_addr).await;
-        let fast = metric_value(&text, r#"goodput_slo_attainment_ratio{class="fast",window="1m"}"#);
-        let slow = metric_value(&text, r#"goodput_slo_attainment_ratio{class="slow",window="5m"}"#);
+        let fast = metric_value(
+            &text,
+            r#"goodput_slo_attainment_ratio{class="fast",window="1m"}"#,
+        );
+        let slow = metric_value(
+            &text,
+            r#"goodput_slo_attainment_ratio{class="slow",window="5m"}"#,
+        );
         let cost = metric_value(
             &text,
             r#"goodput_cost_per_million_effective_tokens{window="1m",currency="EUR"}"#,
         );
         if fast == Some(1.0) && slow == Some(0.0) && cost.is_some() {
             assert!(
-                metric_value(&text, r#"goodput_effective_output_tokens_per_second{class="fast",window="1m"}"#)
-                    .unwrap()
+                metric_value(
+                    &text,
+                    r#"goodput_effective_output_tokens_per_second{class="fast",window="1m"}"#
+                )
+                .unwrap()
                     > 0.0
             );
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "gauges never refreshed:\n{text}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gauges never refreshed:\n{text}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (status, _) = admin_get(proxy.admin_addr, "/api/v1/summary?window=7m").await;
@@ -184,16 +243,34 @@ ttft_ms = 1000
 "#;
     let proxy = proxy_with(&upstream, toml).await;
     send(&proxy, "m", 3, &[("x-tenant", "acme")]).await;
-    send(&proxy, "m", 3, &[("x-tenant", "acme"), ("x-slo-ttft-ms", "5")]).await;
+    send(
+        &proxy,
+        "m",
+        3,
+        &[("x-tenant", "acme"), ("x-slo-ttft-ms", "5")],
+    )
+    .await;
     send(&proxy, "m", 3, &[("x-tenant", "other")]).await;
     let recs = wait_records(proxy.admin_addr, 3, T).await;
-    let got: Vec<(&str, Option<bool>)> =
-        recs.iter().map(|r| (r["slo_class"].as_str().unwrap(), r["slo_met"].as_bool())).collect();
-    assert_eq!(got, [("tenant-a", Some(true)), ("tenant-a", Some(false)), ("default", Some(true))]);
+    let got: Vec<(&str, Option<bool>)> = recs
+        .iter()
+        .map(|r| (r["slo_class"].as_str().unwrap(), r["slo_met"].as_bool()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("tenant-a", Some(true)),
+            ("tenant-a", Some(false)),
+            ("default", Some(true))
+        ]
+    );
     assert_eq!(recs[1]["slo_miss_reason"], "ttft");
     // The tenant value itself is never exposed: only its class.
     let text = metrics(proxy.admin_addr).await;
-    assert!(text.contains("class=\"tenant-a\"") && !text.contains("acme"), "{text}");
+    assert!(
+        text.contains("class=\"tenant-a\"") && !text.contains("acme"),
+        "{text}"
+    );
     let api = admin_get(proxy.admin_addr, "/api/v1/requests").await.1;
     assert!(!api.contains("acme") && !api.contains("other\""), "{api}");
     proxy.shutdown().await;
@@ -236,7 +313,10 @@ attainment = 0.9
     assert_eq!(status, 200, "{text}");
     let c: Value = serde_json::from_str(&text).unwrap();
     let stable = c["max_stable_concurrency"].as_u64();
-    assert!(matches!(stable, Some(2..=3)), "max stable {stable:?} in {c}");
+    assert!(
+        matches!(stable, Some(2..=3)),
+        "max stable {stable:?} in {c}"
+    );
     let levels = c["levels"].as_array().unwrap();
     let level = |n: u64| levels.iter().find(|l| l["concurrency"] == n).unwrap();
     assert_eq!(level(1)["stable"], true);

@@ -64,7 +64,12 @@ impl Aggregator {
         sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut last_refresh = Instant::now();
         // Targets and cost are known before any traffic: expose them at once.
-        refresh_gauges(&self.live.lock(), &self.config.load(), &self.metrics, last_refresh);
+        refresh_gauges(
+            &self.live.lock(),
+            &self.config.load(),
+            &self.metrics,
+            last_refresh,
+        );
         loop {
             tokio::select! {
                 pending = self.rx.recv() => match pending {

@@ -10,6 +10,6 @@ mod live;
 mod recent;
 
 pub use aggregator::Aggregator;
-pub use live::{Live, engine_config};
 pub use labels::ModelLabels;
+pub use live::{Live, engine_config};
 pub use recent::Recent;

@@ -8,6 +8,9 @@
 //! - [`proxy`]: the data path: listener, TLS, HTTP/1.1 + HTTP/2, forwarding, tunnels.
 //! - [`decode`]: SSE framing and per-dialect token events; request/body inspection.
 //! - [`measure`]: the tower layer and body wrappers that time each request into a record.
+//! - [`tokenize`]: token counts where the upstream reports no usage, on a worker pool.
+//! - [`profile`]: anonymized traffic profiles: recording, drift detection, exports.
+//! - [`replay`]: `goodput replay`: a profile against a candidate system, acceptance report.
 //! - [`stats`]: the aggregator that finishes records, updates metrics, keeps recent ones.
 //! - [`admin`]: `/metrics`, the JSON API, health and readiness, on their own address.
 //! - [`sim`]: an OpenAI-compatible upstream simulator for the demo, tests and benchmarks.
@@ -22,11 +25,14 @@ pub mod config;
 pub mod decode;
 pub mod demo;
 pub mod measure;
+pub mod profile;
 pub mod proxy;
+pub mod replay;
 pub mod run;
 pub mod sim;
 pub mod stats;
 pub mod telemetry;
+pub mod tokenize;
 
 /// The boxed error type bodies carry across the data path.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

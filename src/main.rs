@@ -33,6 +33,10 @@ enum Command {
     Sim(sim::SimArgs),
     /// Simulator + proxy + a light synthetic load, with a live summary line.
     Demo(demo::DemoArgs),
+    /// Anonymized traffic profiles: summarize, diff, export, merge, sample.
+    Profile(goodput::profile::cli::ProfileArgs),
+    /// Replay a profile against a candidate system and write the acceptance report.
+    Replay(Box<goodput::replay::ReplayArgs>),
 }
 
 #[derive(Args)]
@@ -139,6 +143,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::CheckConfig { file } => check_config(&file),
+        Command::Profile(args) => goodput::profile::cli::run(args),
+        Command::Replay(args) => goodput::replay::run(*args),
         Command::Sim(args) => {
             telemetry::init(LogFormat::Text, "info");
             match runtime() {

@@ -472,7 +472,10 @@ async fn keep_alive_comments_and_empty_deltas_are_not_tokens() {
         Step::Write(Bytes::from_static(LAST_CHUNK)),
     ]);
     let fake = FakeUpstream::start(script).await;
-    let proxy = start_proxy(&fake.url()).await;
+    // The events fallback is the subject: no estimate from the embedded tokenizer.
+    let mut cfg = test_config(&fake.url());
+    cfg.tokenizer.estimate = false;
+    let proxy = start_proxy_with(cfg).await;
     let resp = send_json(
         &url(&proxy, "/v1/chat/completions"),
         "keepalive",
@@ -585,7 +588,10 @@ async fn tpot_with_multi_token_events_and_usage_matches_sim_truth() {
 #[tokio::test]
 async fn without_usage_output_tokens_are_counted_from_events() {
     let (sim, upstream) = start_sim(fast_sim(5.0, 2.0)).await;
-    let proxy = start_proxy(&upstream).await;
+    // The events fallback is the subject: no estimate from the embedded tokenizer.
+    let mut cfg = test_config(&upstream);
+    cfg.tokenizer.estimate = false;
+    let proxy = start_proxy_with(cfg).await;
     let chat = url(&proxy, "/v1/chat/completions");
     let (status, _, body) =
         collect(send_json(&chat, "events", chat_body(true, 6, false)).await).await;
@@ -616,7 +622,10 @@ async fn without_usage_multi_token_events_count_events_not_tokens() {
     let mut cfg = fast_sim(5.0, 2.0);
     cfg.tokens_per_event = 3;
     let (sim, upstream) = start_sim(cfg).await;
-    let proxy = start_proxy(&upstream).await;
+    // The events fallback is the subject: no estimate from the embedded tokenizer.
+    let mut cfg = test_config(&upstream);
+    cfg.tokenizer.estimate = false;
+    let proxy = start_proxy_with(cfg).await;
     let chat = url(&proxy, "/v1/chat/completions");
     let (status, _, _) =
         collect(send_json(&chat, "events3", chat_body(true, 7, false)).await).await;

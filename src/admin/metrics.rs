@@ -33,6 +33,11 @@ pub mod names {
     pub const COST_PER_HOUR: &str = "goodput_cost_per_hour";
     pub const RELOAD_FAILURES: &str = "goodput_config_reload_failures";
     pub const RELOADS: &str = "goodput_config_reloads";
+    pub const TOKENIZER_FALLBACK: &str = "goodput_tokenizer_fallback";
+    pub const PROFILE_RECORDS: &str = "goodput_profile_records";
+    pub const PROFILE_DROPPED: &str = "goodput_profile_records_dropped";
+    pub const REACCEPTANCE: &str = "goodput_reacceptance_required";
+    pub const PROFILE_DRIFT: &str = "goodput_profile_drift";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -123,6 +128,31 @@ pub struct CurrencyLabel {
     pub currency: String,
 }
 
+/// Why a token count fell back: `queue_full`, `tokenize_error`, `text_limit`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+/// Why a profile record was dropped: `queue_full`, `disk`, `closed`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropReasonLabel {
+    pub reason: &'static str,
+}
+
+/// A drift dimension (`input_length`, `output_length`, `arrival_rate`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DimensionLabel {
+    pub dimension: &'static str,
+}
+
+/// A drift dimension and the statistic measuring it (`psi`, `ks`, `tvd`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriftLabels {
+    pub dimension: &'static str,
+    pub statistic: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The handles the proxy and the aggregator update.
@@ -148,6 +178,11 @@ pub struct Metrics {
     pub cost_per_hour: Family<CurrencyLabel, Gauge<f64, AtomicU64>>,
     pub reload_failures: Counter,
     pub reloads: Counter,
+    pub tokenizer_fallback: Family<ReasonLabel, Counter>,
+    pub profile_records: Counter,
+    pub profile_dropped: Family<DropReasonLabel, Counter>,
+    pub reacceptance: Family<DimensionLabel, Gauge>,
+    pub profile_drift: Family<DriftLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -174,6 +209,11 @@ impl Metrics {
             cost_per_hour: Family::default(),
             reload_failures: Counter::default(),
             reloads: Counter::default(),
+            tokenizer_fallback: Family::default(),
+            profile_records: Counter::default(),
+            profile_dropped: Family::default(),
+            reacceptance: Family::default(),
+            profile_drift: Family::default(),
         };
         registry.register_with_unit(
             names::TTFT,
@@ -277,6 +317,31 @@ impl Metrics {
             m.reload_failures.clone(),
         );
         registry.register(names::RELOADS, "Config reloads applied", m.reloads.clone());
+        registry.register(
+            names::TOKENIZER_FALLBACK,
+            "Token counts that fell back from the configured tokenizer (queue full, error, text limit)",
+            m.tokenizer_fallback.clone(),
+        );
+        registry.register(
+            names::PROFILE_RECORDS,
+            "Requests written to profile files",
+            m.profile_records.clone(),
+        );
+        registry.register(
+            names::PROFILE_DROPPED,
+            "Requests not written to profile files (queue full, disk error, recorder closed); traffic is unaffected",
+            m.profile_dropped.clone(),
+        );
+        registry.register(
+            names::REACCEPTANCE,
+            "1 while live traffic has drifted from the accepted baseline profile on this dimension",
+            m.reacceptance.clone(),
+        );
+        registry.register(
+            names::PROFILE_DRIFT,
+            "Drift statistic of the live window against the baseline profile",
+            m.profile_drift.clone(),
+        );
         m
     }
 }

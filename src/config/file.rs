@@ -24,6 +24,14 @@ pub struct FileConfig {
     #[serde(default)]
     pub slo: super::slo_file::SloSection,
     pub cost: Option<super::slo_file::CostSection>,
+    #[serde(default)]
+    pub tokenizer: super::counting::TokenizerSection,
+    #[serde(default)]
+    pub usage_injection: super::counting::UsageInjectionSection,
+    #[serde(default)]
+    pub profile: super::profile_file::ProfileSection,
+    #[serde(default)]
+    pub drift: super::profile_file::DriftSection,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,7 +2,9 @@
 //! into a runtime [`Config`] snapshot. Validation collects every problem at once so an
 //! operator fixes the file in one pass; it never panics.
 
+pub mod counting;
 pub mod file;
+pub mod profile_file;
 pub mod slo;
 pub mod slo_file;
 mod tls;
@@ -12,6 +14,8 @@ use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use http::uri::{Authority, Scheme};
 
+pub use counting::{Counting, UsageInjection};
+pub use profile_file::{DriftConfig, ProfileConfig};
 pub use slo::{Cost, Slo, SloClass};
 pub use validate::{load, load_str, load_with_salt};
 
@@ -33,6 +37,13 @@ pub struct Config {
     pub log: Log,
     pub slo: Slo,
     pub cost: Option<Cost>,
+    /// Token counting when the upstream reports no usage (`[tokenizer]`).
+    pub tokenizer: Counting,
+    pub usage_injection: UsageInjection,
+    /// Anonymized traffic recording (`[profile]`); `dir: None` means off.
+    pub profile: ProfileConfig,
+    /// Live drift detection (`[drift]`); `None` when no baseline is configured.
+    pub drift: Option<DriftConfig>,
 }
 
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@ use std::{net::SocketAddr, path::Path, sync::Arc};
 use http::{Uri, uri::Scheme};
 
 use super::{
-    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, Upstream,
-    file::FileConfig, slo, tls,
+    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, Upstream, counting,
+    file::FileConfig, profile_file, slo, tls,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -84,6 +84,10 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
         .cost
         .as_ref()
         .map(|c| slo::validate_cost(c, &mut problems));
+    let tokenizer = counting::validate_tokenizer(&file.tokenizer, &mut problems);
+    let usage_injection = counting::validate_injection(&file.usage_injection, &mut problems);
+    let profile = profile_file::validate_profile(&file.profile, &mut problems);
+    let drift = profile_file::validate_drift(&file.drift, &mut problems);
     let listen_raw = overrides.listen.as_deref().unwrap_or(&file.server.listen);
     let listen = socket_addr("server.listen", listen_raw, &mut problems);
     let admin_raw = overrides.admin.as_deref().unwrap_or(&file.admin.listen);
@@ -192,6 +196,10 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                 },
                 slo,
                 cost,
+                tokenizer,
+                usage_injection,
+                profile,
+                drift,
             })
         }
         _ => Err(ConfigError(problems)),

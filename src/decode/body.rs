@@ -4,6 +4,7 @@
 //! picks the dialect's body reader from the [`Api`] and reports the same things a stream's
 //! events would (usage, finish reason, whether anything was generated, error).
 
+use crate::decode::text::{self, TextBuf, paths};
 use crate::decode::{Api, FinishReason, Usage};
 use crate::decode::{anthropic, llamacpp, ollama, openai, responses, tgi};
 
@@ -31,6 +32,23 @@ pub fn parse_response_body(api: Api, body: &[u8]) -> Option<BodyInfo> {
         Api::OllamaChat | Api::OllamaGenerate => ollama::parse_body(body),
         Api::Unknown => None,
     }
+}
+
+/// The generated text of a non-streaming body (up to `limit` bytes), for counting its
+/// tokens when the body reports no usage; `None` when the API has no dialect here.
+pub fn response_body_text(api: Api, body: &[u8], limit: usize) -> Option<TextBuf> {
+    let paths = match api {
+        Api::ChatCompletions | Api::Completions => paths::OPENAI_BODY,
+        Api::Responses => paths::RESPONSES_BODY,
+        Api::Messages => paths::ANTHROPIC_BODY,
+        Api::TgiGenerate { .. } => paths::TGI_BODY,
+        Api::LlamaCppCompletion => paths::LLAMACPP_BODY,
+        Api::OllamaChat | Api::OllamaGenerate => paths::OLLAMA,
+        Api::Unknown => return None,
+    };
+    let mut buf = TextBuf::new(limit);
+    text::collect(body.trim_ascii(), paths, &mut buf);
+    Some(buf)
 }
 
 #[cfg(test)]

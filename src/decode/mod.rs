@@ -12,6 +12,9 @@
 //! `anthropic` (Messages), `tgi` (`generate_stream`), `llamacpp` (native `/completion`),
 //! `ollama` (`/api/chat`, `/api/generate`); `wire` holds their shared borrowed-JSON pieces.
 //!
+//! [`text`] gathers the generated text (content, reasoning, tool calls) of a response whose
+//! tokens must be counted because the upstream reports no usage.
+//!
 //! The dialect is never assumed: [`Api::from_path`] and [`StreamKind::from_content_type`]
 //! pick it, and anything this module cannot decode is a flag ([`StreamDecoder::is_broken`]),
 //! never an error that could stop bytes.
@@ -26,6 +29,7 @@ mod request;
 mod responses;
 pub mod sse;
 mod stream;
+pub mod text;
 mod tgi;
 mod wire;
 
@@ -36,11 +40,12 @@ mod robustness_tests;
 #[cfg(test)]
 mod tests;
 
-pub use body::{BodyInfo, parse_response_body};
+pub use body::{BodyInfo, parse_response_body, response_body_text};
 pub use ndjson::NdjsonFramer;
 pub use request::{RequestInfo, inspect_request};
 pub use sse::{SseEvent, SseFramer};
 pub use stream::StreamDecoder;
+pub use text::TextBuf;
 
 /// Which inference API a request targets, decided from its path alone.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

@@ -6,7 +6,9 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
 use crate::decode::fixture_tests::streams;
-use crate::decode::{Api, StreamDecoder, StreamKind, inspect_request, parse_response_body};
+use crate::decode::{
+    Api, StreamDecoder, StreamKind, inspect_request, parse_response_body, response_body_text,
+};
 
 /// Every decoder pair, for the no-panic properties.
 const PAIRS: [(Api, StreamKind); 8] = [
@@ -53,12 +55,15 @@ proptest! {
         bytes.extend_from_slice(&donor[splice.index(donor.len() + 1)..]);
         for (api, kind) in PAIRS {
             let mut decoder = StreamDecoder::new(api, kind).expect("a decoder");
+            decoder.collect_text(256);
             for piece in bytes.chunks(chunk) {
                 decoder.feed(piece, |e| assert!(e.content || !e.answer));
             }
             decoder.finish(|_| {});
             let _ = decoder.is_broken();
+            let _ = decoder.take_text();
             let _ = parse_response_body(api, &bytes);
+            let _ = response_body_text(api, &bytes, 256);
             let _ = inspect_request(api, &bytes);
         }
     }
@@ -67,9 +72,11 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         for (api, kind) in PAIRS {
             let mut decoder = StreamDecoder::new(api, kind).expect("a decoder");
+            decoder.collect_text(256);
             decoder.feed(&bytes, |_| {});
             decoder.finish(|_| {});
             let _ = parse_response_body(api, &bytes);
+            let _ = response_body_text(api, &bytes, 256);
             let _ = inspect_request(api, &bytes);
         }
     }

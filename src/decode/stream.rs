@@ -3,10 +3,14 @@
 //!
 //! It never fails: whatever cannot be decoded only sets [`StreamDecoder::is_broken`], so the
 //! record can say `decode: unknown` while the bytes flow on untouched.
+//!
+//! On request ([`StreamDecoder::collect_text`]) it also keeps the generated text for token
+//! counting, and drops it as soon as the stream reports its output token count.
 
 use crate::decode::ndjson::NdjsonFramer;
 use crate::decode::openai::classify_chunk;
 use crate::decode::sse::{SseEvent, SseFramer};
+use crate::decode::text::{self, Path, TextBuf, paths};
 use crate::decode::{Api, EventInfo, StreamKind};
 use crate::decode::{anthropic, llamacpp, ollama, responses, tgi};
 
@@ -15,6 +19,8 @@ use crate::decode::{anthropic, llamacpp, ollama, responses, tgi};
 pub struct StreamDecoder {
     framing: Framing,
     broken: bool,
+    /// The generated text, while it is being collected (see [`StreamDecoder::collect_text`]).
+    text: Option<TextBuf>,
 }
 
 #[derive(Debug)]
@@ -52,7 +58,21 @@ impl StreamDecoder {
         Some(StreamDecoder {
             framing,
             broken: false,
+            text: None,
         })
+    }
+
+    /// Starts keeping the generated text (up to `limit` bytes) so its tokens can be counted
+    /// if the stream reports no usage. This costs a second, allocation-free walk of each
+    /// content-bearing event plus the copy of its text; it stops, and the text is dropped,
+    /// as soon as an event carries the output token count.
+    pub fn collect_text(&mut self, limit: usize) {
+        self.text = Some(TextBuf::new(limit));
+    }
+
+    /// The text collected so far, if collection was on and no usage has arrived.
+    pub fn take_text(&mut self) -> Option<TextBuf> {
+        self.text.take()
     }
 
     /// Feeds the next chunk of the body; `on_event` is called once per event that this chunk
@@ -62,17 +82,25 @@ impl StreamDecoder {
     /// sees each event's arrival; events that carry nothing (`ping`, `event: ping`) and
     /// undecodable ones report as empty.
     pub fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(EventInfo)) {
-        let Self { framing, broken } = self;
+        let Self {
+            framing,
+            broken,
+            text,
+        } = self;
         match framing {
             Framing::Sse(framer, dialect) => {
                 let dialect = *dialect;
                 framer.push(chunk, |event| {
-                    on_event(or_broken(classify(dialect, event), broken))
+                    let info = or_broken(classify(dialect, event), broken);
+                    keep_text(text, &info, event.data, dialect.text_paths());
+                    on_event(info)
                 });
             }
             Framing::Ndjson(framer) => {
                 framer.push(chunk, |line| {
-                    on_event(or_broken(ollama::classify_line(line), broken))
+                    let info = or_broken(ollama::classify_line(line), broken);
+                    keep_text(text, &info, line, paths::OLLAMA);
+                    on_event(info)
                 });
             }
         }
@@ -83,12 +111,14 @@ impl StreamDecoder {
     /// is reported; if it does not parse, the stream was cut mid-line, which the missing
     /// terminal event already says, so the decoder is not marked broken for it.
     pub fn finish(&mut self, mut on_event: impl FnMut(EventInfo)) {
+        let text = &mut self.text;
         match &mut self.framing {
             Framing::Sse(framer, _) => {
                 framer.finish();
             }
             Framing::Ndjson(framer) => framer.finish(|line| {
                 if let Ok(info) = ollama::classify_line(line) {
+                    keep_text(text, &info, line, paths::OLLAMA);
                     on_event(info);
                 }
             }),
@@ -102,6 +132,30 @@ impl StreamDecoder {
             Framing::Ndjson(framer) => framer.overflowed(),
         };
         self.broken || overflowed
+    }
+}
+
+impl SseDialect {
+    fn text_paths(self) -> &'static [Path] {
+        match self {
+            SseDialect::OpenAi => paths::OPENAI_EVENT,
+            SseDialect::Responses => paths::RESPONSES_EVENT,
+            SseDialect::Anthropic => paths::ANTHROPIC_EVENT,
+            SseDialect::Tgi => paths::TGI_EVENT,
+            SseDialect::LlamaCpp => paths::LLAMACPP,
+        }
+    }
+}
+
+/// Adds a content-bearing event's text while collecting; stops collecting for good once
+/// the stream has reported its output token count, which makes the text unnecessary.
+fn keep_text(text: &mut Option<TextBuf>, info: &EventInfo, data: &[u8], paths: &[Path]) {
+    if info.usage.is_some_and(|u| u.output_tokens.is_some()) {
+        *text = None;
+    } else if let Some(buf) = text.as_mut()
+        && info.content
+    {
+        text::collect(data, paths, buf);
     }
 }
 

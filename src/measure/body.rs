@@ -1,6 +1,8 @@
 //! Body wrappers of the measurement path. Both pass every frame through unchanged,
 //! forward `is_end_stream` and `size_hint`, and add one `Instant::now()` plus a few integer
 //! updates per frame: no copies of body bytes (a captured chunk is a refcounted `Bytes`).
+//! With usage injection, the response body also passes, after the tap has seen each frame,
+//! through the [`UsageFilter`] that removes the usage-only chunk the client did not ask for.
 
 use std::{
     pin::Pin,
@@ -14,7 +16,10 @@ use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
 
 use super::tap::{Ending, Tap};
-use crate::{BoxError, proxy::IdleTimeout};
+use crate::{
+    BoxError,
+    proxy::{IdleTimeout, inject::UsageFilter},
+};
 
 pin_project! {
     /// The upstream response body as the client receives it, timestamped frame by frame.
@@ -25,6 +30,7 @@ pin_project! {
         #[pin]
         inner: B,
         tap: Tap,
+        strip: Option<Strip>,
     }
 
     impl<B> PinnedDrop for MeasuredBody<B>
@@ -45,7 +51,64 @@ pin_project! {
 
 impl<B: Body> MeasuredBody<B> {
     pub fn new(inner: B, tap: Tap) -> MeasuredBody<B> {
-        MeasuredBody { inner, tap }
+        MeasuredBody {
+            inner,
+            tap,
+            strip: None,
+        }
+    }
+
+    /// As [`MeasuredBody::new`], removing the usage-only chunk from what the client gets
+    /// (the tap still sees it).
+    pub fn stripping(inner: B, tap: Tap, filter: UsageFilter) -> MeasuredBody<B> {
+        let strip = Some(Strip {
+            filter,
+            after: None,
+        });
+        MeasuredBody { inner, tap, strip }
+    }
+}
+
+type Polled = Option<Result<Frame<Bytes>, BoxError>>;
+
+/// The usage filter and what must follow the bytes it still held when the body ended.
+struct Strip {
+    filter: UsageFilter,
+    after: Option<Polled>,
+}
+
+impl Strip {
+    /// What to hand on for what the inner body gave; `None` when nothing is due yet.
+    fn pass(&mut self, polled: Polled, ended: bool) -> Option<Polled> {
+        let frame = match polled {
+            Some(Ok(frame)) => frame,
+            other => return Some(self.flush_then(other)),
+        };
+        let data = match frame.into_data() {
+            Ok(data) => data,
+            Err(trailers) => return Some(self.flush_then(Some(Ok(trailers)))),
+        };
+        let mut out = self.filter.push(data);
+        if ended && self.filter.holds() {
+            let mut joined = out.to_vec();
+            joined.extend_from_slice(&self.filter.finish());
+            out = Bytes::from(joined);
+        }
+        match (out.is_empty(), ended) {
+            (false, _) => Some(Some(Ok(Frame::data(out)))),
+            (true, true) => Some(None),
+            (true, false) => None,
+        }
+    }
+
+    /// Hands on the bytes still held (unchanged), then `next`.
+    fn flush_then(&mut self, next: Polled) -> Polled {
+        let held = self.filter.finish();
+        if held.is_empty() {
+            return next;
+        }
+        self.after = Some(next);
+        Some(Ok(Frame::data(held)))
     }
 }
 
@@ -62,41 +125,61 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
-        let polled = ready!(this.inner.as_mut().poll_frame(cx));
-        let now = Instant::now();
-        match polled {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    this.tap.on_data(now, data);
+        loop {
+            if let Some(after) = this.strip.as_mut().and_then(|s| s.after.take()) {
+                return Poll::Ready(after);
+            }
+            let polled = ready!(this.inner.as_mut().poll_frame(cx));
+            let now = Instant::now();
+            let polled = match polled {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        this.tap.on_data(now, data);
+                    }
+                    if this.inner.is_end_stream() {
+                        this.tap.finish(now, Ending::Complete);
+                    }
+                    Some(Ok(frame))
                 }
-                if this.inner.is_end_stream() {
+                Some(Err(e)) => {
+                    let err: BoxError = e.into();
+                    let ending = if err.is::<IdleTimeout>() {
+                        Ending::IdleTimeout
+                    } else {
+                        Ending::UpstreamFailed
+                    };
+                    this.tap.finish(now, ending);
+                    Some(Err(err))
+                }
+                None => {
                     this.tap.finish(now, Ending::Complete);
+                    None
                 }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Some(Err(e)) => {
-                let err: BoxError = e.into();
-                let ending = if err.is::<IdleTimeout>() {
-                    Ending::IdleTimeout
-                } else {
-                    Ending::UpstreamFailed
-                };
-                this.tap.finish(now, ending);
-                Poll::Ready(Some(Err(err)))
-            }
-            None => {
-                this.tap.finish(now, Ending::Complete);
-                Poll::Ready(None)
+            };
+            let Some(strip) = this.strip.as_mut() else {
+                return Poll::Ready(polled);
+            };
+            // A frame wholly held back (or removed) gives nothing yet: read on.
+            if let Some(out) = strip.pass(polled, this.inner.is_end_stream()) {
+                return Poll::Ready(out);
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         self.inner.is_end_stream()
+            && self
+                .strip
+                .as_ref()
+                .is_none_or(|s| s.after.is_none() && !s.filter.holds())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.strip {
+            // Bytes are removed: the upstream's length no longer holds.
+            Some(_) => SizeHint::new(),
+            None => self.inner.size_hint(),
+        }
     }
 }
 

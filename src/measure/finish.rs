@@ -2,18 +2,115 @@
 //! definitions in DESIGN.md. Runs on the aggregator, off the request's hot path: this is
 //! where request and non-streaming response bodies are parsed.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use super::{
-    record::{ItlSummary, Outcome, RequestRecord, TokenSource},
-    tap::{Ending, Pending},
+    record::{ItlSummary, Outcome, RequestRecord, TokenCount, TokenSource},
+    tap::{Ending, Pending, Timeline},
 };
-use crate::decode::{self, Api, RequestInfo, StreamKind};
+use crate::decode::{self, Api, RequestInfo, StreamKind, Usage};
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// The numbers DESIGN.md defines for one response, derived from what was seen of it by
+/// [`derive`]. Shared by the proxy's records ([`Pending::finish`]) and the client-side
+/// measurement of `goodput replay`, so that both measure by the same code.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Derived {
+    pub ttft: Option<Duration>,
+    pub ttfo: Option<Duration>,
+    pub tpot: Option<Duration>,
+    pub output_tokens: Option<u64>,
+    pub output_tokens_source: Option<TokenSource>,
+    pub input_tokens: Option<u64>,
+    pub input_tokens_source: Option<TokenSource>,
+}
+
+/// TTFT, TTFO, TPOT and the token counts of a response whose request arrived (or, for a
+/// client, was sent) at `t_arrival`. `body_usage` is a non-streaming body's usage; the
+/// `counted_*` are counts made off the path (the tokenizer stage), `None` where nobody
+/// counted; `decoded` says whether the stream had a decoder (its events then bound the
+/// output count).
+pub fn derive(
+    t_arrival: Instant,
+    tl: &Timeline,
+    body_usage: Option<Usage>,
+    counted_input: Option<TokenCount>,
+    counted_output: Option<TokenCount>,
+    decoded: bool,
+) -> Derived {
+    let usage = tl.usage.or(body_usage);
+    // usage > tokenizer/estimate (counted off the path) > events. A count of zero over
+    // a stream that had content events means the text was not where it was looked
+    // for: the events say more.
+    let events = tl.events;
+    let counted = counted_output.filter(|c| c.n > 0 || events == 0);
+    let (output_tokens, output_tokens_source) =
+        match (usage.and_then(|u| u.output_tokens), counted, decoded) {
+            (Some(n), _, _) => (Some(n), Some(TokenSource::Usage)),
+            (None, Some(c), _) => (Some(c.n), Some(c.source)),
+            (None, None, true) => (Some(events), Some(TokenSource::Events)),
+            (None, None, false) => (None, None),
+        };
+    let (input_tokens, input_tokens_source) =
+        match (usage.and_then(|u| u.input_tokens), counted_input) {
+            (Some(n), _) => (Some(n), Some(TokenSource::Usage)),
+            (None, Some(c)) => (Some(c.n), Some(c.source)),
+            (None, None) => (None, None),
+        };
+    let ttft = tl.first.map(|f| f.saturating_duration_since(t_arrival));
+    let ttfo = tl
+        .first_answer
+        .map(|f| f.saturating_duration_since(t_arrival));
+    let tpot = match (tl.first, tl.last, output_tokens) {
+        (Some(first), Some(last), Some(n)) if n >= 2 => {
+            Some(last.saturating_duration_since(first) / u32::try_from(n - 1).unwrap_or(u32::MAX))
+        }
+        _ => None,
+    };
+    Derived {
+        ttft,
+        ttfo,
+        tpot,
+        output_tokens,
+        output_tokens_source,
+        input_tokens,
+        input_tokens_source,
+    }
+}
+
+/// How a request ended (DESIGN.md's outcomes). `proxy_failure` is set when the measuring
+/// side answered or failed by itself (the proxy's 502/504; a client that could not
+/// connect); `stream_error` when the stream or body carried an error object;
+/// `unterminated` when a decoded stream never sent its dialect's terminal event.
+pub fn outcome(
+    proxy_failure: Option<Outcome>,
+    status: Option<u16>,
+    ending: Ending,
+    stream_error: bool,
+    unterminated: bool,
+) -> Outcome {
+    if let Some(o) = proxy_failure {
+        return o;
+    }
+    if status.is_some_and(|s| s >= 400) {
+        return Outcome::UpstreamError;
+    }
+    match ending {
+        Ending::ClientGone => Outcome::ClientAbort,
+        Ending::ShutdownCut => Outcome::ProxyError,
+        Ending::IdleTimeout => Outcome::Timeout,
+        Ending::UpstreamFailed => Outcome::UpstreamReset,
+        Ending::Complete if stream_error => Outcome::UpstreamError,
+        // A stream that closed cleanly at the HTTP level but never sent its terminal
+        // event (`[DONE]`) was cut short upstream.
+        Ending::Complete if unterminated => Outcome::UpstreamReset,
+        Ending::Complete => Outcome::Ok,
+    }
 }
 
 fn joined(chunks: &[Bytes]) -> Vec<u8> {
@@ -27,11 +124,14 @@ fn joined(chunks: &[Bytes]) -> Vec<u8> {
 impl Pending {
     /// The request as the client sent it, if its body was complete and within the limit.
     fn request_info(&mut self) -> (Option<RequestInfo>, u64) {
-        let Some(mut rx) = self.request.take() else {
-            return (None, 0);
-        };
-        let Ok(capture) = rx.try_recv() else {
-            return (None, 0);
+        // The tokenizer stage may have taken the capture off its channel already.
+        let capture = match (self.request_capture.take(), self.request.take()) {
+            (Some(capture), _) => capture,
+            (None, Some(mut rx)) => match rx.try_recv() {
+                Ok(capture) => capture,
+                Err(_) => return (None, 0),
+            },
+            (None, None) => return (None, 0),
         };
         let info = (capture.complete && !capture.overflow && !capture.chunks.is_empty())
             .then(|| decode::inspect_request(self.api, &joined(&capture.chunks)))
@@ -40,25 +140,14 @@ impl Pending {
     }
 
     fn outcome(&self, stream_error: bool) -> Outcome {
-        if let Some(o) = self.proxy_failure {
-            return o;
-        }
-        if self.status.is_some_and(|s| s >= 400) {
-            return Outcome::UpstreamError;
-        }
-        match self.ending {
-            Ending::ClientGone => Outcome::ClientAbort,
-            Ending::ShutdownCut => Outcome::ProxyError,
-            Ending::IdleTimeout => Outcome::Timeout,
-            Ending::UpstreamFailed => Outcome::UpstreamReset,
-            Ending::Complete if stream_error => Outcome::UpstreamError,
-            // A stream that closed cleanly at the HTTP level but never sent its terminal
-            // event (`[DONE]`) was cut short upstream.
-            Ending::Complete if self.decoded && !self.decode_broken && !self.timeline.terminal => {
-                Outcome::UpstreamReset
-            }
-            Ending::Complete => Outcome::Ok,
-        }
+        let unterminated = self.decoded && !self.decode_broken && !self.timeline.terminal;
+        outcome(
+            self.proxy_failure,
+            self.status,
+            self.ending,
+            stream_error,
+            unterminated,
+        )
     }
 
     /// Builds the record; also returns the inter-token gaps (µs) for the ITL histogram.
@@ -70,29 +159,23 @@ impl Pending {
                 .flatten();
         let stream_error = self.timeline.error || body.as_ref().is_some_and(|b| b.error);
         let outcome = self.outcome(stream_error);
-        let usage = self.timeline.usage.or(body.as_ref().and_then(|b| b.usage));
-
-        let (output_tokens, output_tokens_source) =
-            match (usage.and_then(|u| u.output_tokens), self.decoded) {
-                (Some(n), _) => (Some(n), Some(TokenSource::Usage)),
-                (None, true) => (Some(self.timeline.events), Some(TokenSource::Events)),
-                (None, false) => (None, None),
-            };
-        let input_tokens = usage.and_then(|u| u.input_tokens);
-
-        let tl = &self.timeline;
-        let ttft = tl
-            .first
-            .map(|f| f.saturating_duration_since(self.t_arrival));
-        let ttfo = tl
-            .first_answer
-            .map(|f| f.saturating_duration_since(self.t_arrival));
-        let tpot = match (tl.first, tl.last, output_tokens) {
-            (Some(first), Some(last), Some(n)) if n >= 2 => Some(
-                last.saturating_duration_since(first) / u32::try_from(n - 1).unwrap_or(u32::MAX),
-            ),
-            _ => None,
-        };
+        let d = derive(
+            self.t_arrival,
+            &self.timeline,
+            body.as_ref().and_then(|b| b.usage),
+            self.counted_input,
+            self.counted_output,
+            self.decoded,
+        );
+        let Derived {
+            ttft,
+            ttfo,
+            tpot,
+            output_tokens,
+            output_tokens_source,
+            input_tokens,
+            input_tokens_source,
+        } = d;
         let mut gaps = std::mem::take(&mut self.timeline.gaps_us);
         let itl_ms = ItlSummary::from_gaps_us(&mut gaps);
         let stream = self.kind == StreamKind::Sse
@@ -117,7 +200,7 @@ impl Pending {
             e2e_ms: ms(self.ended_at.saturating_duration_since(self.t_arrival)),
             itl_ms,
             input_tokens,
-            input_tokens_source: input_tokens.map(|_| TokenSource::Usage),
+            input_tokens_source,
             output_tokens,
             output_tokens_source,
             events: self.timeline.events,

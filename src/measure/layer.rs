@@ -23,8 +23,16 @@ use super::{
     MeasuredBody, Outcome, Recorder, RequestTap, Tap, request_id,
     tap::{HeadInfo, ProxyFailure},
 };
-use crate::config::slo::{Targets, tenant_hash};
-use crate::{BoxError, decode::Api, proxy::Tunnel};
+use crate::config::{
+    UsageInjection,
+    slo::{Targets, tenant_hash},
+};
+use crate::proxy::inject::{InjectPlan, UsageFilter, UsageRequest};
+use crate::{
+    BoxError,
+    decode::{Api, StreamKind},
+    proxy::Tunnel,
+};
 
 /// What the layer needs from the configuration; swapped as a whole on reload and loaded
 /// once per request.
@@ -36,6 +44,11 @@ pub struct Settings {
     pub tenant_salt: String,
     pub override_headers: bool,
     pub long_input_bytes: u64,
+    /// Generated text kept per request for token counting; `None` when counting is off.
+    pub text_limit: Option<usize>,
+    pub usage_injection: UsageInjection,
+    /// `usage_injection.models`, shared by every candidate request's plan.
+    pub inject_models: Arc<[String]>,
 }
 
 impl Settings {
@@ -47,7 +60,21 @@ impl Settings {
             tenant_salt: cfg.slo.tenant_salt.clone(),
             override_headers: cfg.slo.override_headers,
             long_input_bytes: cfg.slo.long_input_bytes,
+            text_limit: cfg.tokenizer.enabled().then_some(cfg.tokenizer.text_limit),
+            usage_injection: cfg.usage_injection.clone(),
+            inject_models: cfg.usage_injection.models.clone().into(),
         }
+    }
+
+    /// Usage injection may apply: enabled, an OpenAI-style API, a configured path. The
+    /// forwarder decides from the body.
+    fn inject_plan(&self, api: Api, path: &str) -> Option<InjectPlan> {
+        (matches!(api, Api::ChatCompletions | Api::Completions)
+            && self.usage_injection.applies_to_path(path))
+        .then(|| InjectPlan {
+            models: self.inject_models.clone(),
+            limit: self.request_inspect_limit,
+        })
     }
 
     /// Reads what the SLO and load views need from the request head.
@@ -137,8 +164,11 @@ where
         let id = request_id::ensure(&mut parts.headers);
         let api = Api::from_path(parts.uri.path());
         let head = settings.head_info(&parts.headers);
+        if let Some(plan) = settings.inject_plan(api, parts.uri.path()) {
+            parts.extensions.insert(plan);
+        }
         let (body, request) = RequestTap::new(body, settings.request_inspect_limit);
-        let tap = Tap::new(
+        let mut tap = Tap::new(
             self.layer.recorder.clone(),
             id,
             t_arrival,
@@ -147,6 +177,9 @@ where
             settings.response_inspect_limit,
             head,
         );
+        if let Some(limit) = settings.text_limit {
+            tap.count_text(limit);
+        }
         ResponseFuture {
             inner: self.inner.call(Request::from_parts(parts, body)),
             tap: Some(tap),
@@ -180,11 +213,19 @@ where
         };
         match result {
             Ok(mut resp) => {
+                let usage = resp.extensions_mut().remove::<UsageRequest>();
                 let content_type = resp
                     .headers()
                     .get(CONTENT_TYPE)
                     .and_then(|v| v.to_str().ok());
                 let failure = resp.extensions().get::<ProxyFailure>().copied();
+                if usage.is_some() {
+                    tap.expect_usage();
+                }
+                // Only a successful event stream carries the usage chunk injection added.
+                let strip = usage == Some(UsageRequest::Injected)
+                    && resp.status().is_success()
+                    && StreamKind::from_content_type(content_type) == StreamKind::Sse;
                 tap.on_head(resp.status().as_u16(), content_type, failure);
                 if let Some(tunnel) = resp.extensions_mut().remove::<Tunnel>() {
                     // The body of a 101 is empty; the exchange lives on in the tunnel, so the
@@ -192,6 +233,12 @@ where
                     tap.on_tunnel();
                     let detached = tap.detach();
                     tokio::spawn(tunnel.measure(detached));
+                }
+                if strip {
+                    // The body will be shorter than the upstream said.
+                    resp.headers_mut().remove(CONTENT_LENGTH);
+                    let filter = UsageFilter::new();
+                    return Poll::Ready(Ok(resp.map(|b| MeasuredBody::stripping(b, tap, filter))));
                 }
                 Poll::Ready(Ok(resp.map(|b| MeasuredBody::new(b, tap))))
             }

@@ -5,7 +5,7 @@
 //! [`record`] defines the finished record, built off the hot path in [`finish`].
 
 mod body;
-mod finish;
+pub mod finish;
 mod layer;
 pub mod record;
 mod request_id;
@@ -15,7 +15,7 @@ mod tap;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
 pub use layer::{Measure, MeasureLayer, Settings};
-pub use record::{Outcome, RequestRecord, TokenSource};
+pub use record::{Outcome, RequestRecord, TokenCount, TokenSource};
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Recorder};
 pub use tap::{Ending, HeadInfo, Pending, ProxyFailure, Tap, Timeline};

@@ -58,12 +58,17 @@ impl Outcome {
     }
 }
 
-/// Where a token count came from; the record always says.
+/// Where a token count came from; the record always says. In order of preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenSource {
     /// The upstream's own `usage`.
     Usage,
+    /// The model's configured tokenizer over the text (`[tokenizer].models`).
+    Tokenizer,
+    /// The embedded o200k_base encoding over the text, or a tokenizer count extrapolated
+    /// past the text limit.
+    Estimate,
     /// The number of content-bearing events (a lower bound when events carry several tokens).
     Events,
 }
@@ -72,9 +77,18 @@ impl TokenSource {
     pub fn as_str(self) -> &'static str {
         match self {
             TokenSource::Usage => "usage",
+            TokenSource::Tokenizer => "tokenizer",
+            TokenSource::Estimate => "estimate",
             TokenSource::Events => "events",
         }
     }
+}
+
+/// A count made by the proxy (tokenizer or estimate), with its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenCount {
+    pub n: u64,
+    pub source: TokenSource,
 }
 
 /// Per-request summary of the inter-token gaps, in milliseconds.
@@ -170,6 +184,17 @@ mod tests {
         let s = ItlSummary::from_gaps_us(&mut one).unwrap();
         assert_eq!((s.p50, s.p95, s.max), (1.5, 1.5, 1.5));
         assert!(ItlSummary::from_gaps_us(&mut []).is_none());
+    }
+
+    #[test]
+    fn token_sources_are_snake_case() {
+        use TokenSource::*;
+        for s in [Usage, Tokenizer, Estimate, Events] {
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.as_str())
+            );
+        }
     }
 
     #[test]

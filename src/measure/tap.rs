@@ -8,9 +8,14 @@ use std::time::{Instant, SystemTime};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::{Recorder, body::RequestCapture, record::Outcome, sink::Arrival};
+use super::{
+    Recorder,
+    body::RequestCapture,
+    record::{Outcome, TokenCount},
+    sink::Arrival,
+};
 use crate::config::slo::Targets;
-use crate::decode::{Api, EventInfo, FinishReason, StreamDecoder, StreamKind, Usage};
+use crate::decode::{Api, EventInfo, FinishReason, StreamDecoder, StreamKind, TextBuf, Usage};
 
 /// How the response ended, as seen by the data path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +49,8 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    fn on_event(&mut self, now: Instant, ev: EventInfo) {
+    /// Adds one decoded event read at `now` (also used by `goodput replay`'s client).
+    pub fn on_event(&mut self, now: Instant, ev: EventInfo) {
         if ev.content {
             match self.last {
                 None => self.first = Some(now),
@@ -103,6 +109,13 @@ pub struct Pending {
     pub tenant: Option<u64>,
     /// Per-request SLO targets from `x-slo-*` headers (when enabled).
     pub slo_overrides: Targets,
+    /// The generated text, kept for counting because no usage was expected or came.
+    pub output_text: Option<TextBuf>,
+    /// The request body capture, once the tokenizer stage has taken it off its channel.
+    pub request_capture: Option<RequestCapture>,
+    /// Counts made by the tokenizer stage, used where the upstream reported none.
+    pub counted_input: Option<TokenCount>,
+    pub counted_output: Option<TokenCount>,
 }
 
 /// What the layer learnt from the request head for the SLO and load views.
@@ -125,6 +138,9 @@ pub struct Tap {
     decoder: Option<StreamDecoder>,
     capture_limit: usize,
     captured: usize,
+    /// Collect the generated text (up to this many bytes) of streams that will not carry
+    /// usage; `None` when counting is off or usage is known to be coming.
+    text_limit: Option<usize>,
 }
 
 impl Tap {
@@ -161,6 +177,10 @@ impl Tap {
             long_input: head.long_input,
             tenant: head.tenant,
             slo_overrides: head.slo_overrides,
+            output_text: None,
+            request_capture: None,
+            counted_input: None,
+            counted_output: None,
         };
         Tap {
             recorder,
@@ -168,7 +188,19 @@ impl Tap {
             decoder: None,
             capture_limit,
             captured: 0,
+            text_limit: None,
         }
+    }
+
+    /// Token counting is on: keep up to `limit` bytes of generated text where the dialect
+    /// reports usage only on request (OpenAI chat and completions).
+    pub fn count_text(&mut self, limit: usize) {
+        self.text_limit = Some(limit);
+    }
+
+    /// The upstream was asked for usage (by the client or by injection): no text needed.
+    pub fn expect_usage(&mut self) {
+        self.text_limit = None;
     }
 
     /// The response head is known: choose how its body will be decoded.
@@ -186,6 +218,13 @@ impl Tap {
         p.proxy_failure = proxy_failure.map(|f| f.0);
         self.decoder = StreamDecoder::new(p.api, p.kind);
         p.decoded = self.decoder.is_some();
+        // The other dialects always report usage at the end of the stream: collecting
+        // their text would only help streams cut short, not worth its cost.
+        if let (Some(limit), Some(decoder)) = (self.text_limit, self.decoder.as_mut())
+            && matches!(p.api, Api::ChatCompletions | Api::Completions)
+        {
+            decoder.collect_text(limit);
+        }
     }
 
     /// The response was switched to a tunnel (HTTP Upgrade): record e2e and bytes only.
@@ -234,6 +273,7 @@ impl Tap {
                 decoder.finish(|ev| timeline.on_event(now, ev));
             }
             p.decode_broken = decoder.is_broken();
+            p.output_text = decoder.take_text();
         }
         p.ended_at = now;
         p.ending = ending;
@@ -258,6 +298,7 @@ impl Tap {
             decoder: self.decoder.take(),
             capture_limit: self.capture_limit,
             captured: self.captured,
+            text_limit: self.text_limit,
         }
     }
 

@@ -10,9 +10,10 @@ use hyper_util::{
     rt::{TokioExecutor, TokioTimer},
 };
 
+use super::inject::ForwardBody;
 use crate::{config::Upstream, measure::RequestTap};
 
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, RequestTap<Incoming>>;
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, ForwardBody<RequestTap<Incoming>>>;
 
 pub fn build(cfg: &Upstream) -> UpstreamClient {
     let mut http = HttpConnector::new();

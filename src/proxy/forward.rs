@@ -1,6 +1,8 @@
 //! The forwarding service: rewrites the request head for the upstream, sends it with the
 //! client's body streaming through, and returns the upstream's response head with its
-//! body untouched. Failures before a response head become 502/504 in one place.
+//! body untouched. Failures before a response head become 502/504 in one place. The one
+//! exception to "untouched" is opt-in usage injection ([`super::inject`]), decided here
+//! for the requests the measurement layer marked as candidates.
 
 use std::{
     convert::Infallible,
@@ -21,6 +23,7 @@ use super::{
     client::{self, UpstreamClient},
     error::ProxyError,
     headers,
+    inject::{self, ForwardBody, InjectPlan},
 };
 use crate::{config::Upstream, measure::RequestTap};
 
@@ -109,7 +112,12 @@ impl Inner {
         // The upstream connection decides the wire version; the pool rejects an HTTP/2
         // request on an HTTP/1 connection, so ask for 1.1 and let h2 connections upgrade it.
         parts.version = Version::HTTP_11;
+        let plan = parts.extensions.remove::<InjectPlan>().filter(|_| !upgrade);
         parts.extensions = http::Extensions::new();
+        let (body, usage) = match plan {
+            Some(plan) => inject::prepare(&plan, &mut parts.headers, body).await,
+            None => (ForwardBody::stream(body), None),
+        };
 
         let sent = self.client.request(Request::from_parts(parts, body));
         let timeout = self.upstream.response_header_timeout;
@@ -135,6 +143,10 @@ impl Inner {
         }
         headers::prepare_response(&mut parts.headers, false);
         parts.extensions = http::Extensions::new();
+        if let Some(usage) = usage {
+            // Tells the measurement layer that usage is coming, and whether to strip it.
+            parts.extensions.insert(usage);
+        }
         Ok(Response::from_parts(
             parts,
             UpstreamBody::stream(body, self.upstream.idle_timeout),

@@ -4,10 +4,12 @@
 
 mod body;
 mod client;
+mod coalesce;
 mod error;
 mod first_bytes;
 mod forward;
 mod headers;
+pub mod inject;
 mod server;
 mod tunnel;
 

@@ -24,7 +24,7 @@ use tokio::{
 use tokio_rustls::TlsAcceptor;
 use tower::{Layer, ServiceExt, service_fn};
 
-use super::{ConnInfo, Forward, first_bytes::FirstBytes};
+use super::{ConnInfo, Forward, coalesce::Coalesce, first_bytes::FirstBytes};
 use crate::{
     config::Server,
     measure::{Measure, MeasureLayer, Recorder},
@@ -92,6 +92,8 @@ impl Proxy {
         });
         // hyper's header-read timeout starts only once HTTP/1 is chosen; bound the bytes before.
         let io = FirstBytes::new(io, self.handshake_timeout);
+        // Events already on their way go out in one write (see `coalesce`).
+        let io = Coalesce::new(io);
         let connection = self
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));

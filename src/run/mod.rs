@@ -26,6 +26,7 @@ use crate::{
     measure::{MeasureLayer, Recorder, Settings},
     proxy::{self, Forward, Proxy},
     stats::{Aggregator, Live, Recent},
+    tokenize::{Fallbacks, Stage},
 };
 
 /// How long to wait, after the last connection closed, for the last records to be
@@ -123,6 +124,9 @@ fn start_on_from(
     );
     let recent = Arc::new(Recent::new(m.recent_requests));
     let live = Arc::new(ArcSwap::from_pointee(cfg.clone()));
+    // Token counting sits between the recorder and the aggregator (see `tokenize`).
+    let fallbacks = Fallbacks::new(metrics.tokenizer_fallback.clone());
+    let (counting, rx) = Stage::new(rx, live.clone(), fallbacks);
     let slo_view = Live::new(&cfg);
     let aggregator = Aggregator::new(
         rx,
@@ -165,6 +169,7 @@ fn start_on_from(
         "goodput serving"
     );
     let task = tokio::spawn(async move {
+        tokio::spawn(counting.run());
         let aggregating = tokio::spawn(aggregator.run());
         // The admin server outlives the drain so `/readyz` can say 503 while streams finish.
         let (admin_stop, admin_stopped) = watch::channel(false);

@@ -67,7 +67,7 @@ pub use cost::{CostSummary, HOURS_PER_MONTH};
 pub use curve::{Capacity, Level};
 pub use gauges::{ClassGauges, Gauges, WindowGauges};
 pub use hist::Percentiles;
-pub use label::{ParseWindowError, format_window, parse_window};
+pub use label::{ParseWindowError, bucket_labels, bucket_of, format_window, parse_window};
 pub use ring::SLICES_PER_WINDOW;
 pub use stability::{MAX_POINTS, PointOut, Stability};
 pub use summary::{

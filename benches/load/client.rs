@@ -1,0 +1,155 @@
+//! The load client: hyper's pooled HTTP/1.1 client on a multi-thread runtime, reading SSE
+//! streams with one clock read per body frame, the way the proxy itself does.
+
+use std::{
+    net::SocketAddr,
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Result, bail};
+use bytes::Bytes;
+use http::{Request, StatusCode, header::CONTENT_TYPE};
+use http_body_util::{BodyExt, Full};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use memchr::memchr_iter;
+use tokio::sync::watch;
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// One client (and connection pool) per path and scenario, so pools never mix.
+pub fn client() -> HttpClient {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(usize::MAX)
+        .pool_idle_timeout(Duration::from_secs(120))
+        .build(http)
+}
+
+/// What a stream asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask {
+    pub max_tokens: u32,
+    /// `stream_options.include_usage`, as most benchmark clients and SDK users send it.
+    pub usage: bool,
+}
+
+fn request(addr: SocketAddr, id: &str, ask: Ask) -> Result<Request<Full<Bytes>>> {
+    let body = format!(
+        r#"{{"model":"sim-model","stream":true,"max_tokens":{},"stream_options":{{"include_usage":{}}},"messages":[{{"role":"system","content":"You are a helpful assistant."}},{{"role":"user","content":"Write a short story about a lighthouse keeper who finds a message in a bottle."}}]}}"#,
+        ask.max_tokens, ask.usage
+    );
+    Ok(Request::post(format!("http://{addr}/v1/chat/completions"))
+        .header(CONTENT_TYPE, "application/json")
+        .header("x-request-id", id)
+        .body(Full::new(Bytes::from(body)))?)
+}
+
+/// Counts SSE events (blank-line terminated) across arbitrary chunk boundaries.
+#[derive(Default)]
+struct Events {
+    last_was_lf: bool,
+}
+
+impl Events {
+    fn feed(&mut self, data: &[u8]) -> usize {
+        let mut n = 0;
+        let mut prev: Option<usize> = None;
+        for i in memchr_iter(b'\n', data) {
+            let blank = if i == 0 {
+                self.last_was_lf
+            } else {
+                prev == Some(i - 1)
+            };
+            if blank {
+                n += 1;
+            }
+            prev = Some(i);
+        }
+        if let Some(&last) = data.last() {
+            self.last_was_lf = last == b'\n';
+        }
+        n
+    }
+}
+
+/// One finished stream as the client saw it.
+pub struct Stream {
+    pub id: String,
+    /// Just before the request was handed to the client.
+    pub sent: Instant,
+    /// When each event was received (role, content..., usage, `[DONE]`).
+    pub events: Vec<Instant>,
+}
+
+/// Runs one stream to its end; with `times`, keeps each event's arrival.
+pub async fn stream(
+    client: &HttpClient,
+    addr: SocketAddr,
+    id: String,
+    ask: Ask,
+    times: bool,
+    counter: Option<&AtomicU64>,
+) -> Result<Stream> {
+    let req = request(addr, &id, ask)?;
+    let sent = Instant::now();
+    let resp = client.request(req).await?;
+    if resp.status() != StatusCode::OK {
+        bail!("{id}: status {}", resp.status());
+    }
+    let mut body = resp.into_body();
+    let mut events = Vec::with_capacity(if times {
+        ask.max_tokens as usize + 4
+    } else {
+        0
+    });
+    let mut framer = Events::default();
+    while let Some(frame) = body.frame().await {
+        let now = Instant::now();
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        let n = framer.feed(&data);
+        if times {
+            events.extend(std::iter::repeat_n(now, n));
+        }
+        if let Some(c) = counter {
+            c.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+    Ok(Stream { id, sent, events })
+}
+
+/// Opens a stream whose first token will not come for an hour, counts it as open once
+/// its response head arrived, and holds it until `stop`.
+pub async fn idle(
+    client: HttpClient,
+    addr: SocketAddr,
+    id: String,
+    opened: &AtomicUsize,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let req = request(
+        addr,
+        &id,
+        Ask {
+            max_tokens: 100,
+            usage: true,
+        },
+    )?;
+    let resp = tokio::select! {
+        r = client.request(req) => r?,
+        _ = stop.wait_for(|s| *s) => return Ok(()),
+    };
+    if resp.status() != StatusCode::OK {
+        bail!("{id}: status {}", resp.status());
+    }
+    opened.fetch_add(1, Ordering::Relaxed);
+    let _ = stop.wait_for(|s| *s).await;
+    drop(resp);
+    Ok(())
+}

@@ -1,0 +1,199 @@
+//! The load benchmark: direct to the simulator vs through nginx vs through goodput, in one
+//! run, paths alternating round by round.
+//!
+//! ```sh
+//! cargo bench --bench load -- --quick    # every scenario briefly (about a minute)
+//! cargo bench --bench load               # 5 rounds (about 6 minutes)
+//! ```
+//!
+//! Flags: `--quick`, `--rounds N`, `--only latency,throughput,memory`, `--no-usage`
+//! (clients do not ask for `include_usage`, so goodput counts tokens itself),
+//! `--out FILE` (default `target/goodput-bench/load.json`).
+//!
+//! The simulator runs in this process on its own runtime (threads `sim`); the load client
+//! is hyper on a multi-thread runtime (threads `client`); nginx (`nginx-light`, installed
+//! when missing) and `goodput serve` (the release build of this package, default
+//! configuration: full measurement) are child processes on 127.0.0.1, so their CPU and
+//! memory can be read from `/proc/PID`. Every child is killed on exit, panic or Ctrl-C.
+//! See docs/PERFORMANCE.md for the method and the latest results.
+
+mod client;
+mod latency;
+mod memory;
+mod paths;
+mod procs;
+mod report;
+mod stats;
+mod throughput;
+
+use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::paths::Env;
+use crate::report::Results;
+
+struct Args {
+    quick: bool,
+    rounds: Option<usize>,
+    usage: bool,
+    only: Vec<String>,
+    out: PathBuf,
+}
+
+const USAGE: &str = "usage: cargo bench --bench load -- [--quick] [--rounds N] \
+                     [--only latency,throughput,memory] [--no-usage] [--out FILE]";
+
+fn parse_args() -> Result<Option<Args>> {
+    let mut args = Args {
+        quick: false,
+        rounds: None,
+        usage: true,
+        only: Vec::new(),
+        out: target_dir().join("goodput-bench").join("load.json"),
+    };
+    // `cargo bench` passes `--bench`; without it (or `--run`) this binary was started by
+    // something else (`cargo test --benches`) and must not start a benchmark.
+    let mut run = false;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--bench" | "--run" => run = true,
+            "--quick" => args.quick = true,
+            "--no-usage" => args.usage = false,
+            "--rounds" => {
+                let n = it.next().context("--rounds needs a number")?;
+                args.rounds = Some(n.parse().context("--rounds needs a number")?);
+            }
+            "--only" => {
+                let list = it.next().context("--only needs a list")?;
+                args.only = list.split(',').map(str::to_owned).collect();
+            }
+            "--out" => args.out = PathBuf::from(it.next().context("--out needs a file")?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    if !run {
+        println!("load: not started by `cargo bench`; nothing to do. {USAGE}");
+        return Ok(None);
+    }
+    Ok(Some(args))
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(a)) => a,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let _cleanup = procs::Cleanup;
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let sim_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name("sim")
+        .enable_all()
+        .build()?;
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name("client")
+        .enable_all()
+        .build()?;
+    let dir = std::env::temp_dir().join(format!("goodput-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let env = Env {
+        quick: args.quick,
+        rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 5 }).max(1),
+        usage: args.usage,
+        goodput_bin: PathBuf::from(env!("CARGO_BIN_EXE_goodput")),
+        nginx_bin: procs::find_nginx(),
+        dir: dir.clone(),
+        sim_rt: sim_rt.handle().clone(),
+    };
+    let result = client_rt.block_on(async {
+        tokio::spawn(async {
+            stop_signal().await;
+            eprintln!("load: interrupted; stopping the proxies");
+            procs::kill_all();
+            std::process::exit(130);
+        });
+        scenarios(&env, &args).await
+    });
+    client_rt.shutdown_background();
+    sim_rt.shutdown_background();
+    let results = result?;
+    let (table, json) = report::render(&env, &results);
+    println!("{table}");
+    if let Some(parent) = args.out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(&json)?)?;
+    println!("written: {}", args.out.display());
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+async fn stop_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        Some(()) = async { match term.as_mut() { Some(t) => t.recv().await, None => None } } => {}
+    }
+}
+
+async fn scenarios(env: &Env, args: &Args) -> Result<Results> {
+    let wants = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
+    let mut results = Results {
+        load_before: report::loadavg(),
+        ..Results::default()
+    };
+    eprintln!(
+        "load: {} mode, {} round(s); load average {}",
+        if env.quick { "quick" } else { "full" },
+        env.rounds,
+        results.load_before
+    );
+    if wants("latency") {
+        let (sim, addr) = env.start_sim(latency::sim_config())?;
+        for concurrency in [1, 64] {
+            eprintln!("load: latency, {concurrency} stream(s)");
+            results
+                .latency
+                .push(latency::run(env, &sim, addr, concurrency).await?);
+        }
+    }
+    if wants("throughput") {
+        let (_sim, addr) = env.start_sim(throughput::sim_config())?;
+        eprintln!("load: throughput, {} streams", throughput::STREAMS);
+        results.throughput = Some(throughput::run(env, addr).await?);
+    }
+    if wants("memory") {
+        let (_sim, addr) = env.start_sim(memory::sim_config())?;
+        eprintln!("load: memory, {} idle streams", memory::STREAMS);
+        results.memory = Some(memory::run(env, addr).await?);
+    }
+    results.load_after = report::loadavg();
+    Ok(results)
+}

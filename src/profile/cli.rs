@@ -1,0 +1,338 @@
+//! `goodput profile summarize | diff | export | merge | sample`. Command and flag names
+//! are a contract (issue "Contract" section; `docs/PROFILE.md`).
+//!
+//! Exit codes: 0 success (for `diff`: nothing drifted), 1 `diff` found drift, 2 an error
+//! (unreadable file, unknown format version, bad flags). Data goes to stdout (or `-o`),
+//! everything else (what the reader skipped, export notes, replay commands) to stderr.
+
+use std::{
+    fs::File,
+    io::{self, BufWriter, Write},
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+use clap::{Args, Subcommand};
+
+use super::{
+    ExportFormat, Profile, Shape, Summary,
+    drift::{Report, Thresholds},
+    export, k_anonymize, merge, replay_commands, samples_of,
+};
+
+const EXIT_DRIFT: u8 = 1;
+const EXIT_ERROR: u8 = 2;
+
+#[derive(Args, Debug)]
+pub struct ProfileArgs {
+    #[command(subcommand)]
+    pub command: ProfileCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ProfileCommand {
+    /// Requests, arrival rate and burstiness, mix, length distributions, prefix reuse,
+    /// outcomes and SLO attainment of one or more profile files.
+    Summarize {
+        #[arg(long)]
+        json: bool,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Drift of LIVE from BASE; exit 1 when something drifted.
+    Diff {
+        #[arg(long)]
+        json: bool,
+        base: PathBuf,
+        live: PathBuf,
+        #[command(flatten)]
+        opts: DiffOpts,
+    },
+    /// Convert to a replay tool's trace format (stdout or -o) and print the replay commands.
+    Export {
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        #[arg(long, short, value_name = "OUT")]
+        output: Option<PathBuf>,
+        /// Print the replay command lines to stdout instead of the data.
+        #[arg(long)]
+        commands: bool,
+        /// Model named in the commands (default: the profile's most frequent model).
+        #[arg(long)]
+        model: Option<String>,
+        /// Endpoint named in the commands.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// Tokenizer (HF id or directory) named in the commands.
+        #[arg(long, default_value = "TOKENIZER")]
+        tokenizer: String,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Several files (instances) into one profile on one absolute timeline.
+    Merge {
+        /// Merge files with different salts, keeping their block ids apart.
+        #[arg(long)]
+        keep_separate: bool,
+        #[arg(long, short, value_name = "OUT")]
+        output: Option<PathBuf>,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Coarsen lengths and times until each (model, length, time) group has k requests.
+    Sample {
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        k: u64,
+        /// Largest share of requests dropped rather than coarsening further.
+        #[arg(long, default_value_t = 0.01)]
+        max_drop: f64,
+        #[arg(long, short, value_name = "OUT")]
+        output: Option<PathBuf>,
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Thresholds of `diff` (defaults as `[drift.thresholds]`).
+#[derive(Args, Debug)]
+pub struct DiffOpts {
+    /// Requests each side needs before a statistic is judged.
+    #[arg(long, default_value_t = 200)]
+    pub min_samples: usize,
+    #[arg(long, default_value_t = 0.2)]
+    pub psi: f64,
+    #[arg(long, default_value_t = 0.1)]
+    pub ks: f64,
+    #[arg(long, default_value_t = 0.1)]
+    pub tvd: f64,
+    #[arg(long, default_value_t = 2.0)]
+    pub rate_ratio: f64,
+    #[arg(long, default_value_t = 0.5)]
+    pub burstiness_change: f64,
+    #[arg(long, default_value_t = 0.2)]
+    pub reuse_change: f64,
+    #[arg(long, default_value_t = 2.0)]
+    pub concurrency_ratio: f64,
+}
+
+/// Runs a `goodput profile` command; see the module doc for exit codes.
+pub fn run(args: ProfileArgs) -> ExitCode {
+    match dispatch(args.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("goodput profile: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn read(files: &[PathBuf]) -> Result<Profile> {
+    let p = Profile::read(files)?;
+    for note in p.notes() {
+        eprintln!("note: {note}");
+    }
+    Ok(p)
+}
+
+fn sink(output: Option<&Path>) -> Result<Box<dyn Write>> {
+    Ok(match output {
+        Some(path) => Box::new(BufWriter::new(File::create(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot create `{}`: {e}", path.display()))
+        })?)),
+        None => Box::new(BufWriter::new(io::stdout().lock())),
+    })
+}
+
+fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
+    match cmd {
+        ProfileCommand::Summarize { json, files } => {
+            let summary = Summary::of(&read(&files)?);
+            let mut out = sink(None)?;
+            if json {
+                serde_json::to_writer_pretty(&mut out, &summary)?;
+                writeln!(out)?;
+            } else {
+                write!(out, "{}", summary.render())?;
+            }
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ProfileCommand::Diff {
+            json,
+            base,
+            live,
+            opts,
+        } => diff(json, &base, &live, &opts),
+        ProfileCommand::Export {
+            format,
+            output,
+            commands,
+            model,
+            url,
+            tokenizer,
+            files,
+        } => {
+            let profile = read(&files)?;
+            let model = model.unwrap_or_else(|| top_model(&profile));
+            let ext = if format == ExportFormat::Mooncake {
+                "jsonl"
+            } else {
+                "csv"
+            };
+            let shown = output
+                .as_ref()
+                .map_or_else(|| format!("out.{ext}"), |p| p.display().to_string());
+            let lines = replay_commands(
+                format,
+                &shown,
+                profile.entries.len(),
+                &model,
+                &url,
+                &tokenizer,
+            );
+            if commands {
+                for (_, line) in &lines {
+                    println!("{line}");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut out = sink(output.as_deref())?;
+            let stats = export(&profile, format, &mut out)?;
+            eprintln!(
+                "exported {} requests ({} skipped without token counts; hash_ids padded on {}, cut on {})",
+                stats.written, stats.skipped, stats.padded, stats.truncated
+            );
+            if !lines.is_empty() {
+                eprintln!(
+                    "replay with{}:",
+                    if output.is_none() {
+                        " (out.* = where you redirected stdout)"
+                    } else {
+                        ""
+                    }
+                );
+                for (_, line) in &lines {
+                    eprintln!("  {line}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ProfileCommand::Merge {
+            keep_separate,
+            output,
+            files,
+        } => {
+            let profile = read(&files)?;
+            let mut out = sink(output.as_deref())?;
+            let stats = merge(&profile, keep_separate, &mut out)?;
+            eprintln!(
+                "merged {} requests from {} files; block ids {}",
+                stats.requests,
+                stats.files,
+                if stats.linked {
+                    "linked across files (one salt)"
+                } else {
+                    "kept per file (different salts)"
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        ProfileCommand::Sample {
+            k,
+            max_drop,
+            output,
+            files,
+        } => {
+            let profile = read(&files)?;
+            let mut out = sink(output.as_deref())?;
+            let k = usize::try_from(k).unwrap_or(usize::MAX);
+            let r = k_anonymize(&profile, k, max_drop.clamp(0.0, 1.0), &mut out)?;
+            let lengths = match r.length_bucket_factor {
+                0.0 => "one bucket".to_owned(),
+                f => format!("×{f:.2} per bucket"),
+            };
+            let times = match r.time_bucket_ms {
+                0 => "one bucket".to_owned(),
+                ms => humantime::format_duration(std::time::Duration::from_millis(ms as u64))
+                    .to_string(),
+            };
+            eprintln!(
+                "k={}: lengths coarsened to {lengths}, times to {times}; kept {}, dropped {} request(s) in groups smaller than k; hash_ids and tenants removed",
+                r.k, r.kept, r.dropped
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn diff(json: bool, base: &Path, live: &Path, o: &DiffOpts) -> Result<ExitCode> {
+    let thresholds = Thresholds {
+        psi: o.psi,
+        ks: o.ks,
+        tvd: o.tvd,
+        rate_ratio: o.rate_ratio,
+        burstiness_change: o.burstiness_change,
+        reuse_change: o.reuse_change,
+        concurrency_ratio: o.concurrency_ratio,
+    };
+    if let Some((key, why)) = thresholds.problems().first() {
+        return Err(format!("--{}: {why}", key.replace('_', "-")).into());
+    }
+    let shape = |p: &Path| -> Result<Shape> {
+        Ok(Shape::of(&samples_of(&read(&[p.to_path_buf()])?), None))
+    };
+    let report = Report::new(&shape(base)?, &shape(live)?, &thresholds, o.min_samples);
+    let mut out = sink(None)?;
+    if json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "{}: baseline {} requests, live {} requests",
+            if report.drifted {
+                "DRIFTED"
+            } else {
+                "no drift"
+            },
+            report.base_requests,
+            report.live_requests
+        )?;
+        for d in &report.dimensions {
+            let mark = if d.drifted {
+                "DRIFT"
+            } else if d.value.is_none() {
+                "  n/a"
+            } else {
+                "   ok"
+            };
+            writeln!(
+                out,
+                "{mark}  {:<14} {:<12} {}",
+                d.name, d.statistic, d.explanation
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(if report.drifted {
+        ExitCode::from(EXIT_DRIFT)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn top_model(p: &Profile) -> String {
+    let mut counts = std::collections::BTreeMap::new();
+    for e in &p.entries {
+        *counts
+            .entry(e.entry.model.clone().unwrap_or_default())
+            .or_insert(0u64) += 1;
+    }
+    counts
+        .into_iter()
+        .filter(|(m, _)| !m.is_empty())
+        .max_by_key(|(_, n)| *n)
+        .map_or_else(|| "MODEL".into(), |(m, _)| m)
+}

@@ -1,0 +1,250 @@
+//! The live monitor: quiet on a resample, fires on a shift after `fire_after`
+//! evaluations, clears after `clear_after`; metrics, snapshot and webhook.
+
+use std::time::{Duration, Instant};
+
+use rand::{SeedableRng, rngs::SmallRng};
+
+use super::*;
+use crate::{
+    config::DriftConfig,
+    profile::{Anonymizer, Contract, Profile, ProfileLine},
+    sim::Dist,
+};
+
+/// `n` requests `gap_ms` apart from `start_ms`, output lengths log-normal around
+/// `output_median`, prompts sharing a system prefix.
+pub(crate) fn synthetic(
+    seed: u64,
+    n: usize,
+    output_median: f64,
+    start_ms: i64,
+    gap_ms: i64,
+) -> Vec<ProfileLine> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let input = Dist::LogNormal {
+        median: 600.0,
+        sigma: 0.6,
+    };
+    let output = Dist::LogNormal {
+        median: output_median,
+        sigma: 0.4,
+    };
+    let anon = Anonymizer::from_salt(b"test-salt-0123456789", 64, true, Vec::new());
+    (0..n)
+        .map(|i| {
+            let prompt = format!(
+                r#"{{"messages":[{{"role":"system","content":"{}"}},{{"role":"user","content":"q{}"}}]}}"#,
+                "shared system prompt ".repeat(8),
+                rand::Rng::random::<u32>(&mut rng)
+            );
+            ProfileLine {
+                arrival_ms: start_ms + i as i64 * gap_ms,
+                model: Some("llama".into()),
+                api: "chat_completions".into(),
+                stream: true,
+                input_tokens: Some(u64::from(input.sample_count(&mut rng).max(1))),
+                input_tokens_source: Some("usage"),
+                output_tokens: Some(u64::from(output.sample_count(&mut rng).max(1))),
+                output_tokens_source: Some("usage"),
+                max_tokens: Some(1024),
+                outcome: "ok",
+                status: Some(200),
+                slo_class: "default".into(),
+                slo_met: Some(true),
+                ttft_ms: Some(100.0),
+                tpot_ms: Some(20.0),
+                e2e_ms: 2000.0,
+                tenant: None,
+                block_hashes: anon.blocks(crate::decode::Api::ChatCompletions, Some("llama"), prompt.as_bytes()),
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn profile_of(lines: &[ProfileLine]) -> Profile {
+    let anon = Anonymizer::from_salt(b"test-salt-0123456789", 64, true, Vec::new());
+    let start = lines.first().map_or(0, |l| l.arrival_ms);
+    let header = anon.header(crate::profile::from_unix_ms(start), &Contract::default());
+    let mut text = Vec::new();
+    write_profile(&mut text, &header, lines).unwrap();
+    let mut p = Profile::default();
+    p.add(std::path::Path::new("mem.jsonl"), text.as_slice())
+        .unwrap();
+    p
+}
+
+fn config(baseline: &Profile) -> DriftConfig {
+    let mut cfg = DriftConfig::with_baseline(baseline.clone());
+    cfg.window = Duration::from_secs(600);
+    cfg
+}
+
+/// Feeds `lines` (one every `gap_ms`) starting at `t0 + offset`, evaluating every minute.
+fn run(m: &mut Monitor, lines: &[ProfileLine], t0: Instant, gap_ms: u64) -> Vec<DriftStatus> {
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let at = t0 + Duration::from_millis(i as u64 * gap_ms);
+        m.observe(l, at);
+        if (i as u64 * gap_ms).is_multiple_of(60_000) && i > 0 {
+            out.push(m.evaluate(at));
+        }
+    }
+    out
+}
+
+#[test]
+fn quiet_on_a_resample_fires_on_a_shift_and_clears() {
+    let base = profile_of(&synthetic(1, 3000, 180.0, 0, 200));
+    let mut m = Monitor::new(&config(&base), &base);
+    let t0 = Instant::now();
+    // Same distribution, another seed: 10 minutes of evaluations, nothing fires.
+    let same = synthetic(2, 3000, 180.0, 0, 200);
+    let statuses = run(&mut m, &same, t0, 200);
+    assert!(
+        statuses
+            .iter()
+            .all(|s| s.transitions.is_empty() && !s.drifted),
+        "{:#?}",
+        statuses.last()
+    );
+    let last = statuses.last().unwrap();
+    assert!(
+        last.dimensions.iter().all(|d| d.stat.value.is_some()),
+        "{last:#?}"
+    );
+    // Output lengths more than double: fires on the third evaluation over threshold.
+    let shifted = synthetic(3, 6000, 410.0, 600_000, 200);
+    let t1 = t0 + Duration::from_secs(600);
+    let statuses = run(&mut m, &shifted, t1, 200);
+    let fired: Vec<usize> = statuses
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.transitions.iter().any(|t| t.dimension == "output_length"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(fired.len(), 1, "fires once");
+    let at = &statuses[fired[0]];
+    let over_before = statuses[..fired[0]]
+        .iter()
+        .filter(|s| {
+            s.dimensions
+                .iter()
+                .any(|d| d.stat.name == "output_length" && d.stat.drifted)
+        })
+        .count();
+    assert_eq!(
+        over_before, 2,
+        "two evaluations over threshold before firing"
+    );
+    let t = at
+        .transitions
+        .iter()
+        .find(|t| t.dimension == "output_length")
+        .unwrap();
+    assert_eq!(t.kind, TransitionKind::Fired);
+    assert!(
+        t.explanation.starts_with("output length P50 "),
+        "{}",
+        t.explanation
+    );
+    assert!(at.fired() && at.active.contains(&"output_length"));
+    assert!(!at.active.contains(&"input_length"), "{:?}", at.active);
+    // Back to the baseline shape: clears once five evaluations in a row are quiet.
+    let back = synthetic(4, 6000, 180.0, 1_800_000, 200);
+    let statuses = run(&mut m, &back, t1 + Duration::from_secs(1200), 200);
+    let cleared = statuses
+        .iter()
+        .position(|s| {
+            s.transitions
+                .iter()
+                .any(|t| t.kind == TransitionKind::Cleared)
+        })
+        .unwrap();
+    assert!(cleared >= 4, "{cleared}");
+    assert!(!statuses.last().unwrap().drifted);
+}
+
+#[test]
+fn too_few_requests_never_fire() {
+    let base = profile_of(&synthetic(1, 1000, 180.0, 0, 200));
+    let mut m = Monitor::new(&config(&base), &base);
+    let t0 = Instant::now();
+    let shifted = synthetic(3, 100, 5000.0, 0, 200);
+    for (i, l) in shifted.iter().enumerate() {
+        m.observe(l, t0 + Duration::from_millis(i as u64 * 200));
+    }
+    for k in 0..10 {
+        let s = m.evaluate(t0 + Duration::from_secs(20 + k));
+        assert!(s.transitions.is_empty() && s.dimensions.iter().all(|d| d.stat.value.is_none()));
+    }
+    assert_eq!(m.status().evaluations, 10);
+}
+
+#[test]
+fn the_window_is_bounded_and_reuse_is_seen() {
+    let base = profile_of(&synthetic(1, 500, 180.0, 0, 200));
+    let mut cfg = config(&base);
+    cfg.window_max_requests = 300;
+    cfg.min_samples = 100;
+    let mut m = Monitor::new(&cfg, &base);
+    let t0 = Instant::now();
+    for (i, l) in synthetic(2, 1000, 180.0, 0, 10).iter().enumerate() {
+        m.observe(l, t0 + Duration::from_millis(i as u64 * 10));
+    }
+    assert_eq!(m.window_lines().count(), 300);
+    let s = m.evaluate(t0 + Duration::from_secs(10));
+    let reuse = s
+        .dimensions
+        .iter()
+        .find(|d| d.stat.name == "prefix_reuse")
+        .unwrap();
+    assert!(reuse.stat.value.unwrap() < 0.2, "{reuse:?}");
+    assert!(
+        reuse.stat.explanation.starts_with("prefix reuse 0."),
+        "{}",
+        reuse.stat.explanation
+    );
+}
+
+#[test]
+fn metrics_and_snapshot() {
+    let base = profile_of(&synthetic(1, 1000, 180.0, 0, 200));
+    let mut m = Monitor::new(&config(&base), &base);
+    let t0 = Instant::now();
+    let statuses = run(&mut m, &synthetic(3, 3000, 900.0, 0, 200), t0, 200);
+    assert!(statuses.last().unwrap().drifted);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = crate::admin::metrics::Metrics::register(&mut registry);
+    statuses.last().unwrap().publish(&metrics);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("goodput_reacceptance_required{dimension=\"output_length\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("goodput_reacceptance_required{dimension=\"input_length\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("goodput_profile_drift{dimension=\"output_length\",statistic=\"psi\"}"),
+        "{text}"
+    );
+    let dir = std::env::temp_dir().join(format!("goodput-snap-{}", std::process::id()));
+    let anon = Anonymizer::from_salt(b"test-salt-0123456789", 64, true, Vec::new());
+    let header = anon.header(std::time::SystemTime::now(), &Contract::default());
+    let path = write_snapshot(&dir, &header, m.window_lines()).unwrap();
+    let again = write_snapshot(&dir, &header, m.window_lines()).unwrap();
+    assert_ne!(path, again);
+    let snap = Profile::read(&[path]).unwrap();
+    assert_eq!(snap.entries.len(), m.window_lines().count());
+    assert!(snap.entries.iter().all(|e| e.entry.hash_ids.is_some()));
+    std::fs::remove_dir_all(&dir).ok();
+    let json = serde_json::to_value(m.status()).unwrap();
+    assert_eq!(json["drifted"], true);
+    assert!(
+        json["dimensions"][0].get("name").is_some()
+            && json["dimensions"][0].get("threshold").is_some()
+    );
+}

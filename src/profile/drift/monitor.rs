@@ -1,0 +1,356 @@
+//! Live drift detection: a sliding window of finished requests compared with the baseline
+//! every evaluation period.
+//!
+//! Pure and deterministic: time is passed in (`at`, `now`), never read; it lives with the
+//! aggregator (single owner), never on a request's path. Hysteresis keeps it quiet on
+//! noise: a dimension *fires* after `fire_after` consecutive evaluations with one of its
+//! statistics over threshold, and *clears* after `clear_after` consecutive evaluations
+//! with none; evaluations without enough samples change nothing.
+//!
+//! Memory is bounded by `window_max_requests` lines (the newest are kept) and by
+//! [`MAX_WINDOW_HASHES`] block fingerprints (past it, new lines keep their reuse counts but
+//! not their fingerprints, which only the snapshot needed).
+
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use super::{Dimension, Thresholds, compare};
+use crate::{
+    admin::metrics::{DimensionLabel, DriftLabels, Metrics},
+    config::DriftConfig,
+    profile::{
+        ProfileLine,
+        read::Profile,
+        shape::{Sample, Shape, samples_of},
+    },
+};
+
+/// Block fingerprints kept across the live window (8 bytes each, plus the map).
+pub const MAX_WINDOW_HASHES: usize = 2_000_000;
+
+/// Every dimension, in report order.
+const DIMENSIONS: [&str; 8] = [
+    "input_length",
+    "output_length",
+    "arrival_rate",
+    "burstiness",
+    "model_mix",
+    "api_mix",
+    "prefix_reuse",
+    "concurrency",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionKind {
+    Fired,
+    Cleared,
+}
+
+/// A dimension that started or stopped requiring re-acceptance at this evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Transition {
+    pub dimension: &'static str,
+    pub kind: TransitionKind,
+    /// One sentence: what moved, from what to what (the statistic that decided).
+    pub explanation: String,
+}
+
+/// One statistic with the dimension's hysteresis state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DimensionStatus {
+    #[serde(flatten)]
+    pub stat: Dimension,
+    /// The dimension requires re-acceptance (fired and not cleared).
+    pub reacceptance_required: bool,
+}
+
+/// What `GET /api/v1/drift` serves: the last evaluation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DriftStatus {
+    pub baseline: String,
+    pub window_s: f64,
+    pub evaluations: u64,
+    pub baseline_requests: usize,
+    pub live_requests: usize,
+    pub min_samples: usize,
+    /// Some dimension requires re-acceptance.
+    pub drifted: bool,
+    /// The dimensions that require re-acceptance.
+    pub active: Vec<&'static str>,
+    pub dimensions: Vec<DimensionStatus>,
+    /// Fired or cleared at the last evaluation.
+    pub transitions: Vec<Transition>,
+}
+
+impl DriftStatus {
+    /// Sets `goodput_profile_drift{dimension,statistic}` and
+    /// `goodput_reacceptance_required{dimension}`.
+    pub fn publish(&self, metrics: &Metrics) {
+        for d in &self.dimensions {
+            let labels = DriftLabels {
+                dimension: d.stat.name,
+                statistic: d.stat.statistic,
+            };
+            match d.stat.value {
+                Some(v) if v.is_finite() => {
+                    metrics.profile_drift.get_or_create(&labels).set(v);
+                }
+                // No value: no series, rather than a stale or invented one.
+                _ => {
+                    metrics.profile_drift.remove(&labels);
+                }
+            }
+        }
+        for dimension in DIMENSIONS {
+            let active = self.active.contains(&dimension);
+            metrics
+                .reacceptance
+                .get_or_create(&DimensionLabel { dimension })
+                .set(i64::from(active));
+        }
+    }
+
+    /// One structured log event per transition.
+    pub fn log_transitions(&self) {
+        for t in &self.transitions {
+            match t.kind {
+                TransitionKind::Fired => tracing::warn!(
+                    dimension = t.dimension,
+                    event = "drift_fired",
+                    "re-acceptance required: {}",
+                    t.explanation
+                ),
+                TransitionKind::Cleared => tracing::info!(
+                    dimension = t.dimension,
+                    event = "drift_cleared",
+                    "drift cleared: {}",
+                    t.explanation
+                ),
+            }
+        }
+    }
+
+    /// Whether a dimension fired at the last evaluation (time for a snapshot).
+    pub fn fired(&self) -> bool {
+        self.transitions
+            .iter()
+            .any(|t| t.kind == TransitionKind::Fired)
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Hysteresis {
+    over: u32,
+    under: u32,
+    active: bool,
+}
+
+struct Held {
+    at: Instant,
+    line: ProfileLine,
+    blocks: u32,
+    reused: u32,
+}
+
+/// See the module doc.
+pub struct Monitor {
+    thresholds: Thresholds,
+    min_samples: usize,
+    window: Duration,
+    max_requests: usize,
+    fire_after: u32,
+    clear_after: u32,
+    baseline_name: String,
+    base: Shape,
+    lines: VecDeque<Held>,
+    in_window: HashMap<u64, u32>,
+    started: Option<Instant>,
+    states: BTreeMap<&'static str, Hysteresis>,
+    status: DriftStatus,
+}
+
+impl std::fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Monitor")
+            .field("baseline", &self.baseline_name)
+            .field("live", &self.lines.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Monitor {
+    pub fn new(cfg: &DriftConfig, baseline: &Profile) -> Monitor {
+        let base = Shape::of(&samples_of(baseline), None);
+        let baseline_name = cfg.baseline_path.display().to_string();
+        Monitor {
+            thresholds: cfg.thresholds.clone(),
+            min_samples: cfg.min_samples,
+            window: cfg.window,
+            max_requests: cfg.window_max_requests.max(1),
+            fire_after: cfg.fire_after.max(1),
+            clear_after: cfg.clear_after.max(1),
+            status: DriftStatus {
+                baseline: baseline_name.clone(),
+                baseline_requests: base.requests,
+                min_samples: cfg.min_samples,
+                ..Default::default()
+            },
+            baseline_name,
+            base,
+            lines: VecDeque::new(),
+            in_window: HashMap::new(),
+            started: None,
+            states: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a finished request, `at` = when it finished.
+    pub fn observe(&mut self, line: &ProfileLine, at: Instant) {
+        self.started.get_or_insert(at);
+        self.evict(at);
+        while self.lines.len() >= self.max_requests {
+            self.pop();
+        }
+        let reused = line
+            .block_hashes
+            .iter()
+            .filter(|h| self.in_window.get(h).is_some_and(|n| *n > 0))
+            .count();
+        let mut held = line.clone();
+        if self.in_window.len() + held.block_hashes.len() > MAX_WINDOW_HASHES {
+            held.block_hashes = Vec::new();
+        }
+        for h in &held.block_hashes {
+            *self.in_window.entry(*h).or_insert(0) += 1;
+        }
+        self.lines.push_back(Held {
+            at,
+            blocks: u32::try_from(line.block_hashes.len()).unwrap_or(u32::MAX),
+            reused: u32::try_from(reused).unwrap_or(u32::MAX),
+            line: held,
+        });
+    }
+
+    /// Compares the window ending at `now` with the baseline and applies hysteresis.
+    pub fn evaluate(&mut self, now: Instant) -> DriftStatus {
+        self.evict(now);
+        let samples: Vec<Sample> = self.lines.iter().map(sample).collect();
+        let covered = self
+            .started
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+            .min(self.window);
+        let live = Shape::of(&samples, Some(covered.as_secs_f64()));
+        let stats = compare(&self.base, &live, &self.thresholds, self.min_samples);
+        let mut transitions = Vec::new();
+        for name in DIMENSIONS {
+            let mine: Vec<&Dimension> = stats.iter().filter(|d| d.name == name).collect();
+            if mine.iter().all(|d| d.value.is_none()) {
+                continue;
+            }
+            let decisive = mine.iter().find(|d| d.drifted).or(mine.first()).copied();
+            let state = self.states.entry(name).or_default();
+            if mine.iter().any(|d| d.drifted) {
+                state.over += 1;
+                state.under = 0;
+            } else {
+                state.under += 1;
+                state.over = 0;
+            }
+            let kind = if !state.active && state.over >= self.fire_after {
+                state.active = true;
+                Some(TransitionKind::Fired)
+            } else if state.active && state.under >= self.clear_after {
+                state.active = false;
+                Some(TransitionKind::Cleared)
+            } else {
+                None
+            };
+            if let (Some(kind), Some(d)) = (kind, decisive) {
+                transitions.push(Transition {
+                    dimension: name,
+                    kind,
+                    explanation: d.explanation.clone(),
+                });
+            }
+        }
+        let active: Vec<&'static str> = DIMENSIONS
+            .into_iter()
+            .filter(|n| self.states.get(n).is_some_and(|s| s.active))
+            .collect();
+        self.status = DriftStatus {
+            baseline: self.baseline_name.clone(),
+            window_s: covered.as_secs_f64(),
+            evaluations: self.status.evaluations + 1,
+            baseline_requests: self.base.requests,
+            live_requests: live.requests,
+            min_samples: self.min_samples,
+            drifted: !active.is_empty(),
+            dimensions: stats
+                .into_iter()
+                .map(|stat| DimensionStatus {
+                    reacceptance_required: active.contains(&stat.name),
+                    stat,
+                })
+                .collect(),
+            active,
+            transitions,
+        };
+        self.status.clone()
+    }
+
+    /// The last evaluation (for `GET /api/v1/drift`).
+    pub fn status(&self) -> &DriftStatus {
+        &self.status
+    }
+
+    /// The requests in the live window, oldest first (for [`super::write_snapshot`]).
+    pub fn window_lines(&self) -> impl Iterator<Item = &ProfileLine> {
+        self.lines.iter().map(|h| &h.line)
+    }
+
+    fn evict(&mut self, now: Instant) {
+        while self
+            .lines
+            .front()
+            .is_some_and(|h| now.saturating_duration_since(h.at) > self.window)
+        {
+            self.pop();
+        }
+    }
+
+    fn pop(&mut self) {
+        let Some(h) = self.lines.pop_front() else {
+            return;
+        };
+        for hash in &h.line.block_hashes {
+            if let Some(n) = self.in_window.get_mut(hash) {
+                *n -= 1;
+                if *n == 0 {
+                    self.in_window.remove(hash);
+                }
+            }
+        }
+    }
+}
+
+fn sample(h: &Held) -> Sample {
+    let l = &h.line;
+    Sample {
+        at_ms: l.arrival_ms,
+        model: l.model.clone().unwrap_or_else(|| "unknown".into()),
+        api: l.api.clone(),
+        stream: l.stream,
+        input: l.input_tokens,
+        output: l.output_tokens,
+        e2e_ms: l.e2e_ms,
+        blocks: h.blocks,
+        reused: h.reused,
+        outcome: l.outcome.to_owned(),
+        slo_met: l.slo_met,
+    }
+}

@@ -1,0 +1,57 @@
+//! Anonymized traffic profiles: recording the shape of real traffic (arrivals, lengths,
+//! mix, prefix reuse, outcomes, latencies) without its content, reading it back, comparing
+//! it with a baseline (live drift detection and `goodput profile diff`), and exporting it
+//! for replay tools. The format is specified in `docs/PROFILE.md`.
+//!
+//! Recording sits beside the aggregator: for each finished request the aggregator builds
+//! a [`ProfileLine`] (with the [`Anonymizer`]'s tenant id and block fingerprints) and
+//! hands it to [`ProfileRecorder::record`], which never blocks; a writer thread does all
+//! file I/O. The same lines feed [`drift::Monitor`].
+//!
+//! # Layout
+//! - `format`: the file format: [`Header`], [`Entry`], the `blocks` line, [`Contract`].
+//! - `hash`: [`Anonymizer`], chained keyed block fingerprints, salt ids, prompt text.
+//! - `line`: [`ProfileLine`], one request on its way to a file or the drift window.
+//! - `recorder`: [`ProfileRecorder`], the bounded queue and writer thread.
+//! - `writer`: files, rotation, retention, fsync, per-file id remap, disk errors.
+//! - `read`: [`Profile`], reading files back (torn lines, unknown fields, versions).
+//! - `stats`: percentiles, CV, PSI, KS, TVD and their noise floors.
+//! - `shape`: [`Shape`], the distributions a profile or a live window is described by.
+//! - [`drift`]: thresholds, comparison, the live [`drift::Monitor`], webhook, snapshots.
+//! - `summary`: `goodput profile summarize`.
+//! - `export`: Mooncake JSONL, Azure and BurstGPT CSV, and the replay command lines.
+//! - `merge`: several files (instances) into one.
+//! - `sample`: the k-anonymity guard.
+//! - [`cli`]: the `goodput profile` commands.
+
+pub mod cli;
+pub mod drift;
+mod export;
+mod format;
+mod hash;
+mod line;
+mod merge;
+mod read;
+mod recorder;
+mod sample;
+mod shape;
+mod stats;
+mod summary;
+pub mod writer;
+
+pub use export::{ExportFormat, ReplayTarget, export, replay_commands};
+pub use format::{
+    Anonymized, Block, BlockUnit, BlocksLine, Contract, Entry, FORMAT, Header,
+    MOONCAKE_BLOCK_TOKENS, VERSION, from_unix_ms, unix_ms,
+};
+pub use hash::{Anonymizer, block_hashes, prompt_bytes, salt_id, token_block_hashes};
+pub use line::ProfileLine;
+pub use merge::{MergeError, merge};
+pub use read::{BlockId, FileReport, Loaded, Profile, ProfileFile, ReadError};
+pub use recorder::{DropReason, ProfileRecorder, StartError};
+pub use sample::{SampleReport, k_anonymize};
+pub use shape::{Sample, Shape, samples_of};
+pub use summary::Summary;
+
+/// The recording component under its role name: `profile::Recorder::start(...)`.
+pub use recorder::ProfileRecorder as Recorder;

@@ -1,0 +1,402 @@
+//! Reading profile files back: every command and the drift baseline go through
+//! [`Profile::read`].
+//!
+//! A file must start with a header of a known major version (anything else is refused
+//! with an error naming the file). After that the reader is forgiving, and says what it
+//! forgave in [`FileReport`]: a last line without its newline that does not parse is a
+//! *torn* line (a crash mid-write) and is skipped; other lines that do not parse are
+//! skipped and counted; unknown fields are ignored and listed.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    fmt,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+};
+
+use serde_json::Value;
+
+use super::format::{BlocksLine, Entry, FORMAT, Header, VERSION};
+
+/// A profile file could not be used at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read `{path}`: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{path}` is not a goodput profile: {reason}")]
+    NotAProfile { path: String, reason: String },
+    #[error(
+        "`{path}` is profile format version {version}; this goodput reads version {VERSION} only (upgrade goodput to read it)"
+    )]
+    UnsupportedVersion { path: String, version: u32 },
+}
+
+/// What the reader skipped or ignored in one file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileReport {
+    pub torn_last_line: bool,
+    /// Lines (1-based) that did not parse, torn line excluded.
+    pub invalid_lines: Vec<usize>,
+    pub unknown_fields: BTreeSet<String>,
+}
+
+/// One file of a profile.
+#[derive(Debug, Clone)]
+pub struct ProfileFile {
+    pub path: PathBuf,
+    pub header: Header,
+    /// `header.started_at` as Unix ms.
+    pub start_ms: i64,
+    pub report: FileReport,
+    /// Key (64-bit keyed hash) of each `hash_ids` id of this file, where known.
+    pub keys: HashMap<u32, u64>,
+}
+
+/// One request of a profile, with its file and absolute arrival time.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub file: usize,
+    /// Arrival, Unix ms (`start_ms + t_ms`).
+    pub at_ms: i64,
+    pub entry: Entry,
+}
+
+/// One or more profile files read together; entries sorted by arrival.
+#[derive(Clone, Default)]
+pub struct Profile {
+    pub files: Vec<ProfileFile>,
+    pub entries: Vec<Loaded>,
+    /// Files left out because a crash left them without a complete header (empty, or a
+    /// torn first line), with why.
+    pub skipped_files: Vec<(PathBuf, String)>,
+}
+
+impl Profile {
+    /// Reads and merges `paths`, sorting requests by absolute arrival time.
+    pub fn read(paths: &[PathBuf]) -> Result<Profile, ReadError> {
+        let mut profile = Profile::default();
+        for path in paths {
+            let file = std::fs::File::open(path).map_err(|source| ReadError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            profile.add(path, BufReader::new(file))?;
+        }
+        profile.entries.sort_by_key(|e| e.at_ms);
+        Ok(profile)
+    }
+
+    /// Reads one file's text from `reader`, named `path` in errors.
+    pub fn add(&mut self, path: &Path, mut reader: impl BufRead) -> Result<(), ReadError> {
+        let shown = || path.display().to_string();
+        let io = |source| ReadError::Io {
+            path: shown(),
+            source,
+        };
+        let mut buf = Vec::new();
+        if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
+            self.skipped_files
+                .push((path.to_path_buf(), "empty (created, never written)".into()));
+            return Ok(());
+        }
+        let header = match parse_header(&buf) {
+            Ok(h) => h,
+            // A first line cut short by a crash: the file never got going.
+            Err(_) if !buf.ends_with(b"\n") && buf.starts_with(b"{\"type\":\"header\"") => {
+                self.skipped_files.push((
+                    path.to_path_buf(),
+                    "torn header (the writer stopped mid-line)".into(),
+                ));
+                return Ok(());
+            }
+            Err(reason) => {
+                return Err(ReadError::NotAProfile {
+                    path: shown(),
+                    reason,
+                });
+            }
+        };
+        if header.version != VERSION {
+            return Err(ReadError::UnsupportedVersion {
+                path: shown(),
+                version: header.version,
+            });
+        }
+        let start_ms = header.started_ms().ok_or_else(|| ReadError::NotAProfile {
+            path: shown(),
+            reason: format!("`started_at` {:?} is not RFC 3339", header.started_at),
+        })?;
+        let index = self.files.len();
+        let mut file = ProfileFile {
+            path: path.to_path_buf(),
+            report: FileReport {
+                unknown_fields: header.extra.keys().map(|k| format!("header.{k}")).collect(),
+                ..Default::default()
+            },
+            header,
+            start_ms,
+            keys: HashMap::new(),
+        };
+        let mut line_no = 1;
+        loop {
+            buf.clear();
+            if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
+                break;
+            }
+            line_no += 1;
+            let complete = buf.ends_with(b"\n");
+            let text = buf.trim_ascii();
+            if text.is_empty() {
+                continue;
+            }
+            match parse_line(text) {
+                Ok(Line::Entry(entry)) => {
+                    file.report
+                        .unknown_fields
+                        .extend(entry.extra.keys().cloned());
+                    self.entries.push(Loaded {
+                        file: index,
+                        at_ms: start_ms.saturating_add(entry.t_ms),
+                        entry: *entry,
+                    });
+                }
+                Ok(Line::Blocks(b)) => {
+                    for (i, key) in b.keys.iter().enumerate() {
+                        if let (Ok(key), Ok(i)) = (u64::from_str_radix(key, 16), u32::try_from(i)) {
+                            file.keys.insert(b.first_id.saturating_add(i), key);
+                        }
+                    }
+                }
+                Ok(Line::Other(kind)) => {
+                    file.report.unknown_fields.insert(format!("type={kind}"));
+                }
+                Err(()) if !complete => file.report.torn_last_line = true,
+                Err(()) => file.report.invalid_lines.push(line_no),
+            }
+        }
+        self.files.push(file);
+        Ok(())
+    }
+
+    /// The salt id shared by every file, or `None` when they differ.
+    pub fn common_salt_id(&self) -> Option<&str> {
+        let first = self.files.first()?.header.salt_id.as_str();
+        self.files
+            .iter()
+            .all(|f| f.header.salt_id == first)
+            .then_some(first)
+    }
+
+    /// Global block identities per entry (same order as `entries`): with one salt, the
+    /// key behind each id (so equal blocks in different files match); otherwise, or where
+    /// a key is missing, an identity private to the file.
+    pub fn block_identities(&self) -> Vec<Vec<BlockId>> {
+        let linked = self.common_salt_id().is_some();
+        self.entries
+            .iter()
+            .map(|l| {
+                let file = &self.files[l.file];
+                l.entry
+                    .hash_ids
+                    .iter()
+                    .flatten()
+                    .map(|id| match file.keys.get(id) {
+                        Some(key) if linked => BlockId::Key(*key),
+                        _ => BlockId::Local(l.file, *id),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Human-readable notes on what was skipped or ignored, one per line.
+    pub fn notes(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .skipped_files
+            .iter()
+            .map(|(p, why)| format!("{}: skipped: {why}", p.display()))
+            .collect();
+        for f in &self.files {
+            let p = f.path.display();
+            if f.report.torn_last_line {
+                out.push(format!(
+                    "{p}: skipped a torn last line (the writer stopped mid-line)"
+                ));
+            }
+            if !f.report.invalid_lines.is_empty() {
+                out.push(format!(
+                    "{p}: skipped {} line(s) that did not parse (first: line {})",
+                    f.report.invalid_lines.len(),
+                    f.report.invalid_lines[0]
+                ));
+            }
+            if !f.report.unknown_fields.is_empty() {
+                let names: Vec<&str> = f.report.unknown_fields.iter().map(String::as_str).collect();
+                out.push(format!("{p}: ignored unknown fields: {}", names.join(", ")));
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Debug for Profile {
+    // A baseline holds thousands of requests: say which files, not every line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Profile")
+            .field(
+                "files",
+                &self.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
+            )
+            .field("requests", &self.entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A block identity across files; see [`Profile::block_identities`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockId {
+    Key(u64),
+    Local(usize, u32),
+}
+
+impl fmt::Display for BlockId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BlockId::Key(k) => write!(f, "{k:016x}"),
+            BlockId::Local(file, id) => write!(f, "{file}:{id}"),
+        }
+    }
+}
+
+fn parse_header(line: &[u8]) -> Result<Header, String> {
+    let value: Value = serde_json::from_slice(line.trim_ascii())
+        .map_err(|e| format!("the first line is not JSON ({e})"))?;
+    if value.get("type").and_then(Value::as_str) != Some("header")
+        || value.get("format").and_then(Value::as_str) != Some(FORMAT)
+    {
+        return Err(format!(
+            "the first line is not a `{FORMAT}` header (`\"type\":\"header\"`)"
+        ));
+    }
+    // Check the version before the rest, so a future layout is refused by version.
+    if let Some(v) = value.get("version").and_then(Value::as_u64)
+        && v != u64::from(VERSION)
+    {
+        return Ok(Header {
+            version: u32::try_from(v).unwrap_or(u32::MAX),
+            ..serde_json::from_value(value.clone()).unwrap_or_else(|_| placeholder_header())
+        });
+    }
+    serde_json::from_value(value).map_err(|e| format!("bad header: {e}"))
+}
+
+fn placeholder_header() -> Header {
+    Header::new(
+        std::time::SystemTime::UNIX_EPOCH,
+        "",
+        super::format::Block {
+            unit: super::format::BlockUnit::Bytes,
+            size: 0,
+        },
+        &Default::default(),
+    )
+}
+
+enum Line {
+    Entry(Box<Entry>),
+    Blocks(BlocksLine),
+    Other(String),
+}
+
+fn parse_line(text: &[u8]) -> Result<Line, ()> {
+    let value: Value = serde_json::from_slice(text).map_err(|_| ())?;
+    match value.get("type").and_then(Value::as_str) {
+        None => serde_json::from_value(value)
+            .map(|e| Line::Entry(Box::new(e)))
+            .map_err(|_| ()),
+        Some("blocks") => serde_json::from_value(value)
+            .map(Line::Blocks)
+            .map_err(|_| ()),
+        Some(other) => Ok(Line::Other(other.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"00","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{}}"#;
+    const LINE: &str = r#"{"t_ms":5,"model":"m","api":"chat_completions","stream":true,"outcome":"ok","slo_class":"default","e2e_ms":9.0,"hash_ids":[0,1]}"#;
+
+    fn read(text: &str) -> Result<Profile, ReadError> {
+        let mut p = Profile::default();
+        p.add(Path::new("t.jsonl"), text.as_bytes())?;
+        Ok(p)
+    }
+
+    #[test]
+    fn reads_entries_keys_and_reports_torn_lines() {
+        let text = format!(
+            "{HEADER}\n{{\"type\":\"blocks\",\"first_id\":0,\"keys\":[\"00000000000000ff\",\"0000000000000100\"]}}\n{LINE}\n{}",
+            &LINE[..30]
+        );
+        let p = read(&text).unwrap();
+        assert_eq!(p.entries.len(), 1);
+        assert_eq!(p.entries[0].at_ms, 1_767_225_600_005);
+        assert!(p.files[0].report.torn_last_line);
+        assert_eq!(p.files[0].keys[&1], 0x100);
+        assert_eq!(
+            p.block_identities()[0],
+            [BlockId::Key(0xff), BlockId::Key(0x100)]
+        );
+        assert!(p.notes()[0].contains("torn"));
+    }
+
+    #[test]
+    fn a_bad_middle_line_is_skipped_and_counted() {
+        let text = format!("{HEADER}\nnot json\n{LINE}\n");
+        let p = read(&text).unwrap();
+        assert_eq!(p.entries.len(), 1);
+        assert_eq!(p.files[0].report.invalid_lines, [2]);
+        assert!(!p.files[0].report.torn_last_line);
+    }
+
+    #[test]
+    fn unknown_versions_and_non_profiles_are_refused() {
+        let v2 = HEADER.replace("\"version\":1", "\"version\":2");
+        let err = read(&format!("{v2}\n{LINE}\n")).unwrap_err();
+        assert!(
+            matches!(err, ReadError::UnsupportedVersion { version: 2, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("version 2"));
+        assert!(matches!(
+            read("{\"a\":1}\n"),
+            Err(ReadError::NotAProfile { .. })
+        ));
+        // What a crash right after creating a file leaves is skipped, with a note.
+        let empty = read("").unwrap();
+        assert!(empty.entries.is_empty() && empty.notes()[0].contains("empty"));
+        let torn = read(&HEADER[..40]).unwrap();
+        assert!(torn.files.is_empty() && torn.notes()[0].contains("torn header"));
+    }
+
+    #[test]
+    fn unknown_fields_and_line_types_are_listed() {
+        let header = HEADER.replace("\"contract\":{}", "\"contract\":{},\"future\":1");
+        let line = LINE.replace("\"e2e_ms\"", "\"later\":true,\"e2e_ms\"");
+        let text = format!("{header}\n{line}\n{{\"type\":\"marker\"}}\n");
+        let p = read(&text).unwrap();
+        let f: Vec<&str> = p.files[0]
+            .report
+            .unknown_fields
+            .iter()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(f, ["header.future", "later", "type=marker"]);
+    }
+}

@@ -1,0 +1,202 @@
+//! The flags of `goodput replay`. Flag names are a contract (issue "Contract" section):
+//! extend, never rename.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{ArgAction, Args, ValueEnum};
+
+/// `goodput replay`: run a captured profile against a candidate system and write the
+/// acceptance report; or, with `--compare`, put two reports side by side.
+#[derive(Args, Debug, Clone)]
+pub struct ReplayArgs {
+    /// Profile file(s) to replay (read together, as `goodput profile summarize` does).
+    #[arg(long, value_name = "FILE", num_args = 1.., required_unless_present = "compare")]
+    pub profile: Vec<PathBuf>,
+    /// Base URL of the candidate system, e.g. http://10.0.0.5:8000 (paths /v1/... are
+    /// appended; a URL with a path, e.g. http://h/openai/v1, is used as the API root).
+    #[arg(long, value_name = "URL", required_unless_present = "compare")]
+    pub target: Option<String>,
+    /// goodput config file whose `[slo]` classes and `[cost]` the run is judged by (other
+    /// sections are ignored). Without it: the default class only, no cost.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Environment variable holding the API key, sent as `Authorization: Bearer ...`.
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Load pattern.
+    #[arg(long, value_enum, default_value_t = Mode::Steps)]
+    pub mode: Mode,
+    /// trace: arrival times are divided by this (2.0 = twice the recorded rate).
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = positive_f64)]
+    pub rate_scale: f64,
+    /// steps: closed-loop concurrency levels, ascending.
+    #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1,4,8,16,32,64",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: Vec<u32>,
+    /// Measuring duration of each step (steps, ramp) and the drift interval (soak).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    pub step_duration: Duration,
+    /// Load before each step's measurement starts (trace: the first part of the trace).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
+    pub warmup: Duration,
+    /// soak: how long the fixed load runs.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = duration)]
+    pub soak_duration: Duration,
+    /// soak: requests per second; default 70% of the knee found by a quick ramp.
+    #[arg(long, value_name = "RPS", value_parser = positive_f64)]
+    pub soak_rate: Option<f64>,
+    /// ramp: first request rate (requests/s).
+    #[arg(long, value_name = "RPS", default_value_t = 1.0, value_parser = positive_f64)]
+    pub ramp_start: f64,
+    /// ramp: each step's rate is the previous one times this.
+    #[arg(long, value_name = "F", default_value_t = 1.5, value_parser = above_one)]
+    pub ramp_factor: f64,
+    /// ramp: most steps before giving up on finding the knee.
+    #[arg(long, value_name = "N", default_value_t = 12)]
+    pub ramp_steps: u32,
+    /// The load the verdict is judged at, in concurrency (steps). Default: the profile's
+    /// time-averaged concurrency (Σ e2e / duration) times --rate-scale, rounded up.
+    #[arg(long, value_name = "N")]
+    pub required_concurrency: Option<u32>,
+    /// The load the verdict is judged at, in requests/s (ramp). Default: the profile's
+    /// mean arrival rate times --rate-scale.
+    #[arg(long, value_name = "RPS", value_parser = positive_f64)]
+    pub required_rate: Option<f64>,
+    /// Directory the report is written to (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "replay-report")]
+    pub out: PathBuf,
+    /// Stop after sending this many requests (the report covers what ran).
+    #[arg(long, value_name = "N")]
+    pub max_requests: Option<u64>,
+    /// Seed of every random choice (prompt text, drawn lengths, Poisson arrivals).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Send `ignore_eos: true` so outputs run to the recorded length (vLLM, SGLang);
+    /// `--ignore-eos=false` for targets that reject the field.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub ignore_eos: bool,
+    /// Send every request with this model name instead of the recorded one.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// A HuggingFace tokenizer.json of the target's model: prompts then have exactly the
+    /// recorded number of tokens (chat template aside) instead of ~4 bytes per token.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
+    /// Test-contract metadata of the candidate (model_revision, engine, engine_version,
+    /// hardware, precision, notes, or any other key); overrides the profile header's.
+    #[arg(long = "contract", value_name = "KEY=VALUE", value_parser = key_value)]
+    pub contract: Vec<(String, String)>,
+    /// A request with no byte from the target for this long ends as `timeout`.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
+    pub idle_timeout: Duration,
+    /// Open-loop cap on requests in flight; reaching it delays sends (flagged in the report).
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_in_flight: u32,
+    /// Put two reports side by side instead of running: A/report.json B/report.json.
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["profile", "target"])]
+    pub compare: Option<Vec<PathBuf>>,
+    /// No live progress display, even on a terminal.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Load patterns.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Open loop at the profile's own arrival times (scaled by --rate-scale).
+    Trace,
+    /// Closed loop per concurrency level, warm-up then a fixed measuring duration.
+    Steps,
+    /// Rising open-loop request rate until SLO attainment breaks: finds the knee.
+    Ramp,
+    /// A fixed load for a long time, reporting drift.
+    Soak,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Trace => "trace",
+            Mode::Steps => "steps",
+            Mode::Ramp => "ramp",
+            Mode::Soak => "soak",
+        }
+    }
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 10s or 2m: {e}"))
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+fn above_one(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 1.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number above 1")),
+    }
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ReplayArgs,
+    }
+
+    #[test]
+    fn contract_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "replay",
+            "--profile",
+            "p.jsonl",
+            "--target",
+            "http://h:1",
+            "--mode",
+            "steps",
+            "--concurrency",
+            "1,4",
+            "--step-duration",
+            "10s",
+            "--out",
+            "DIR",
+            "--contract",
+            "hardware=8xH100",
+            "--ignore-eos=false",
+        ])
+        .unwrap();
+        let a = cli.args;
+        assert_eq!(a.concurrency, [1, 4]);
+        assert_eq!(a.step_duration, Duration::from_secs(10));
+        assert_eq!(a.contract, [("hardware".to_owned(), "8xH100".to_owned())]);
+        assert!(!a.ignore_eos);
+        assert_eq!(a.mode, Mode::Steps);
+    }
+
+    #[test]
+    fn compare_needs_no_profile() {
+        let cli = Cli::try_parse_from(["replay", "--compare", "a.json", "b.json"]).unwrap();
+        assert_eq!(cli.args.compare.unwrap().len(), 2);
+        assert!(cli.args.ignore_eos);
+        assert!(Cli::try_parse_from(["replay", "--target", "http://x"]).is_err());
+        assert!(Cli::try_parse_from(["replay", "--compare", "a", "b", "--target", "x"]).is_err());
+    }
+}

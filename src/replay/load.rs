@@ -1,0 +1,382 @@
+//! Running one step of load: a closed loop at a concurrency, an open loop at a Poisson
+//! rate, or the profile's own arrival times (trace).
+//!
+//! A step runs `warmup` then its measuring window. Closed and rate steps count the
+//! requests that *finish* inside the window (steady state: as many long requests leave
+//! the window unfinished as entered it already running) and divide by the window's
+//! length; when the window ends, requests still in flight are cancelled (client aborts at
+//! the target) so the next step starts clean. A trace step sends every request at its
+//! time, waits for all of them, and measures those sent after the warm-up.
+//!
+//! Open-loop sends are independent of how fast the target answers: the schedule is
+//! computed ahead, the body is built before waiting for its time, and each request runs
+//! in its own task. The delay between the scheduled and the actual send is the
+//! generator's schedule lag; a cap on requests in flight (`--max-in-flight`) delays sends
+//! and marks the run saturated rather than exhausting the machine.
+//!
+//! Two stop signals: *halt* (`--max-requests` reached) stops sending and lets requests
+//! finish; *abort* (Ctrl-C) also cancels what is in flight.
+
+use std::{
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use tokio::{sync::watch, task::JoinSet};
+
+use super::{
+    client::{Client, Outgoing},
+    measure::Sample,
+    plan::{Poisson, Template, Workload, mix},
+    progress::Progress,
+    prompt::Prompts,
+};
+use crate::{config::Slo, measure::Outcome};
+
+/// The load of one step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    Concurrency(u32),
+    /// Requests per second, Poisson arrivals.
+    Rate(f64),
+    /// The profile's arrival times divided by the scale.
+    Trace(f64),
+}
+
+#[derive(Debug, Clone)]
+pub struct StepSpec {
+    pub index: usize,
+    pub label: String,
+    pub load: Load,
+    pub warmup: Duration,
+    /// Measuring window (ignored by trace, which runs to the end of the profile).
+    pub measure: Duration,
+}
+
+/// What one step did.
+#[derive(Debug, Clone)]
+pub struct StepRun {
+    pub spec: StepSpec,
+    /// Step start, measuring window start and end, seconds after the run started.
+    pub started_s: f64,
+    pub window_start_s: f64,
+    pub window_end_s: f64,
+    /// Stopped before its planned end (`--max-requests` or Ctrl-C).
+    pub cut_short: bool,
+}
+
+impl StepRun {
+    pub fn duration_s(&self) -> f64 {
+        (self.window_end_s - self.window_start_s).max(0.0)
+    }
+}
+
+/// What a run is made of.
+pub struct Setup {
+    pub client: Client,
+    pub workload: Arc<Workload>,
+    pub prompts: Prompts,
+    pub slo: Arc<Slo>,
+    pub seed: u64,
+    pub progress: Progress,
+    pub max_requests: Option<u64>,
+    pub max_in_flight: u32,
+}
+
+/// Runs the steps of one run; cheap to clone (tasks hold a clone).
+#[derive(Clone)]
+pub struct Runner(Arc<Inner>);
+
+struct Inner {
+    s: Setup,
+    t0: Instant,
+    abort_tx: watch::Sender<bool>,
+    abort: watch::Receiver<bool>,
+    halted: AtomicBool,
+    in_flight: AtomicU32,
+    seq: AtomicU64,
+    saturated: AtomicBool,
+    samples: Mutex<Vec<Sample>>,
+}
+
+/// Sets the run's abort signal (Ctrl-C) from outside.
+#[derive(Clone)]
+pub struct AbortHandle(watch::Sender<bool>);
+
+impl AbortHandle {
+    pub fn abort(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl Runner {
+    pub fn new(setup: Setup) -> Runner {
+        let (abort_tx, abort) = watch::channel(false);
+        Runner(Arc::new(Inner {
+            s: setup,
+            t0: Instant::now(),
+            abort_tx,
+            abort,
+            halted: AtomicBool::new(false),
+            in_flight: AtomicU32::new(0),
+            seq: AtomicU64::new(0),
+            saturated: AtomicBool::new(false),
+            samples: Mutex::new(Vec::new()),
+        }))
+    }
+
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle(self.0.abort_tx.clone())
+    }
+
+    pub fn aborted(&self) -> bool {
+        *self.0.abort.borrow()
+    }
+
+    /// No more requests will be sent (aborted or `--max-requests` reached).
+    pub fn stopped(&self) -> bool {
+        self.0.stopped()
+    }
+
+    /// The in-flight cap delayed at least one open-loop send.
+    pub fn saturated(&self) -> bool {
+        self.0.saturated.load(Ordering::Relaxed)
+    }
+
+    pub fn sent(&self) -> u64 {
+        self.0.seq.load(Ordering::Relaxed)
+    }
+
+    pub fn started(&self) -> Instant {
+        self.0.t0
+    }
+
+    pub fn slo(&self) -> &Slo {
+        &self.0.s.slo
+    }
+
+    pub fn progress(&self) -> &Progress {
+        &self.0.s.progress
+    }
+
+    /// Every request finished so far, in finishing order.
+    pub fn samples(&self) -> Vec<Sample> {
+        self.0.lock().clone()
+    }
+
+    /// Runs one step to its end (or until stopped).
+    pub async fn step(&self, spec: StepSpec) -> StepRun {
+        let me = &self.0;
+        me.s.progress.set_step(&spec.label);
+        let start = Instant::now();
+        let (cancel_tx, cancel) = watch::channel(false);
+        let window_start = start + spec.warmup;
+        let mut window_end = window_start + spec.measure;
+        let mut tasks = JoinSet::new();
+        let mut cut_short = false;
+        match spec.load {
+            Load::Concurrency(c) => {
+                for _ in 0..c {
+                    tasks.spawn(me.clone().worker(spec.index, window_end, cancel.clone()));
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(window_end.into()) => {}
+                    () = wait_all(&mut tasks) => cut_short = true,
+                    () = aborted(me.abort.clone()) => cut_short = true,
+                }
+            }
+            Load::Rate(rate) => {
+                let mut arrivals = Poisson::new(rate, me.s.seed ^ mix(spec.index as u64));
+                let planned = spec.warmup + spec.measure;
+                loop {
+                    let at = arrivals.next_offset();
+                    if at >= planned {
+                        break;
+                    }
+                    let Some(seq) = me.next_seq() else {
+                        cut_short = true;
+                        break;
+                    };
+                    let t = me.s.workload.draw(me.s.seed, seq).clone();
+                    let sent = me.open_send(&mut tasks, &t, seq, start + at, spec.index, &cancel);
+                    if !sent.await {
+                        cut_short = true;
+                        break;
+                    }
+                }
+                let until_end = tokio::time::sleep_until(window_end.into());
+                tokio::select! {
+                    () = until_end => {}
+                    () = wait_all(&mut tasks), if cut_short => {}
+                    () = aborted(me.abort.clone()) => cut_short = true,
+                }
+            }
+            Load::Trace(scale) => {
+                let workload = me.s.workload.clone();
+                for (i, t) in workload.templates.iter().enumerate() {
+                    let Some(seq) = me.next_seq() else {
+                        cut_short = true;
+                        break;
+                    };
+                    let at = Duration::from_secs_f64((t.at_ms / 1000.0 / scale).max(0.0));
+                    let sent = me.open_send(&mut tasks, t, seq, start + at, spec.index, &cancel);
+                    if !sent.await {
+                        cut_short = i + 1 < workload.templates.len();
+                        break;
+                    }
+                }
+                tokio::select! {
+                    () = wait_all(&mut tasks) => {}
+                    () = aborted(me.abort.clone()) => cut_short = true,
+                }
+                window_end = Instant::now();
+            }
+        }
+        if cut_short {
+            window_end = window_end.min(Instant::now());
+        }
+        cancel_tx.send_replace(true);
+        wait_all(&mut tasks).await;
+        let trace = matches!(spec.load, Load::Trace(_));
+        let (lo, hi) = (me.secs(window_start), me.secs(window_end));
+        let mut last = lo;
+        for s in me.lock().iter_mut().filter(|s| s.step == spec.index) {
+            s.measured = if trace {
+                s.sent_s >= lo && s.record.outcome != Outcome::ClientAbort
+            } else {
+                s.ended_s >= lo && s.ended_s < hi
+            };
+            if s.measured {
+                last = last.max(s.ended_s);
+            }
+        }
+        StepRun {
+            spec,
+            started_s: me.secs(start),
+            window_start_s: lo,
+            window_end_s: if trace { last } else { hi },
+            cut_short,
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Sample>> {
+        self.samples.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn secs(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.t0).as_secs_f64()
+    }
+
+    fn stopped(&self) -> bool {
+        *self.abort.borrow() || self.halted.load(Ordering::Relaxed)
+    }
+
+    /// The next sequence number, or `None` once no more may be sent.
+    fn next_seq(&self) -> Option<u64> {
+        if self.stopped() {
+            return None;
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        if self.s.max_requests.is_some_and(|max| seq + 1 >= max) {
+            self.halted.store(true, Ordering::Relaxed);
+        }
+        Some(seq)
+    }
+
+    fn outgoing(&self, t: &Template, seq: u64) -> Outgoing {
+        Outgoing {
+            api: t.api,
+            model: t.model.clone(),
+            body: Bytes::from(self.s.prompts.body(t, seq)),
+            id: format!("replay-{:08x}-{seq}", mix(self.s.seed) as u32),
+            concurrency: 0,
+        }
+    }
+
+    /// A closed-loop worker: one request at a time until `deadline` or a stop.
+    async fn worker(self: Arc<Self>, step: usize, deadline: Instant, cancel: Cancel) {
+        while Instant::now() < deadline {
+            let Some(seq) = self.next_seq() else { break };
+            let out = self.outgoing(self.s.workload.draw(self.s.seed, seq), seq);
+            self.clone().send(out, None, step, cancel.clone()).await;
+        }
+    }
+
+    /// Builds the body, waits for `scheduled`, then sends in a task of its own. False
+    /// when aborted before sending.
+    async fn open_send(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<()>,
+        t: &Template,
+        seq: u64,
+        scheduled: Instant,
+        step: usize,
+        cancel: &Cancel,
+    ) -> bool {
+        while tasks.try_join_next().is_some() {}
+        let out = self.outgoing(t, seq);
+        tokio::select! {
+            () = tokio::time::sleep_until(scheduled.into()) => {}
+            () = aborted(self.abort.clone()) => return false,
+        }
+        while self.in_flight.load(Ordering::Relaxed) >= self.s.max_in_flight {
+            self.saturated.store(true, Ordering::Relaxed);
+            if self.stopped() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tasks.spawn(
+            self.clone()
+                .send(out, Some(scheduled), step, cancel.clone()),
+        );
+        true
+    }
+
+    async fn send(
+        self: Arc<Self>,
+        mut out: Outgoing,
+        scheduled: Option<Instant>,
+        step: usize,
+        cancel: Cancel,
+    ) {
+        out.concurrency = self
+            .in_flight
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        let m = self.s.client.send(out, cancel).await;
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let mut record = m.record;
+        crate::measure::slo::judge(&mut record, &self.s.slo);
+        let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
+        self.s.progress.finished(record.ttft_ms, error);
+        let sample = Sample {
+            lag_ms: scheduled.map(|s| m.sent.saturating_duration_since(s).as_secs_f64() * 1e3),
+            sent_s: self.secs(m.sent),
+            ended_s: self.secs(m.ended),
+            record,
+            gaps_us: m.gaps_us,
+            step,
+            measured: false,
+        };
+        self.lock().push(sample);
+    }
+}
+
+type Cancel = watch::Receiver<bool>;
+
+async fn wait_all(tasks: &mut JoinSet<()>) {
+    while tasks.join_next().await.is_some() {}
+}
+
+async fn aborted(mut abort: watch::Receiver<bool>) {
+    if abort.wait_for(|a| *a).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

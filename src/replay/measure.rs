@@ -1,0 +1,383 @@
+//! From measured requests to the numbers of one step (or the whole run): counts, SLO
+//! attainment per class, effective goodput, latency percentiles, TTFT by input length, the
+//! generator's schedule lag, and the step's own spread (for `--compare`).
+//!
+//! Definitions are DESIGN.md's: attainment = met / (met + missed) (client aborts have no
+//! verdict); effective goodput = output tokens of requests that met their SLO / the
+//! measuring duration; errors = every outcome but `ok` and `client_abort`. Percentiles
+//! are nearest-rank over every value (no histogram rounding): ITL over every gap of
+//! every request. Spread: the step's measured requests are split in two halves by
+//! finish time and each number is computed on both; spread = |first − second| / 2.
+
+use serde::Serialize;
+
+use crate::{
+    config::{
+        Slo,
+        slo::{LatencyMetric, SloClass},
+    },
+    measure::{Outcome, RequestRecord},
+    stats::engine::{bucket_labels, bucket_of},
+};
+
+/// One finished request of the run.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Judged (`slo_class`, `slo_met` set).
+    pub record: RequestRecord,
+    pub gaps_us: Vec<u32>,
+    /// Sent and finished, seconds after the run started.
+    pub sent_s: f64,
+    pub ended_s: f64,
+    /// Sent this long after its scheduled time (open loop only).
+    pub lag_ms: Option<f64>,
+    /// Index of the step it belongs to.
+    pub step: usize,
+    /// Finished inside its step's measuring window.
+    pub measured: bool,
+}
+
+/// Nearest-rank percentiles in ms; `null`s without values.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Pcts {
+    pub count: usize,
+    pub mean: Option<f64>,
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub max: Option<f64>,
+}
+
+impl Pcts {
+    pub fn of(mut v: Vec<f64>) -> Pcts {
+        v.retain(|x| x.is_finite());
+        v.sort_by(f64::total_cmp);
+        let q = |q: f64| quantile(&v, q);
+        Pcts {
+            count: v.len(),
+            mean: (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
+            p50: q(0.5),
+            p90: q(0.9),
+            p95: q(0.95),
+            p99: q(0.99),
+            max: v.last().copied(),
+        }
+    }
+}
+
+/// Nearest-rank quantile of sorted values.
+pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    let n = sorted.len();
+    (n > 0).then(|| sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
+}
+
+/// A class's percentile target and whether it held.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetCheck {
+    pub metric: &'static str,
+    pub quantile: f64,
+    pub max_ms: f64,
+    pub value_ms: Option<f64>,
+    pub holds: Option<bool>,
+}
+
+/// One SLO class over a set of requests.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassStats {
+    pub name: String,
+    pub requests: u64,
+    pub slo_met: u64,
+    pub slo_missed: u64,
+    pub attainment: Option<f64>,
+    pub attainment_target: f64,
+    pub percentile_targets: Vec<TargetCheck>,
+    pub effective_goodput_tokens_per_s: f64,
+    /// Attainment and every percentile target hold (`null` without samples).
+    pub holds: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InputBucket {
+    pub bucket: String,
+    pub requests: usize,
+    pub ttft_ms: Pcts,
+}
+
+/// Half the difference between the step's two halves (see the module doc).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Spread {
+    pub ttft_p95_ms: Option<f64>,
+    pub tpot_p95_ms: Option<f64>,
+    pub e2e_p95_ms: Option<f64>,
+    pub effective_goodput_tokens_per_s: Option<f64>,
+    pub attainment: Option<f64>,
+}
+
+/// The numbers of one set of requests over `duration_s` seconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    pub requests: u64,
+    pub errors: u64,
+    pub client_aborts: u64,
+    pub error_rate: Option<f64>,
+    pub outcomes: std::collections::BTreeMap<&'static str, u64>,
+    pub slo_met: u64,
+    pub slo_missed: u64,
+    pub attainment: Option<f64>,
+    pub output_tokens: u64,
+    pub effective_output_tokens: u64,
+    pub effective_goodput_tokens_per_s: f64,
+    pub raw_output_tokens_per_s: f64,
+    pub requests_per_s: f64,
+    /// In flight when each request was sent (itself included), mean.
+    pub mean_concurrency: Option<f64>,
+    pub ttft_ms: Pcts,
+    pub tpot_ms: Pcts,
+    pub itl_ms: Pcts,
+    pub e2e_ms: Pcts,
+    pub input_tokens: Pcts,
+    pub output_tokens_per_request: Pcts,
+    pub ttft_ms_by_input: Vec<InputBucket>,
+    pub classes: Vec<ClassStats>,
+    /// Scheduled-to-sent delay of open-loop requests.
+    pub schedule_lag_ms: Option<Pcts>,
+}
+
+fn per_s(n: u64, secs: f64) -> f64 {
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (b > 0).then(|| a as f64 / b as f64)
+}
+
+fn values(s: &[&Sample], f: impl Fn(&RequestRecord) -> Option<f64>) -> Vec<f64> {
+    s.iter().filter_map(|s| f(&s.record)).collect()
+}
+
+fn itl(s: &[&Sample]) -> Vec<f64> {
+    s.iter()
+        .flat_map(|s| s.gaps_us.iter().map(|g| f64::from(*g) / 1000.0))
+        .collect()
+}
+
+impl Stats {
+    pub fn of(samples: &[&Sample], duration_s: f64, slo: &Slo) -> Stats {
+        let count = |o: Outcome| samples.iter().filter(|s| s.record.outcome == o).count() as u64;
+        let requests = samples.len() as u64;
+        let client_aborts = count(Outcome::ClientAbort);
+        let errors = requests - count(Outcome::Ok) - client_aborts;
+        let met: Vec<&Sample> = samples
+            .iter()
+            .copied()
+            .filter(|s| s.record.slo_met == Some(true))
+            .collect();
+        let missed = samples
+            .iter()
+            .filter(|s| s.record.slo_met == Some(false))
+            .count() as u64;
+        let tokens = |s: &[&Sample]| s.iter().filter_map(|s| s.record.output_tokens).sum::<u64>();
+        let (output_tokens, effective) = (tokens(samples), tokens(&met));
+        let concurrency: Vec<f64> = samples
+            .iter()
+            .map(|s| f64::from(s.record.arrival.concurrency))
+            .collect();
+        let lags: Vec<f64> = samples.iter().filter_map(|s| s.lag_ms).collect();
+        Stats {
+            requests,
+            errors,
+            client_aborts,
+            error_rate: ratio(errors, requests),
+            outcomes: Outcome::ALL
+                .iter()
+                .map(|o| (o.as_str(), count(*o)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            slo_met: met.len() as u64,
+            slo_missed: missed,
+            attainment: ratio(met.len() as u64, met.len() as u64 + missed),
+            output_tokens,
+            effective_output_tokens: effective,
+            effective_goodput_tokens_per_s: per_s(effective, duration_s),
+            raw_output_tokens_per_s: per_s(output_tokens, duration_s),
+            requests_per_s: per_s(requests, duration_s),
+            mean_concurrency: Pcts::of(concurrency).mean,
+            ttft_ms: Pcts::of(values(samples, |r| r.ttft_ms)),
+            tpot_ms: Pcts::of(values(samples, |r| r.tpot_ms)),
+            itl_ms: Pcts::of(itl(samples)),
+            e2e_ms: Pcts::of(values(samples, |r| Some(r.e2e_ms))),
+            input_tokens: Pcts::of(values(samples, |r| r.input_tokens.map(|n| n as f64))),
+            output_tokens_per_request: Pcts::of(values(samples, |r| {
+                r.output_tokens.map(|n| n as f64)
+            })),
+            ttft_ms_by_input: by_input(samples, &slo.input_buckets),
+            classes: slo
+                .all_classes()
+                .map(|c| class_stats(c, samples, duration_s))
+                .filter(|c| c.requests > 0)
+                .collect(),
+            schedule_lag_ms: (!lags.is_empty()).then(|| Pcts::of(lags)),
+        }
+    }
+}
+
+fn by_input(samples: &[&Sample], bounds: &[u64]) -> Vec<InputBucket> {
+    let labels = bucket_labels(bounds);
+    let mut ttfts: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
+    let mut counts = vec![0usize; labels.len()];
+    for s in samples {
+        if let Some(n) = s.record.input_tokens {
+            let b = bucket_of(bounds, n).min(labels.len() - 1);
+            counts[b] += 1;
+            ttfts[b].extend(s.record.ttft_ms);
+        }
+    }
+    labels
+        .into_iter()
+        .zip(counts)
+        .zip(ttfts)
+        .filter(|((_, n), _)| *n > 0)
+        .map(|((bucket, requests), v)| InputBucket {
+            bucket,
+            requests,
+            ttft_ms: Pcts::of(v),
+        })
+        .collect()
+}
+
+fn class_stats(c: &SloClass, all: &[&Sample], duration_s: f64) -> ClassStats {
+    let s: Vec<&Sample> = all
+        .iter()
+        .copied()
+        .filter(|s| s.record.slo_class == c.name)
+        .collect();
+    let met = s.iter().filter(|s| s.record.slo_met == Some(true));
+    let met_tokens: u64 = met.clone().filter_map(|s| s.record.output_tokens).sum();
+    let met = met.count() as u64;
+    let missed = s.iter().filter(|s| s.record.slo_met == Some(false)).count() as u64;
+    let attainment = ratio(met, met + missed);
+    let percentile_targets: Vec<TargetCheck> = c
+        .percentiles
+        .iter()
+        .map(|t| {
+            let mut v = match t.metric {
+                LatencyMetric::Ttft => values(&s, |r| r.ttft_ms),
+                LatencyMetric::Tpot => values(&s, |r| r.tpot_ms),
+                LatencyMetric::E2e => values(&s, |r| Some(r.e2e_ms)),
+                LatencyMetric::Itl => itl(&s),
+            };
+            v.sort_by(f64::total_cmp);
+            let value_ms = quantile(&v, t.quantile);
+            TargetCheck {
+                metric: t.metric.as_str(),
+                quantile: t.quantile,
+                max_ms: t.max_ms,
+                value_ms,
+                holds: value_ms.map(|v| v <= t.max_ms),
+            }
+        })
+        .collect();
+    // Attainment comparisons tolerate float rounding (99/100 against 0.99), as the engine's.
+    let holds = attainment.map(|a| {
+        a + 1e-9 >= c.attainment && percentile_targets.iter().all(|t| t.holds != Some(false))
+    });
+    ClassStats {
+        name: c.name.clone(),
+        requests: s.len() as u64,
+        slo_met: met,
+        slo_missed: missed,
+        attainment,
+        attainment_target: c.attainment,
+        percentile_targets,
+        effective_goodput_tokens_per_s: per_s(met_tokens, duration_s),
+        holds,
+    }
+}
+
+/// The split-half spread of a step's measured requests (see the module doc).
+pub fn spread(samples: &[&Sample], duration_s: f64, slo: &Slo) -> Spread {
+    let mut sorted: Vec<&Sample> = samples.to_vec();
+    sorted.sort_by(|a, b| a.ended_s.total_cmp(&b.ended_s));
+    let (a, b) = sorted.split_at(sorted.len() / 2);
+    if a.len() < 2 || b.len() < 2 {
+        return Spread::default();
+    }
+    let (sa, sb) = (
+        Stats::of(a, duration_s / 2.0, slo),
+        Stats::of(b, duration_s / 2.0, slo),
+    );
+    let half = |x: Option<f64>, y: Option<f64>| Some((x? - y?).abs() / 2.0);
+    Spread {
+        ttft_p95_ms: half(sa.ttft_ms.p95, sb.ttft_ms.p95),
+        tpot_p95_ms: half(sa.tpot_ms.p95, sb.tpot_ms.p95),
+        e2e_p95_ms: half(sa.e2e_ms.p95, sb.e2e_ms.p95),
+        effective_goodput_tokens_per_s: half(
+            Some(sa.effective_goodput_tokens_per_s),
+            Some(sb.effective_goodput_tokens_per_s),
+        ),
+        attainment: half(sa.attainment, sb.attainment),
+    }
+}
+
+/// One interval of the run's timeline (every finished request, warm-up included).
+#[derive(Debug, Clone, Serialize)]
+pub struct TimePoint {
+    /// Interval start, seconds after the run started.
+    pub t_s: f64,
+    pub requests: u64,
+    pub errors: u64,
+    pub error_rate: Option<f64>,
+    pub attainment: Option<f64>,
+    pub effective_goodput_tokens_per_s: f64,
+    pub raw_output_tokens_per_s: f64,
+    pub ttft_p95_ms: Option<f64>,
+}
+
+/// The run cut into about 60 intervals of whole seconds (by finish time).
+pub fn timeline(samples: &[Sample], run_s: f64, slo: &Slo) -> Vec<TimePoint> {
+    let width = (run_s / 60.0).ceil().max(1.0);
+    let n = ((run_s / width).ceil() as usize).max(1);
+    let mut buckets: Vec<Vec<&Sample>> = vec![Vec::new(); n];
+    for s in samples {
+        let i = ((s.ended_s / width).floor().max(0.0) as usize).min(n - 1);
+        buckets[i].push(s);
+    }
+    buckets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let st = Stats::of(b, width, slo);
+            TimePoint {
+                t_s: i as f64 * width,
+                requests: st.requests,
+                errors: st.errors,
+                error_rate: st.error_rate,
+                attainment: st.attainment,
+                effective_goodput_tokens_per_s: st.effective_goodput_tokens_per_s,
+                raw_output_tokens_per_s: st.raw_output_tokens_per_s,
+                ttft_p95_ms: st.ttft_ms.p95,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let p = Pcts::of((1..=100).map(f64::from).collect());
+        assert_eq!(
+            (p.p50, p.p95, p.p99, p.max),
+            (Some(50.0), Some(95.0), Some(99.0), Some(100.0))
+        );
+        assert_eq!(p.count, 100);
+        assert_eq!(Pcts::of(vec![f64::NAN]).p50, None);
+        let json = serde_json::to_value(Pcts::of(vec![1.0])).unwrap();
+        for key in ["p50", "p90", "p95", "p99", "max"] {
+            assert_eq!(json[key], 1.0, "{key}");
+        }
+    }
+}

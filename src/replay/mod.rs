@@ -1,0 +1,271 @@
+//! `goodput replay`: runs a captured profile against a candidate system and writes the
+//! acceptance report; `--compare` puts two reports side by side.
+//!
+//! Requests reproduce the profile (lengths, prefix blocks, model/API mix, stream flag;
+//! [`prompt`]), are sent by a load pattern ([`session`], [`load`]), and are measured on
+//! the client side with the proxy's own code (the decoders, [`crate::measure::Timeline`]
+//! and [`crate::measure::finish`]), judged against the `[slo]` classes of `--config` with
+//! [`crate::measure::slo::judge`], and summed into steps, a knee (the proxy's windowed
+//! engine) and a verdict per class ([`report`]).
+//!
+//! Exit codes: 0 every class passed, 1 a class failed, 2 the run could not be made or
+//! judged (bad flags or files, unwritable output, nothing measured).
+//!
+//! # Layout
+//! - [`cli`]: the flags ([`ReplayArgs`]).
+//! - [`plan`]: profile requests as templates; seeded draws and Poisson schedules.
+//! - [`prompt`]: request bodies: block text per `hash_ids`, lengths, `max_tokens`.
+//! - `client`: the pooled hyper client and client-side measurement.
+//! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
+//! - `session`: the load patterns as sequences of steps.
+//! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
+//! - `progress`: the live terminal line.
+//! - [`report`]: report.json / report.md / report.html and the verdicts.
+//! - `compare`: `--compare`.
+
+pub mod cli;
+mod client;
+mod compare;
+mod load;
+pub mod measure;
+pub mod plan;
+mod progress;
+pub mod prompt;
+pub mod report;
+mod session;
+
+use std::{
+    future::Future,
+    path::PathBuf,
+    process::ExitCode,
+    sync::Arc,
+    time::{Instant, SystemTime},
+};
+
+pub use cli::{Mode, ReplayArgs};
+pub use compare::CompareError;
+pub use load::AbortHandle;
+pub use report::json::Report;
+
+use crate::{
+    config::{self, Config, ConfigError, Overrides},
+    profile::{Profile, ReadError},
+    tokenize::{Tokenizer, TokenizerError},
+};
+use client::{Client, Target, TargetError};
+use load::{Runner, Setup};
+use plan::{PlanError, Workload};
+use progress::Progress;
+use prompt::Prompts;
+
+pub const EXIT_PASS: u8 = 0;
+pub const EXIT_FAIL: u8 = 1;
+pub const EXIT_ERROR: u8 = 2;
+
+/// Why a replay could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Profile(#[from] ReadError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("--config: {0}")]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error("--tokenizer: {0}")]
+    Tokenizer(#[from] TokenizerError),
+    #[error("cannot write the report to `{dir}`: {source}")]
+    Write {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Compare(#[from] CompareError),
+    #[error("missing {0}")]
+    Missing(&'static str),
+}
+
+/// A finished replay: its report and where it was written.
+#[derive(Debug)]
+pub struct Finished {
+    pub report: Report,
+    pub dir: PathBuf,
+}
+
+impl Finished {
+    /// 0 when every class passed, 1 when one failed, 2 when nothing could be judged.
+    pub fn exit_code(&self) -> u8 {
+        match (self.report.verdicts.is_empty(), self.report.passed) {
+            (true, _) => EXIT_ERROR,
+            (false, true) => EXIT_PASS,
+            (false, false) => EXIT_FAIL,
+        }
+    }
+}
+
+/// The `[slo]` and `[cost]` of `--config` (the target stands in for `[upstream]`).
+fn load_config(args: &ReplayArgs, target: &str) -> Result<Config, ConfigError> {
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".into()),
+        upstream: Some(target.into()),
+        admin: Some("127.0.0.1:0".into()),
+    };
+    config::load(args.config.as_deref(), &overrides)
+}
+
+/// BLAKE3 of the profile files' bytes, in order (32 hex digits).
+fn profile_hash(paths: &[PathBuf]) -> Result<String, ReadError> {
+    let mut h = blake3::Hasher::new();
+    for p in paths {
+        let bytes = std::fs::read(p).map_err(|source| ReadError::Io {
+            path: p.display().to_string(),
+            source,
+        })?;
+        h.update(&bytes);
+    }
+    Ok(h.finalize().to_hex()[..32].to_owned())
+}
+
+/// Runs the replay `args` describe until done or `shutdown` resolves (then in-flight
+/// requests are cancelled and the report covers what ran), and writes the report.
+pub async fn execute(
+    args: &ReplayArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Finished, ReplayError> {
+    let target_url = args
+        .target
+        .clone()
+        .ok_or(ReplayError::Missing("--target"))?;
+    let profile = Profile::read(&args.profile)?;
+    let hash = profile_hash(&args.profile)?;
+    let workload = Arc::new(Workload::from_profile(&profile, args.model.as_deref())?);
+    let config = load_config(args, &target_url)?;
+    let target = Target::new(&target_url, args.api_key_env.as_deref())?;
+    let tokenizer = args.tokenizer.as_deref().map(Tokenizer::load).transpose()?;
+    let prompt_lengths = match &tokenizer {
+        Some(t) => format!("exact input token counts with the tokenizer {}", t.path()),
+        None => "about 4 bytes of text per recorded input token (no tokenizer)".to_owned(),
+    };
+    let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
+    let runner = Runner::new(Setup {
+        client: Client::new(target, pool, args.idle_timeout),
+        workload: workload.clone(),
+        prompts: Prompts::new(args.seed, workload.block_bytes, args.ignore_eos, tokenizer),
+        slo: Arc::new(config.slo.clone()),
+        seed: args.seed,
+        progress: Progress::new(args.quiet),
+        max_requests: args.max_requests,
+        max_in_flight: args.max_in_flight.max(1),
+    });
+    let abort = runner.abort_handle();
+    let watcher = tokio::spawn(async move {
+        shutdown.await;
+        abort.abort();
+    });
+    let started_at = SystemTime::now();
+    let t0: Instant = runner.started();
+    let ticker = runner.progress().start();
+    let driven = session::drive(&runner, args, &workload).await;
+    drop(ticker);
+    watcher.abort();
+    let samples = runner.samples();
+    let scale = args.rate_scale;
+    let required_concurrency = (args.mode == Mode::Steps).then(|| {
+        args.required_concurrency.unwrap_or_else(|| {
+            (workload.concurrency.unwrap_or(1.0) * scale)
+                .ceil()
+                .max(1.0) as u32
+        })
+    });
+    let required_rate = (args.mode == Mode::Ramp)
+        .then(|| args.required_rate.or(workload.rate.map(|r| r * scale)))
+        .flatten();
+    let mut notes = workload.notes.clone();
+    notes.extend(profile.notes());
+    notes.extend(driven.notes);
+    let report = report::build(&report::Inputs {
+        args,
+        target: &target_url,
+        profile: &profile,
+        profile_hash: hash,
+        workload: &workload,
+        config: &config,
+        runs: &driven.runs,
+        samples: &samples,
+        started_at,
+        t0,
+        interrupted: runner.aborted(),
+        saturated: runner.saturated(),
+        sent: runner.sent(),
+        required_concurrency,
+        required_rate,
+        soak_rate: driven.soak_rate,
+        prompt_lengths,
+        notes,
+    });
+    report::write(&report, &args.out)
+        .and_then(|()| report::json::write_requests(&samples, &args.out))
+        .map_err(|source| ReplayError::Write {
+            dir: args.out.display().to_string(),
+            source,
+        })?;
+    Ok(Finished {
+        report,
+        dir: args.out.clone(),
+    })
+}
+
+/// `goodput replay` from the command line: runs (Ctrl-C stops it cleanly), prints where
+/// the report is, and returns the exit code.
+pub fn run(args: ReplayArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("goodput replay: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    if let Some(files) = &args.compare {
+        let (Some(a), Some(b)) = (files.first(), files.get(1)) else {
+            eprintln!("goodput replay: --compare needs two report.json files");
+            return ExitCode::from(EXIT_ERROR);
+        };
+        return match compare::run(a, b, &args.out) {
+            Ok(md) => {
+                println!("{md}");
+                eprintln!("comparison written to {}", args.out.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("goodput replay: {e}");
+                ExitCode::from(EXIT_ERROR)
+            }
+        };
+    }
+    rt.block_on(async {
+        match execute(&args, crate::run::shutdown_signal()).await {
+            Ok(done) => {
+                let r = &done.report;
+                for v in &r.verdicts {
+                    println!("{}: {}", v.class, v.verdict);
+                }
+                println!(
+                    "max stable concurrency: {}; report: {}",
+                    r.max_stable_concurrency
+                        .map_or("-".into(), |c| c.to_string()),
+                    done.dir.join("report.html").display()
+                );
+                ExitCode::from(done.exit_code())
+            }
+            Err(e) => {
+                eprintln!("goodput replay: {e}");
+                ExitCode::from(EXIT_ERROR)
+            }
+        }
+    })
+}

@@ -1,0 +1,261 @@
+//! `report.json`: the acceptance record, machine-readable. Field names are a contract
+//! (issue "Contract" section): `contract`, `steps` (each with `concurrency` or `rate`,
+//! `requests`, `errors`, `attainment`, `effective_goodput_tokens_per_s`, and
+//! `ttft_ms`/`tpot_ms`/`itl_ms`/`e2e_ms` with `p50`, `p90`, `p95`, `p99`, `max`), `knee`,
+//! and `verdict` (class → `pass`/`fail`). Extend, never rename.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::super::measure::{Pcts, Spread, Stats, TargetCheck, TimePoint};
+use crate::stats::engine::Capacity;
+
+/// Bumped when a field changes meaning.
+pub const REPORT_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub report_format: u32,
+    pub goodput_version: String,
+    pub generated_at: String,
+    /// The test contract: what was tested, with what, how.
+    pub contract: Contract,
+    /// Stopped early by Ctrl-C: the report covers what ran.
+    pub interrupted: bool,
+    /// Every class passed.
+    pub passed: bool,
+    /// Per SLO class: `pass` or `fail`.
+    pub verdict: BTreeMap<String, &'static str>,
+    /// The numbers behind each verdict.
+    pub verdicts: Vec<Verdict>,
+    /// The highest concurrency whose SLO attainment held (pooled classes; the engine's
+    /// definition), as the step's concurrency.
+    pub max_stable_concurrency: Option<u32>,
+    pub knee: Knee,
+    /// Effective goodput at the operating point (see `operating_point`).
+    pub effective_goodput_tokens_per_s: Option<f64>,
+    /// Where the headline goodput and cost are taken: the max stable step (steps,
+    /// ramp) or the whole measured run (trace, soak).
+    pub operating_point: Option<String>,
+    pub cost: Option<CostOut>,
+    pub generator: Generator,
+    pub steps: Vec<StepOut>,
+    /// Every measured request of the run together.
+    pub overall: Stats,
+    /// The capacity curve as the proxy's engine computes it, pooled and per class.
+    pub capacity: Option<Capacity>,
+    pub capacity_by_class: Vec<Capacity>,
+    /// Every finished request (warm-up and cancelled ones included) by finish time.
+    pub timeline: Vec<TimePoint>,
+    pub drift: Option<Drift>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Contract {
+    pub target: String,
+    /// The model most requests were sent as.
+    pub model: Option<String>,
+    /// Requests per model name sent.
+    pub models: BTreeMap<String, u64>,
+    pub model_revision: Option<String>,
+    pub engine: Option<String>,
+    pub engine_version: Option<String>,
+    pub hardware: Option<String>,
+    pub precision: Option<String>,
+    pub notes: Option<String>,
+    /// Other `--contract` keys.
+    pub extra: BTreeMap<String, String>,
+    /// Where each of the fields above came from: `flag` or `profile`.
+    pub sources: BTreeMap<String, &'static str>,
+    pub profile: ProfileId,
+    pub load: LoadOut,
+    pub started_at: String,
+    pub duration_s: f64,
+    pub goodput_version: String,
+    pub slo: Vec<ClassTargets>,
+    pub cost: Option<CostConfigOut>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProfileId {
+    pub files: Vec<String>,
+    /// Shared by every file (`null` when they differ).
+    pub salt_id: Option<String>,
+    /// BLAKE3 of the files' bytes in order, 32 hex digits.
+    pub hash: String,
+    pub requests: usize,
+    /// The contract the profile's traffic was recorded under (production).
+    pub recorded_contract: crate::profile::Contract,
+    /// Its distributions, as `goodput profile summarize --json` gives them.
+    pub summary: crate::profile::Summary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadOut {
+    pub mode: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Vec<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rates: Option<Vec<f64>>,
+    pub rate_scale: f64,
+    pub step_duration_s: f64,
+    pub warmup_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak_duration_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak_rate: Option<f64>,
+    pub required_concurrency: Option<u32>,
+    pub required_rate: Option<f64>,
+    pub max_requests: Option<u64>,
+    pub max_in_flight: u32,
+    pub seed: u64,
+    pub ignore_eos: bool,
+    pub idle_timeout_s: f64,
+    /// How prompt lengths were reproduced.
+    pub prompt_lengths: String,
+    /// Text bytes of one profile block.
+    pub block_bytes: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassTargets {
+    pub name: String,
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+    pub attainment: f64,
+    pub percentiles: Vec<PercentileOut>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PercentileOut {
+    pub metric: &'static str,
+    pub quantile: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CostConfigOut {
+    pub currency: String,
+    pub per_hour: f64,
+    pub components: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepOut {
+    pub index: usize,
+    pub label: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    pub started_s: f64,
+    pub warmup_s: f64,
+    /// The measuring window the rates divide by.
+    pub duration_s: f64,
+    pub cut_short: bool,
+    #[serde(flatten)]
+    pub stats: Stats,
+    pub spread: Spread,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub class: String,
+    pub verdict: &'static str,
+    /// Step label, or `run` for the whole measured run.
+    pub judged_at: String,
+    pub requests: u64,
+    pub attainment: Option<f64>,
+    pub attainment_target: f64,
+    pub percentile_targets: Vec<TargetCheck>,
+    pub max_stable_concurrency: Option<u32>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Knee {
+    /// The concurrency beyond which throughput stops growing (steps: a step's level).
+    pub concurrency: Option<u32>,
+    /// ramp: the highest rate whose attainment held.
+    pub rate: Option<f64>,
+    pub throughput_tokens_per_s: Option<f64>,
+    pub ttft_p95_ms: Option<f64>,
+    pub rule: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Generator {
+    pub requests_sent: u64,
+    /// Scheduled-to-sent delay of open-loop sends (trace, ramp, soak).
+    pub schedule_lag_ms: Option<Pcts>,
+    pub lag_p99_limit_ms: f64,
+    /// The in-flight cap delayed sends.
+    pub saturated: bool,
+    /// Lag P99 within the limit and never saturated.
+    pub kept_up: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CostOut {
+    pub currency: String,
+    pub per_hour: f64,
+    pub cost_per_million_effective_tokens: Option<f64>,
+    pub cost_per_million_raw_tokens: Option<f64>,
+    pub cost_per_stable_user_per_month: Option<f64>,
+}
+
+/// soak: first against last interval.
+#[derive(Debug, Clone, Serialize)]
+pub struct Drift {
+    pub interval_s: f64,
+    pub intervals: usize,
+    pub raw_throughput_change: Option<f64>,
+    pub effective_goodput_change: Option<f64>,
+    pub ttft_p95_change: Option<f64>,
+    pub e2e_p95_change: Option<f64>,
+    pub error_rate_first: Option<f64>,
+    pub error_rate_last: Option<f64>,
+}
+
+/// Writes `report.json` (pretty, newline-terminated).
+pub fn write(report: &Report, dir: &std::path::Path) -> std::io::Result<()> {
+    let mut text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    text.push('\n');
+    std::fs::write(dir.join("report.json"), text)
+}
+
+/// One line of `requests.jsonl`: the client-side record of one request, in the format of
+/// the proxy's `/api/v1/requests`, with where it fell in the run.
+#[derive(Serialize)]
+struct RequestLine<'a> {
+    step: usize,
+    measured: bool,
+    sent_s: f64,
+    lag_ms: Option<f64>,
+    #[serde(flatten)]
+    record: &'a crate::measure::RequestRecord,
+}
+
+/// Writes `requests.jsonl`: every request of the run, in finishing order.
+pub fn write_requests(
+    samples: &[super::super::measure::Sample],
+    dir: &std::path::Path,
+) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(dir.join("requests.jsonl"))?);
+    for s in samples {
+        let line = RequestLine {
+            step: s.step,
+            measured: s.measured,
+            sent_s: s.sent_s,
+            lag_ms: s.lag_ms,
+            record: &s.record,
+        };
+        serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}

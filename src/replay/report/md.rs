@@ -1,0 +1,295 @@
+//! `report.md`: the report for people, in the order an acceptance reader asks: what was
+//! tested (the contract), did it pass (verdict per class), where is the knee and what does
+//! it cost, then the per-step numbers, the generator's fidelity and the notes.
+
+use std::fmt::Write as _;
+
+use super::json::Report;
+
+/// `v` with `d` decimals, or `-`.
+pub fn num(v: Option<f64>, d: usize) -> String {
+    v.filter(|v| v.is_finite())
+        .map_or_else(|| "-".to_owned(), |v| format!("{v:.d$}"))
+}
+
+pub fn pct(v: Option<f64>) -> String {
+    v.filter(|v| v.is_finite())
+        .map_or_else(|| "-".to_owned(), |v| format!("{:.2}%", v * 100.0))
+}
+
+fn opt(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("-")
+}
+
+/// The rows of the contract table: (field, value).
+pub fn contract_rows(r: &Report) -> Vec<(&'static str, String)> {
+    let c = &r.contract;
+    let l = &c.load;
+    let p = &c.profile;
+    let s = &p.summary;
+    let mut load = l.mode.to_owned();
+    if let Some(cs) = &l.concurrency {
+        let cs: Vec<String> = cs.iter().map(u32::to_string).collect();
+        let _ = write!(load, ", concurrency {}", cs.join(","));
+    }
+    if let Some(rates) = &l.rates {
+        let rs: Vec<String> = rates.iter().map(|r| format!("{r:.2}")).collect();
+        let _ = write!(load, ", rates {}/s", rs.join(","));
+    }
+    if let Some(rate) = l.soak_rate {
+        let _ = write!(load, ", {rate:.2} req/s");
+    }
+    let _ = write!(load, ", rate scale {}", l.rate_scale);
+    let dist = |p50, p95, p99, max| {
+        format!(
+            "p50 {} · p95 {} · p99 {} · max {}",
+            num(p50, 0),
+            num(p95, 0),
+            num(p99, 0),
+            num(max, 0)
+        )
+    };
+    let (i, o) = (&s.input_tokens, &s.output_tokens);
+    vec![
+        ("target", c.target.clone()),
+        ("model", opt(&c.model).to_owned()),
+        ("model revision", opt(&c.model_revision).to_owned()),
+        (
+            "engine",
+            format!(
+                "{} {}",
+                opt(&c.engine),
+                c.engine_version.as_deref().unwrap_or("")
+            ),
+        ),
+        ("hardware", opt(&c.hardware).to_owned()),
+        ("precision", opt(&c.precision).to_owned()),
+        (
+            "profile",
+            format!("{} ({} requests)", p.files.join(", "), p.requests),
+        ),
+        (
+            "profile id",
+            format!("salt {} · hash {}", opt(&p.salt_id), p.hash),
+        ),
+        ("profile input tokens", dist(i.p50, i.p95, i.p99, i.max)),
+        ("profile output tokens", dist(o.p50, o.p95, o.p99, o.max)),
+        (
+            "profile arrivals",
+            format!(
+                "{:.2}/s mean, {}/s peak, burstiness {}, prefix reuse {}",
+                s.arrival_rate.mean_per_s,
+                s.arrival_rate.peak_per_s,
+                num(s.arrival_rate.burstiness_cv, 2),
+                pct(s.prefix_reuse)
+            ),
+        ),
+        ("load pattern", load),
+        (
+            "durations",
+            format!(
+                "step {}s, warm-up {}s{}, run {:.1}s",
+                l.step_duration_s,
+                l.warmup_s,
+                l.soak_duration_s
+                    .map(|d| format!(", soak {d}s"))
+                    .unwrap_or_default(),
+                c.duration_s
+            ),
+        ),
+        (
+            "required load",
+            match (l.required_concurrency, l.required_rate) {
+                (Some(n), _) => format!("concurrency {n}"),
+                (None, Some(r)) => format!("{r:.3} req/s"),
+                _ => "the whole run".to_owned(),
+            },
+        ),
+        ("prompts", l.prompt_lengths.clone()),
+        ("seed", l.seed.to_string()),
+        ("started", c.started_at.clone()),
+        ("goodput version", c.goodput_version.clone()),
+    ]
+}
+
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# goodput replay: acceptance report\n");
+    let _ = writeln!(
+        o,
+        "**Verdict: {}**{}\n",
+        if r.passed { "PASS" } else { "FAIL" },
+        if r.interrupted {
+            " (interrupted: covers what ran)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(o, "## Test contract\n\n| | |\n|---|---|");
+    for (k, v) in contract_rows(r) {
+        let _ = writeln!(o, "| {k} | {} |", v.replace('|', "\\|"));
+    }
+    let _ = writeln!(o, "\n## Verdict per SLO class\n");
+    let _ = writeln!(
+        o,
+        "| class | verdict | judged at | requests | attainment | target | percentile targets | max stable concurrency | why |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+    for v in &r.verdicts {
+        let targets: Vec<String> = v
+            .percentile_targets
+            .iter()
+            .map(|t| {
+                format!(
+                    "P{} {} {} ms (≤ {})",
+                    t.quantile * 100.0,
+                    t.metric,
+                    num(t.value_ms, 1),
+                    t.max_ms
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "| {} | **{}** | {} | {} | {} | {} | {} | {} | {} |",
+            v.class,
+            v.verdict,
+            v.judged_at,
+            v.requests,
+            pct(v.attainment),
+            pct(Some(v.attainment_target)),
+            targets.join("; "),
+            v.max_stable_concurrency
+                .map_or("-".into(), |c| c.to_string()),
+            v.reason.as_deref().unwrap_or("")
+        );
+    }
+    let _ = writeln!(o, "\n## Capacity and cost\n");
+    let _ = writeln!(
+        o,
+        "- max stable concurrency: **{}**",
+        r.max_stable_concurrency
+            .map_or("-".into(), |c| c.to_string())
+    );
+    let k = &r.knee;
+    let _ = writeln!(
+        o,
+        "- knee: concurrency {}, rate {}, throughput {} tok/s, P95 TTFT {} ms ({})",
+        k.concurrency.map_or("-".into(), |c| c.to_string()),
+        num(k.rate, 2),
+        num(k.throughput_tokens_per_s, 1),
+        num(k.ttft_p95_ms, 1),
+        k.rule
+    );
+    let _ = writeln!(
+        o,
+        "- effective goodput: **{} tok/s** (at {})",
+        num(r.effective_goodput_tokens_per_s, 1),
+        r.operating_point.as_deref().unwrap_or("-")
+    );
+    if let Some(c) = &r.cost {
+        let _ = writeln!(
+            o,
+            "- unit cost: **{} {} per million effective tokens** ({} per million raw; {} per stable user per month; {}/h)",
+            num(c.cost_per_million_effective_tokens, 4),
+            c.currency,
+            num(c.cost_per_million_raw_tokens, 4),
+            num(c.cost_per_stable_user_per_month, 2),
+            c.per_hour
+        );
+    }
+    let _ = writeln!(o, "\n## Steps\n");
+    let _ = writeln!(
+        o,
+        "| step | load | requests | errors | attainment | goodput tok/s | TTFT p50/p95/p99 ms | TPOT p50/p95/p99 ms | ITL p95 ms | e2e p95 ms |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
+    for s in &r.steps {
+        let st = &s.stats;
+        let load = match (s.concurrency, s.rate) {
+            (Some(c), _) => format!("c={c}"),
+            (None, Some(r)) => format!("{r:.2}/s"),
+            _ => "-".into(),
+        };
+        let p3 = |p: &crate::replay::measure::Pcts| {
+            format!("{} / {} / {}", num(p.p50, 1), num(p.p95, 1), num(p.p99, 1))
+        };
+        let _ = writeln!(
+            o,
+            "| {}{} | {load} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            s.label,
+            if s.cut_short { " (cut short)" } else { "" },
+            st.requests,
+            st.errors,
+            pct(st.attainment),
+            num(Some(st.effective_goodput_tokens_per_s), 1),
+            p3(&st.ttft_ms),
+            p3(&st.tpot_ms),
+            num(st.itl_ms.p95, 1),
+            num(st.e2e_ms.p95, 1)
+        );
+    }
+    if !r.overall.ttft_ms_by_input.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## TTFT by input length (all measured requests)\n\n| input tokens | requests | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|---|"
+        );
+        for b in &r.overall.ttft_ms_by_input {
+            let t = &b.ttft_ms;
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} |",
+                b.bucket,
+                b.requests,
+                num(t.p50, 1),
+                num(t.p95, 1),
+                num(t.p99, 1)
+            );
+        }
+    }
+    let g = &r.generator;
+    let lag = g.schedule_lag_ms.as_ref();
+    let _ = writeln!(
+        o,
+        "\n## Generator fidelity\n\n{} requests sent; schedule lag p50 {} ms, p99 {} ms, max {} ms; {}.",
+        g.requests_sent,
+        num(lag.and_then(|l| l.p50), 2),
+        num(lag.and_then(|l| l.p99), 2),
+        num(lag.and_then(|l| l.max), 2),
+        if g.kept_up {
+            "the generator kept up".to_owned()
+        } else {
+            format!(
+                "**the generator did not keep up** (lag P99 over {} ms or in-flight cap reached): the target saw less load than planned",
+                g.lag_p99_limit_ms
+            )
+        }
+    );
+    if let Some(d) = &r.drift {
+        let _ = writeln!(
+            o,
+            "\n## Drift over the soak\n\nFirst against last {}s interval ({} intervals): raw throughput {}, effective goodput {}, P95 TTFT {}, P95 e2e {}, error rate {} → {}.",
+            d.interval_s,
+            d.intervals,
+            signed(d.raw_throughput_change),
+            signed(d.effective_goodput_change),
+            signed(d.ttft_p95_change),
+            signed(d.e2e_p95_change),
+            pct(d.error_rate_first),
+            pct(d.error_rate_last)
+        );
+    }
+    if !r.notes.is_empty() {
+        let _ = writeln!(o, "\n## Notes\n");
+        for n in &r.notes {
+            let _ = writeln!(o, "- {n}");
+        }
+    }
+    o
+}
+
+/// A relative change as `+12.3%`.
+pub fn signed(v: Option<f64>) -> String {
+    v.filter(|v| v.is_finite())
+        .map_or_else(|| "-".to_owned(), |v| format!("{:+.1}%", v * 100.0))
+}

@@ -1,0 +1,389 @@
+//! The acceptance report: built once from what ran ([`build`]), written as `report.json`
+//! (the contract, [`json`]), `report.md` ([`md`]) and a self-contained `report.html` with
+//! inline SVG plots ([`html`], drawn by [`svg`]).
+
+pub mod html;
+pub mod json;
+pub mod md;
+pub mod svg;
+pub mod verdict;
+
+use std::{
+    collections::BTreeMap,
+    path::Path,
+    time::{Instant, SystemTime},
+};
+
+use json::{
+    ClassTargets, Contract, CostConfigOut, Drift, Generator, LoadOut, PercentileOut, ProfileId,
+    REPORT_FORMAT, Report, StepOut,
+};
+
+use super::{
+    cli::{Mode, ReplayArgs},
+    load::{Load, StepRun},
+    measure::{Sample, Stats, spread, timeline},
+    plan::Workload,
+};
+use crate::{config::Config, profile::Profile};
+
+/// Schedule lag P99 above which the generator is said not to have kept up.
+pub const LAG_P99_LIMIT_MS: f64 = 10.0;
+
+/// Everything a report is made from.
+pub struct Inputs<'a> {
+    pub args: &'a ReplayArgs,
+    pub target: &'a str,
+    pub profile: &'a Profile,
+    pub profile_hash: String,
+    pub workload: &'a Workload,
+    pub config: &'a Config,
+    pub runs: &'a [StepRun],
+    pub samples: &'a [Sample],
+    pub started_at: SystemTime,
+    pub t0: Instant,
+    pub interrupted: bool,
+    pub saturated: bool,
+    pub sent: u64,
+    pub required_concurrency: Option<u32>,
+    pub required_rate: Option<f64>,
+    pub soak_rate: Option<f64>,
+    pub prompt_lengths: String,
+    pub notes: Vec<String>,
+}
+
+fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
+    let (concurrency, rate) = match run.spec.load {
+        Load::Concurrency(c) => (Some(c), None),
+        Load::Rate(r) => (None, Some(r)),
+        Load::Trace(_) => (None, None),
+    };
+    let d = run.duration_s();
+    let mut stats = Stats::of(samples, d, &config.slo);
+    if rate.is_none() && concurrency.is_none() {
+        // trace: the achieved rate, for the throughput–latency curve.
+        stats.requests_per_s = if d > 0.0 {
+            samples.len() as f64 / d
+        } else {
+            0.0
+        };
+    }
+    StepOut {
+        index: run.spec.index,
+        label: run.spec.label.clone(),
+        concurrency,
+        rate: rate.or((concurrency.is_none()).then_some(stats.requests_per_s)),
+        started_s: run.started_s,
+        warmup_s: run.spec.warmup.as_secs_f64(),
+        duration_s: d,
+        cut_short: run.cut_short,
+        spread: spread(samples, d, &config.slo),
+        stats,
+    }
+}
+
+/// soak: the one long step cut into `interval`-second steps, for drift.
+fn soak_steps(run: &StepRun, measured: &[&Sample], config: &Config, interval: f64) -> Vec<StepOut> {
+    let (lo, hi) = (run.window_start_s, run.window_end_s);
+    let n = (((hi - lo) / interval).ceil().max(1.0)) as usize;
+    (0..n)
+        .map(|i| {
+            let a = lo + i as f64 * interval;
+            let b = (a + interval).min(hi);
+            let part: Vec<&Sample> = measured
+                .iter()
+                .copied()
+                .filter(|s| s.ended_s >= a && s.ended_s < b)
+                .collect();
+            let mut sub = run.clone();
+            sub.spec.index = i;
+            sub.spec.label = format!("t+{:.0}s", a - lo);
+            (sub.window_start_s, sub.window_end_s, sub.started_s) = (a, b, a);
+            sub.spec.warmup = std::time::Duration::ZERO;
+            step_out(&sub, &part, config)
+        })
+        .collect()
+}
+
+fn change(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    let (a, b) = (a?, b?);
+    (a.abs() > f64::EPSILON).then(|| (b - a) / a)
+}
+
+fn drift(steps: &[StepOut], interval: f64) -> Option<Drift> {
+    let (first, last) = (steps.first()?, steps.last()?);
+    let (f, l) = (&first.stats, &last.stats);
+    Some(Drift {
+        interval_s: interval,
+        intervals: steps.len(),
+        raw_throughput_change: change(
+            Some(f.raw_output_tokens_per_s),
+            Some(l.raw_output_tokens_per_s),
+        ),
+        effective_goodput_change: change(
+            Some(f.effective_goodput_tokens_per_s),
+            Some(l.effective_goodput_tokens_per_s),
+        ),
+        ttft_p95_change: change(f.ttft_ms.p95, l.ttft_ms.p95),
+        e2e_p95_change: change(f.e2e_ms.p95, l.e2e_ms.p95),
+        error_rate_first: f.error_rate,
+        error_rate_last: l.error_rate,
+    })
+}
+
+/// Builds the whole report.
+pub fn build(i: &Inputs<'_>) -> Report {
+    let a = i.args;
+    // Measured requests of the reported steps (a soak's quick ramp is not one of them).
+    let reported: std::collections::HashSet<usize> = i.runs.iter().map(|r| r.spec.index).collect();
+    let measured: Vec<&Sample> = i
+        .samples
+        .iter()
+        .filter(|s| s.measured && reported.contains(&s.step))
+        .collect();
+    let of_step =
+        |k: usize| -> Vec<&Sample> { measured.iter().copied().filter(|s| s.step == k).collect() };
+    let steps: Vec<StepOut> = match (a.mode, i.runs.first()) {
+        (Mode::Soak, Some(run)) => soak_steps(
+            run,
+            &of_step(run.spec.index),
+            i.config,
+            a.step_duration.as_secs_f64(),
+        ),
+        _ => i
+            .runs
+            .iter()
+            .map(|r| step_out(r, &of_step(r.spec.index), i.config))
+            .collect(),
+    };
+    let measuring_s: f64 = i.runs.iter().map(StepRun::duration_s).sum();
+    let overall = Stats::of(&measured, measuring_s, &i.config.slo);
+    let levels: BTreeMap<usize, u32> = i
+        .runs
+        .iter()
+        .filter_map(|r| match r.spec.load {
+            Load::Concurrency(c) => Some((r.spec.index, c)),
+            _ => None,
+        })
+        .collect();
+    let level = |s: &Sample| {
+        levels
+            .get(&s.step)
+            .copied()
+            .unwrap_or(s.record.arrival.concurrency)
+    };
+    let (capacity, by_class) = verdict::capacity(i.config, &measured, level, i.t0);
+    let stable = capacity
+        .as_ref()
+        .and_then(|c| verdict::as_step(c, c.max_stable_concurrency, &steps, a.mode));
+    let knee = verdict::knee(capacity.as_ref(), &steps, a.mode);
+    let judged = verdict::judged_step(&steps, a.mode, i.required_concurrency, i.required_rate)
+        .map(|k| k.and_then(|k| steps.get(k)));
+    let mut classes: Vec<String> = Vec::new();
+    for c in i.config.slo.all_classes() {
+        if overall.classes.iter().any(|o| o.name == c.name) {
+            classes.push(c.name.clone());
+        }
+    }
+    let verdicts = verdict::verdicts(&classes, judged, &overall, &by_class);
+    // The headline: at the max stable step (steps, ramp), else over the whole run.
+    let point = match a.mode {
+        Mode::Steps => steps
+            .iter()
+            .find(|s| s.concurrency.is_some() && s.concurrency == stable),
+        Mode::Ramp => steps
+            .iter()
+            .find(|s| s.rate.is_some() && s.rate == knee.rate),
+        Mode::Trace | Mode::Soak => None,
+    };
+    let (goodput, raw, operating_point) = match (a.mode, point) {
+        (Mode::Trace | Mode::Soak, _) if overall.requests > 0 => (
+            Some(overall.effective_goodput_tokens_per_s),
+            Some(overall.raw_output_tokens_per_s),
+            Some("run".to_owned()),
+        ),
+        (_, Some(p)) => (
+            Some(p.stats.effective_goodput_tokens_per_s),
+            Some(p.stats.raw_output_tokens_per_s),
+            Some(p.label.clone()),
+        ),
+        _ => (None, None, None),
+    };
+    let lags: Vec<f64> = i.samples.iter().filter_map(|s| s.lag_ms).collect();
+    let lag = (!lags.is_empty()).then(|| super::measure::Pcts::of(lags));
+    let run_s = i.samples.iter().map(|s| s.ended_s).fold(0.0f64, f64::max);
+    let interval = a.step_duration.as_secs_f64();
+    let mut notes = i.notes.clone();
+    notes.extend(step_notes(&steps));
+    let passed = !verdicts.is_empty() && verdicts.iter().all(|v| v.verdict == "pass");
+    Report {
+        report_format: REPORT_FORMAT,
+        goodput_version: env!("CARGO_PKG_VERSION").into(),
+        generated_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+        contract: contract(i, &steps, run_s),
+        interrupted: i.interrupted,
+        passed,
+        verdict: verdicts
+            .iter()
+            .map(|v| (v.class.clone(), v.verdict))
+            .collect(),
+        verdicts,
+        max_stable_concurrency: stable,
+        knee,
+        effective_goodput_tokens_per_s: goodput,
+        operating_point,
+        cost: verdict::cost(i.config.cost.as_ref(), goodput, raw, stable),
+        generator: Generator {
+            requests_sent: i.sent,
+            kept_up: !i.saturated
+                && lag.is_none_or(|l| l.p99.is_none_or(|p| p <= LAG_P99_LIMIT_MS)),
+            schedule_lag_ms: lag,
+            lag_p99_limit_ms: LAG_P99_LIMIT_MS,
+            saturated: i.saturated,
+        },
+        drift: (a.mode == Mode::Soak)
+            .then(|| drift(&steps, interval))
+            .flatten(),
+        steps,
+        overall,
+        capacity,
+        capacity_by_class: by_class,
+        timeline: timeline(i.samples, run_s, &i.config.slo),
+        notes,
+    }
+}
+
+fn step_notes(steps: &[StepOut]) -> Vec<String> {
+    steps
+        .iter()
+        .filter(|s| s.concurrency.is_some())
+        .filter(|s| s.stats.e2e_ms.p50.is_some_and(|e| e / 1000.0 > s.duration_s / 4.0))
+        .map(|s| {
+            format!(
+                "step {}: median e2e is over a quarter of the measuring window; use a longer --step-duration",
+                s.label
+            )
+        })
+        .collect()
+}
+
+fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
+    let a = i.args;
+    let recorded = i
+        .profile
+        .files
+        .first()
+        .map(|f| f.header.contract.clone())
+        .unwrap_or_default();
+    let mut sources = BTreeMap::new();
+    let mut extra: BTreeMap<String, String> = a.contract.iter().cloned().collect();
+    let mut pick = |key: &str, recorded: &Option<String>| {
+        if let Some(v) = extra.remove(key) {
+            sources.insert(key.to_owned(), "flag");
+            Some(v)
+        } else {
+            recorded.clone().inspect(|_| {
+                sources.insert(key.to_owned(), "profile");
+            })
+        }
+    };
+    let model_revision = pick("model_revision", &recorded.model_revision);
+    let engine = pick("engine", &recorded.engine);
+    let engine_version = pick("engine_version", &recorded.engine_version);
+    let hardware = pick("hardware", &recorded.hardware);
+    let precision = pick("precision", &recorded.precision);
+    let notes = pick("notes", &recorded.notes);
+    let mut models: BTreeMap<String, u64> = BTreeMap::new();
+    for s in i.samples {
+        *models
+            .entry(s.record.model.clone().unwrap_or_else(|| "unknown".into()))
+            .or_insert(0) += 1;
+    }
+    let model = models
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(m, _)| m.clone());
+    let slo = i
+        .config
+        .slo
+        .all_classes()
+        .map(|c| ClassTargets {
+            name: c.name.clone(),
+            ttft_ms: c.targets.ttft_ms,
+            tpot_ms: c.targets.tpot_ms,
+            e2e_ms: c.targets.e2e_ms,
+            attainment: c.attainment,
+            percentiles: c
+                .percentiles
+                .iter()
+                .map(|p| PercentileOut {
+                    metric: p.metric.as_str(),
+                    quantile: p.quantile,
+                    max_ms: p.max_ms,
+                })
+                .collect(),
+        })
+        .collect();
+    Contract {
+        target: i.target.to_owned(),
+        model: a.model.clone().or(model),
+        models,
+        model_revision,
+        engine,
+        engine_version,
+        hardware,
+        precision,
+        notes,
+        extra,
+        sources,
+        profile: ProfileId {
+            files: i
+                .profile
+                .files
+                .iter()
+                .map(|f| f.path.display().to_string())
+                .collect(),
+            salt_id: i.profile.common_salt_id().map(str::to_owned),
+            hash: i.profile_hash.clone(),
+            requests: i.profile.entries.len(),
+            recorded_contract: recorded,
+            summary: crate::profile::Summary::of(i.profile),
+        },
+        load: LoadOut {
+            mode: a.mode.as_str(),
+            concurrency: (a.mode == Mode::Steps).then(|| a.concurrency.clone()),
+            rates: (a.mode == Mode::Ramp).then(|| steps.iter().filter_map(|s| s.rate).collect()),
+            rate_scale: a.rate_scale,
+            step_duration_s: a.step_duration.as_secs_f64(),
+            warmup_s: a.warmup.as_secs_f64(),
+            soak_duration_s: (a.mode == Mode::Soak).then_some(a.soak_duration.as_secs_f64()),
+            soak_rate: i.soak_rate,
+            required_concurrency: i.required_concurrency,
+            required_rate: i.required_rate,
+            max_requests: a.max_requests,
+            max_in_flight: a.max_in_flight,
+            seed: a.seed,
+            ignore_eos: a.ignore_eos,
+            idle_timeout_s: a.idle_timeout.as_secs_f64(),
+            prompt_lengths: i.prompt_lengths.clone(),
+            block_bytes: i.workload.block_bytes,
+        },
+        started_at: humantime::format_rfc3339_millis(i.started_at).to_string(),
+        duration_s: run_s,
+        goodput_version: env!("CARGO_PKG_VERSION").into(),
+        slo,
+        cost: i.config.cost.as_ref().map(|c| CostConfigOut {
+            currency: c.currency.clone(),
+            per_hour: c.per_hour,
+            components: c.components.iter().cloned().collect(),
+        }),
+    }
+}
+
+/// Writes report.json, report.md and report.html into `dir` (created if missing).
+pub fn write(report: &Report, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    json::write(report, dir)?;
+    std::fs::write(dir.join("report.md"), md::render(report))?;
+    std::fs::write(dir.join("report.html"), html::render(report))
+}

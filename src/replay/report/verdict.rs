@@ -1,0 +1,246 @@
+//! The acceptance numbers: the capacity curve, max stable concurrency and knee (computed
+//! by the proxy's own windowed [`Engine`] from the replay's measured requests, so a replay
+//! and the live `/api/v1/capacity` agree by construction), the verdict per SLO class at
+//! the required load, and the headline goodput and unit cost.
+//!
+//! Where the verdict is judged:
+//! - trace, soak: over every measured request;
+//! - steps: at the first step whose concurrency reaches the required concurrency
+//!   (`--required-concurrency`, default the profile's time-averaged concurrency × rate
+//!   scale, rounded up); a run whose steps stop below it fails ("not tested");
+//! - ramp: at the first step whose rate reaches the required rate (`--required-rate`,
+//!   default the profile's mean rate × rate scale); failing before reaching it fails.
+//!
+//! A class passes when its attainment reaches its target and every percentile target it
+//! sets holds, over its requests at that load; a class with no request there fails.
+
+use std::time::{Duration, Instant};
+
+use super::json::{CostOut, Knee, StepOut, Verdict};
+use crate::{
+    config::{Config, Cost},
+    replay::{cli::Mode, measure::Sample},
+    stats::engine::{Capacity, Engine, HOURS_PER_MONTH, Observation},
+};
+
+/// Engine window long enough to hold any replay in one capacity slice set.
+const ENGINE_SPAN: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The engine's capacity curves (pooled, then per class with traffic) over `samples`,
+/// each counted at the concurrency `level` gives it.
+pub fn capacity(
+    cfg: &Config,
+    samples: &[&Sample],
+    level: impl Fn(&Sample) -> u32,
+    t0: Instant,
+) -> (Option<Capacity>, Vec<Capacity>) {
+    let mut ec = crate::stats::engine_config(cfg);
+    ec.windows = vec![ENGINE_SPAN];
+    ec.history = ENGINE_SPAN;
+    let mut engine = Engine::new(ec);
+    let at = |s: f64| t0 + Duration::from_secs_f64(s.max(0.0));
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(|a, b| a.ended_s.total_cmp(&b.ended_s));
+    let mut now = t0;
+    for s in sorted {
+        let r = &s.record;
+        engine.observe(&Observation {
+            started: at(s.sent_s),
+            finished: at(s.ended_s),
+            class: &r.slo_class,
+            model: r.model.as_deref().unwrap_or("unknown"),
+            outcome: r.outcome,
+            slo_met: r.slo_met,
+            ttft_ms: r.ttft_ms,
+            tpot_ms: r.tpot_ms,
+            e2e_ms: r.e2e_ms,
+            itl_us: &s.gaps_us,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            concurrency_at_start: level(s),
+            long_in_flight_at_start: false,
+        });
+        now = now.max(at(s.ended_s));
+    }
+    let names: Vec<String> = engine.classes().map(str::to_owned).collect();
+    let by_class = names
+        .iter()
+        .filter_map(|c| engine.capacity(Some(c), now))
+        .filter(|c| !c.levels.is_empty())
+        .collect();
+    (engine.capacity(None, now), by_class)
+}
+
+/// An engine level (reported by its lowest concurrency) as the step concurrency it holds
+/// (steps mode), or as itself.
+pub fn as_step(cap: &Capacity, level: Option<u32>, steps: &[StepOut], mode: Mode) -> Option<u32> {
+    let lo = level?;
+    if mode != Mode::Steps {
+        return Some(lo);
+    }
+    let l = cap.levels.iter().find(|l| l.concurrency == lo)?;
+    let hi = l.concurrency_max.unwrap_or(u32::MAX);
+    steps
+        .iter()
+        .filter_map(|s| s.concurrency)
+        .filter(|c| (lo..=hi).contains(c))
+        .max()
+}
+
+/// The knee: steps by concurrency (the engine's slope rule), ramp by rate (the last step
+/// whose every class held), trace and soak by the engine over observed concurrency.
+pub fn knee(cap: Option<&Capacity>, steps: &[StepOut], mode: Mode) -> Knee {
+    let concurrency = cap.and_then(|c| as_step(c, c.knee, steps, mode));
+    let rate = (mode == Mode::Ramp)
+        .then(|| steps.iter().take_while(|s| step_holds(s)).last())
+        .flatten()
+        .and_then(|s| s.rate);
+    let step = match mode {
+        Mode::Steps => steps
+            .iter()
+            .find(|s| s.concurrency.is_some() && s.concurrency == concurrency),
+        Mode::Ramp => steps.iter().find(|s| s.rate.is_some() && s.rate == rate),
+        _ => None,
+    };
+    let level = cap.and_then(|c| c.levels.iter().find(|l| Some(l.concurrency) == c.knee));
+    Knee {
+        concurrency,
+        rate,
+        throughput_tokens_per_s: step
+            .map(|s| s.stats.raw_output_tokens_per_s)
+            .or(level.and_then(|l| l.throughput_tokens_per_s)),
+        ttft_p95_ms: step
+            .and_then(|s| s.stats.ttft_ms.p95)
+            .or(level.and_then(|l| l.ttft_p95_ms)),
+        rule: match mode {
+            Mode::Ramp => "highest rate at which every class met its attainment target",
+            _ => {
+                "last concurrency before the marginal throughput gain falls below half the initial slope or a percentile target breaks"
+            }
+        },
+    }
+}
+
+/// Every class with requests in the step holds.
+pub fn step_holds(s: &StepOut) -> bool {
+    !s.stats.classes.is_empty() && s.stats.classes.iter().all(|c| c.holds == Some(true))
+}
+
+/// The step the verdict is judged at (see the module doc); `Err` names why none is.
+pub fn judged_step(
+    steps: &[StepOut],
+    mode: Mode,
+    required_c: Option<u32>,
+    required_rate: Option<f64>,
+) -> Result<Option<usize>, String> {
+    match mode {
+        Mode::Trace | Mode::Soak => Ok(None),
+        Mode::Steps => {
+            let want = required_c.unwrap_or(1);
+            steps
+                .iter()
+                .position(|s| s.concurrency.is_some_and(|c| c >= want))
+                .map(Some)
+                .ok_or_else(|| format!("required concurrency {want} was not tested"))
+        }
+        Mode::Ramp => {
+            let want = required_rate.unwrap_or(0.0);
+            steps
+                .iter()
+                .position(|s| s.rate.is_some_and(|r| r + 1e-9 >= want))
+                .map(Some)
+                .ok_or_else(|| format!("the ramp broke before the required rate {want:.3}/s"))
+        }
+    }
+}
+
+/// One verdict per class that had measured requests anywhere in the run.
+pub fn verdicts(
+    classes: &[String],
+    judged: Result<Option<&StepOut>, String>,
+    overall: &crate::replay::measure::Stats,
+    by_class: &[Capacity],
+) -> Vec<Verdict> {
+    classes
+        .iter()
+        .map(|name| {
+            let (stats, at) = match &judged {
+                Ok(Some(step)) => (Some(&step.stats), step.label.clone()),
+                Ok(None) => (Some(overall), "run".to_owned()),
+                Err(_) => (None, "-".to_owned()),
+            };
+            let c = stats.and_then(|s| s.classes.iter().find(|c| &c.name == name));
+            let pass = c.is_some_and(|c| c.holds == Some(true));
+            let reason = match (&judged, c) {
+                (Err(why), _) => Some(why.clone()),
+                (Ok(_), None) => Some("no completed request of this class at that load".into()),
+                (Ok(_), Some(c)) if !pass => Some(miss_reason(c)),
+                _ => None,
+            };
+            Verdict {
+                class: name.clone(),
+                verdict: if pass { "pass" } else { "fail" },
+                judged_at: at,
+                requests: c.map_or(0, |c| c.requests),
+                attainment: c.and_then(|c| c.attainment),
+                attainment_target: c.map_or(0.0, |c| c.attainment_target),
+                percentile_targets: c.map(|c| c.percentile_targets.clone()).unwrap_or_default(),
+                max_stable_concurrency: by_class
+                    .iter()
+                    .find(|cap| &cap.class == name)
+                    .and_then(|cap| cap.max_stable_concurrency),
+                reason,
+            }
+        })
+        .collect()
+}
+
+fn miss_reason(c: &crate::replay::measure::ClassStats) -> String {
+    let mut why = Vec::new();
+    if let Some(a) = c.attainment
+        && a + 1e-9 < c.attainment_target
+    {
+        why.push(format!(
+            "attainment {:.2}% < target {:.2}%",
+            a * 100.0,
+            c.attainment_target * 100.0
+        ));
+    }
+    for t in c
+        .percentile_targets
+        .iter()
+        .filter(|t| t.holds == Some(false))
+    {
+        why.push(format!(
+            "P{} {} {:.1} ms > {:.1} ms",
+            t.quantile * 100.0,
+            t.metric,
+            t.value_ms.unwrap_or(f64::NAN),
+            t.max_ms
+        ));
+    }
+    why.join("; ")
+}
+
+/// Unit cost at an operating point of `goodput` effective and `raw` output tokens/s.
+pub fn cost(
+    cost: Option<&Cost>,
+    goodput: Option<f64>,
+    raw: Option<f64>,
+    stable: Option<u32>,
+) -> Option<CostOut> {
+    let c = cost?;
+    let per_million = |tps: Option<f64>| {
+        tps.filter(|t| *t > 0.0 && t.is_finite())
+            .map(|t| c.per_hour / (t * 3600.0) * 1e6)
+    };
+    Some(CostOut {
+        currency: c.currency.clone(),
+        per_hour: c.per_hour,
+        cost_per_million_effective_tokens: per_million(goodput),
+        cost_per_million_raw_tokens: per_million(raw),
+        cost_per_stable_user_per_month: stable
+            .filter(|s| *s > 0)
+            .map(|s| c.per_hour * HOURS_PER_MONTH / f64::from(s)),
+    })
+}

@@ -64,7 +64,7 @@ pub async fn run(env: &Env, upstream: SocketAddr) -> Result<BTreeMap<PathKind, V
             let addr = paths.addr(kind);
             let proxy = paths.proxy(kind);
             let r = measure(env, addr, warm, window, || {
-                proxy.map(procs::Proxy::cpu_seconds)
+                proxy.map(|p| (p.cpu_seconds(), p.io_calls().1))
             })
             .await;
             out.entry(kind).or_default().push(r);

@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 
 use crate::{
     measure::RequestRecord,
-    stats::{Live, Recent, engine::parse_window},
+    stats::{DriftView, Live, Recent, engine::parse_window},
 };
 
 /// What the admin endpoints read.
@@ -34,6 +34,8 @@ pub struct Admin {
     pub ready: Arc<AtomicBool>,
     /// The windowed SLO, goodput, cost and capacity view.
     pub live: Live,
+    /// The latest drift evaluation (`None` until the first, or with drift detection off).
+    pub drift: DriftView,
 }
 
 /// Default of `?limit=` for `/api/v1/requests` (the ring size bounds it anyway).
@@ -49,6 +51,7 @@ impl Admin {
             "/api/v1/requests" => self.requests(req.uri().query()),
             "/api/v1/summary" => self.summary(req.uri().query()),
             "/api/v1/capacity" => self.capacity(req.uri().query()),
+            "/api/v1/drift" => self.drift(),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 if self.ready.load(Ordering::Relaxed) {
@@ -122,6 +125,21 @@ impl Admin {
                     &format!("window not configured; configured: {}", known.join(", ")),
                 )
             }
+        }
+    }
+
+    /// The drift statistics against their thresholds.
+    fn drift(&self) -> Response<Full<Bytes>> {
+        let status = self
+            .drift
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match status.as_ref() {
+            Some(s) => json(StatusCode::OK, s),
+            None => json_error(
+                StatusCode::NOT_FOUND,
+                "drift detection is off ([drift] baseline) or has not evaluated yet",
+            ),
         }
     }
 

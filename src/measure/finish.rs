@@ -122,6 +122,18 @@ fn joined(chunks: &[Bytes]) -> Vec<u8> {
 }
 
 impl Pending {
+    /// The client's request body, when it was complete and within the inspection limit
+    /// (for profile fingerprints). The capture stays in place for [`Pending::finish`].
+    pub fn request_body(&mut self) -> Option<Vec<u8>> {
+        if self.request_capture.is_none()
+            && let Some(mut rx) = self.request.take()
+        {
+            self.request_capture = rx.try_recv().ok();
+        }
+        let c = self.request_capture.as_ref()?;
+        (c.complete && !c.overflow && !c.chunks.is_empty()).then(|| joined(&c.chunks))
+    }
+
     /// The request as the client sent it, if its body was complete and within the limit.
     fn request_info(&mut self) -> (Option<RequestInfo>, u64) {
         // The tokenizer stage may have taken the capture off its channel already.

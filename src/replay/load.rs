@@ -190,24 +190,12 @@ impl Runner {
                 }
             }
             Load::Rate(rate) => {
-                let mut arrivals = Poisson::new(rate, me.s.seed ^ mix(spec.index as u64));
-                let planned = spec.warmup + spec.measure;
-                loop {
-                    let at = arrivals.next_offset();
-                    if at >= planned {
-                        break;
-                    }
-                    let Some(seq) = me.next_seq() else {
-                        cut_short = true;
-                        break;
-                    };
-                    let t = me.s.workload.draw(me.s.seed, seq).clone();
-                    let sent = me.open_send(&mut tasks, &t, seq, start + at, spec.index, &cancel);
-                    if !sent.await {
-                        cut_short = true;
-                        break;
-                    }
-                }
+                let plan = Plan::Rate {
+                    rate,
+                    seed: me.s.seed ^ mix(spec.index as u64),
+                    until: spec.warmup + spec.measure,
+                };
+                (tasks, cut_short) = me.clone().open_loop(plan, start, spec.index, &cancel).await;
                 let until_end = tokio::time::sleep_until(window_end.into());
                 tokio::select! {
                     () = until_end => {}
@@ -216,19 +204,8 @@ impl Runner {
                 }
             }
             Load::Trace(scale) => {
-                let workload = me.s.workload.clone();
-                for (i, t) in workload.templates.iter().enumerate() {
-                    let Some(seq) = me.next_seq() else {
-                        cut_short = true;
-                        break;
-                    };
-                    let at = Duration::from_secs_f64((t.at_ms / 1000.0 / scale).max(0.0));
-                    let sent = me.open_send(&mut tasks, t, seq, start + at, spec.index, &cancel);
-                    if !sent.await {
-                        cut_short = i + 1 < workload.templates.len();
-                        break;
-                    }
-                }
+                let plan = Plan::Trace { scale };
+                (tasks, cut_short) = me.clone().open_loop(plan, start, spec.index, &cancel).await;
                 tokio::select! {
                     () = wait_all(&mut tasks) => {}
                     () = aborted(me.abort.clone()) => cut_short = true,
@@ -308,35 +285,90 @@ impl Inner {
         }
     }
 
-    /// Builds the body, waits for `scheduled`, then sends in a task of its own. False
-    /// when aborted before sending.
-    async fn open_send(
-        self: &Arc<Self>,
-        tasks: &mut JoinSet<()>,
-        t: &Template,
-        seq: u64,
-        scheduled: Instant,
+    /// Sends an open-loop schedule from a thread of its own (a blocking-pool thread):
+    /// each body is built ahead, then the thread sleeps until the request's time (OS
+    /// sleep: tens of µs precision, against the runtime timer's 1 ms) and spawns the
+    /// request onto the runtime. Returns the request tasks and whether it stopped early.
+    async fn open_loop(
+        self: Arc<Self>,
+        plan: Plan,
+        start: Instant,
         step: usize,
         cancel: &Cancel,
-    ) -> bool {
-        while tasks.try_join_next().is_some() {}
-        let out = self.outgoing(t, seq);
-        tokio::select! {
-            () = tokio::time::sleep_until(scheduled.into()) => {}
-            () = aborted(self.abort.clone()) => return false,
+    ) -> (JoinSet<()>, bool) {
+        let cancel = cancel.clone();
+        let run = tokio::task::spawn_blocking(move || self.schedule(plan, start, step, cancel));
+        run.await.unwrap_or_else(|_| (JoinSet::new(), true))
+    }
+
+    fn schedule(
+        self: Arc<Self>,
+        plan: Plan,
+        start: Instant,
+        step: usize,
+        cancel: Cancel,
+    ) -> (JoinSet<()>, bool) {
+        let mut tasks = JoinSet::new();
+        let workload = self.s.workload.clone();
+        let (mut arrivals, mut k) = (None, 0usize);
+        loop {
+            let (at, template) = match plan {
+                Plan::Rate { rate, seed, until } => {
+                    let at = arrivals
+                        .get_or_insert_with(|| Poisson::new(rate, seed))
+                        .next_offset();
+                    if at >= until {
+                        return (tasks, false);
+                    }
+                    (at, None)
+                }
+                Plan::Trace { scale } => {
+                    let Some(t) = workload.templates.get(k) else {
+                        return (tasks, false);
+                    };
+                    k += 1;
+                    (
+                        Duration::from_secs_f64((t.at_ms / 1000.0 / scale).max(0.0)),
+                        Some(t),
+                    )
+                }
+            };
+            let Some(seq) = self.next_seq() else {
+                return (tasks, true);
+            };
+            let t = template.unwrap_or_else(|| workload.draw(self.s.seed, seq));
+            let out = self.outgoing(t, seq);
+            let scheduled = start + at;
+            if !self.sleep_until(scheduled) {
+                return (tasks, true);
+            }
+            while self.in_flight.load(Ordering::Relaxed) >= self.s.max_in_flight {
+                self.saturated.store(true, Ordering::Relaxed);
+                if self.stopped() {
+                    return (tasks, true);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            while tasks.try_join_next().is_some() {}
+            tasks.spawn(
+                self.clone()
+                    .send(out, Some(scheduled), step, cancel.clone()),
+            );
         }
-        while self.in_flight.load(Ordering::Relaxed) >= self.s.max_in_flight {
-            self.saturated.store(true, Ordering::Relaxed);
-            if self.stopped() {
+    }
+
+    /// Sleeps the thread until `t`; false when aborted first.
+    fn sleep_until(&self, t: Instant) -> bool {
+        loop {
+            if *self.abort.borrow() {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            let now = Instant::now();
+            if now >= t {
+                return true;
+            }
+            std::thread::sleep((t - now).min(Duration::from_millis(50)));
         }
-        tasks.spawn(
-            self.clone()
-                .send(out, Some(scheduled), step, cancel.clone()),
-        );
-        true
     }
 
     async fn send(
@@ -370,6 +402,19 @@ impl Inner {
 }
 
 type Cancel = watch::Receiver<bool>;
+
+/// An open-loop schedule.
+#[derive(Debug, Clone, Copy)]
+enum Plan {
+    /// Poisson arrivals until `until`, lengths drawn from the profile.
+    Rate {
+        rate: f64,
+        seed: u64,
+        until: Duration,
+    },
+    /// The profile's requests at their arrival times divided by `scale`.
+    Trace { scale: f64 },
+}
 
 async fn wait_all(tasks: &mut JoinSet<()>) {
     while tasks.join_next().await.is_some() {}

@@ -220,16 +220,6 @@ pub async fn execute(
 /// `goodput replay` from the command line: runs (Ctrl-C stops it cleanly), prints where
 /// the report is, and returns the exit code.
 pub fn run(args: ReplayArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("goodput replay: cannot start the runtime: {e}");
-            return ExitCode::from(EXIT_ERROR);
-        }
-    };
     if let Some(files) = &args.compare {
         let (Some(a), Some(b)) = (files.first(), files.get(1)) else {
             eprintln!("goodput replay: --compare needs two report.json files");
@@ -247,6 +237,16 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             }
         };
     }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("goodput replay: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
     rt.block_on(async {
         match execute(&args, crate::run::shutdown_signal()).await {
             Ok(done) => {

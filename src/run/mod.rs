@@ -25,7 +25,7 @@ use crate::{
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
     proxy::{self, Forward, Proxy},
-    stats::{Aggregator, Live, Recent},
+    stats::{Aggregator, DriftView, Live, Profiling, Recent},
     tokenize::{Fallbacks, Stage},
 };
 
@@ -128,6 +128,8 @@ fn start_on_from(
     let fallbacks = Fallbacks::new(metrics.tokenizer_fallback.clone());
     let (counting, rx) = Stage::new(rx, live.clone(), fallbacks);
     let slo_view = Live::new(&cfg);
+    let drift_view = DriftView::default();
+    let profiling = Profiling::start(&cfg, &metrics, drift_view.clone());
     let aggregator = Aggregator::new(
         rx,
         live.clone(),
@@ -135,6 +137,7 @@ fn start_on_from(
         recent.clone(),
         m.max_models,
         slo_view.clone(),
+        profiling,
     );
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
@@ -158,6 +161,7 @@ fn start_on_from(
         recent: recent.clone(),
         ready: ready.clone(),
         live: slo_view.clone(),
+        drift: drift_view,
     };
     let (stop, stopped) = watch::channel(false);
 

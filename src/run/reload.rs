@@ -84,6 +84,18 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     );
     check(old.log.format != new.log.format, "log.format");
     check(old.log.level != new.log.level, "log.level");
+    check(
+        old.tokenizer.workers != new.tokenizer.workers,
+        "tokenizer.workers",
+    );
+    check(
+        old.tokenizer.queue != new.tokenizer.queue,
+        "tokenizer.queue",
+    );
+    check(old.profile.dir != new.profile.dir, "profile.dir");
+    check(old.profile.salt != new.profile.salt, "profile.salt");
+    let baseline = |c: &Config| c.drift.as_ref().map(|d| d.baseline_path.clone());
+    check(baseline(old) != baseline(new), "drift.baseline");
     changed
 }
 

@@ -14,6 +14,7 @@ use super::{
     Live, ModelLabels, Recent,
     engine::Observation,
     live::{engine_config, refresh_gauges},
+    profiling::Profiling,
 };
 use crate::{
     admin::metrics::{ClassSlo, LatencyLabels, Metrics, ModelApi, RequestLabels, TokenLabels},
@@ -35,6 +36,7 @@ pub struct Aggregator {
     recent: Arc<Recent>,
     models: ModelLabels,
     live: Live,
+    profiling: Profiling,
 }
 
 impl Aggregator {
@@ -45,6 +47,7 @@ impl Aggregator {
         recent: Arc<Recent>,
         max_models: usize,
         live: Live,
+        profiling: Profiling,
     ) -> Aggregator {
         let engine_built_from = config.load_full();
         Aggregator {
@@ -55,6 +58,7 @@ impl Aggregator {
             recent,
             models: ModelLabels::new(max_models),
             live,
+            profiling,
         }
     }
 
@@ -87,9 +91,12 @@ impl Aggregator {
                         engine.advance(now);
                         refresh_gauges(&engine, &self.config.load(), &self.metrics, now);
                     }
+                    drop(engine);
+                    self.profiling.tick(&self.config.load(), &self.metrics, now);
                 }
             }
         }
+        self.profiling.shutdown().await;
     }
 
     /// Rebuilds the engine's configuration after a reload (keeping its data when the
@@ -105,10 +112,17 @@ impl Aggregator {
         }
     }
 
-    fn handle(&mut self, pending: Pending) {
+    fn handle(&mut self, mut pending: Pending) {
+        let api = pending.api;
+        let body = if self.profiling.active() {
+            pending.request_body()
+        } else {
+            None
+        };
         let (mut record, gaps) = pending.finish();
         let config = self.config.load();
         slo::judge(&mut record, &config.slo);
+        self.profiling.observe(&record, api, body.as_deref());
         let model = self.models.label(record.model.as_deref());
         let api = record.api;
         let class = record.slo_class.clone();

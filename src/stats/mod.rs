@@ -7,9 +7,11 @@ mod aggregator;
 pub mod engine;
 mod labels;
 mod live;
+mod profiling;
 mod recent;
 
 pub use aggregator::Aggregator;
 pub use labels::ModelLabels;
 pub use live::{Live, engine_config};
+pub use profiling::{DriftView, Profiling};
 pub use recent::Recent;

@@ -1,0 +1,131 @@
+//! The aggregator's profile side: each finished request becomes an anonymized profile line
+//! (tenant and prompt blocks only as salted hashes) for the recorder and the live drift
+//! monitor; the monitor is evaluated periodically, its status published to metrics, the
+//! admin API and (on a change) the webhook, and a snapshot of the live window is written
+//! when re-acceptance becomes necessary.
+
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::{Instant, SystemTime},
+};
+
+use crate::{
+    admin::metrics::Metrics,
+    config::Config,
+    decode::{self, Api},
+    measure::RequestRecord,
+    profile::{
+        Anonymizer, ProfileLine, ProfileRecorder,
+        drift::{DriftStatus, Monitor, Webhook, write_snapshot},
+    },
+};
+
+/// The latest drift status, shared with `GET /api/v1/drift`.
+pub type DriftView = Arc<Mutex<Option<DriftStatus>>>;
+
+pub struct Profiling {
+    anon: Anonymizer,
+    recorder: Option<ProfileRecorder>,
+    monitor: Option<Monitor>,
+    webhook: Option<Webhook>,
+    view: DriftView,
+    last_evaluation: Instant,
+}
+
+impl Profiling {
+    /// Starts recording (when `[profile] dir` is set) and drift detection (when
+    /// `[drift] baseline` is set). A recorder that cannot start is logged; traffic goes on.
+    pub fn start(cfg: &Config, metrics: &Metrics, view: DriftView) -> Profiling {
+        let anon = Anonymizer::new(&cfg.profile);
+        let recorder = cfg.profile.dir.as_ref().and_then(|dir| {
+            match ProfileRecorder::start(&cfg.profile, anon.clone(), metrics) {
+                Ok(r) => {
+                    tracing::info!(dir = %dir.display(), salt_id = anon.salt_id(), "recording profiles");
+                    Some(r)
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "profile recording could not start");
+                    None
+                }
+            }
+        });
+        let monitor = cfg.drift.as_ref().map(|d| Monitor::new(d, &d.baseline));
+        let webhook = cfg
+            .drift
+            .as_ref()
+            .and_then(|d| d.webhook.clone())
+            .map(Webhook::start);
+        Profiling {
+            anon,
+            recorder,
+            monitor,
+            webhook,
+            view,
+            last_evaluation: Instant::now(),
+        }
+    }
+
+    /// Whether lines are wanted at all (so the aggregator can skip reading bodies).
+    pub fn active(&self) -> bool {
+        self.recorder.is_some() || self.monitor.is_some()
+    }
+
+    /// One finished, SLO-judged request.
+    pub fn observe(&mut self, record: &RequestRecord, api: Api, body: Option<&[u8]>) {
+        if !self.active() {
+            return;
+        }
+        let max_tokens = body
+            .and_then(|b| decode::inspect_request(api, b))
+            .and_then(|i| i.max_tokens);
+        let blocks = body.map_or_else(Vec::new, |b| {
+            self.anon.blocks(api, record.model.as_deref(), b)
+        });
+        let tenant = record.tenant.map(|t| self.anon.tenant(t));
+        let line = ProfileLine::from_record(record, max_tokens, tenant, blocks);
+        if let Some(m) = self.monitor.as_mut() {
+            m.observe(&line, record.finished_at.unwrap_or_else(Instant::now));
+        }
+        if let Some(r) = &self.recorder {
+            r.record(line);
+        }
+    }
+
+    /// Evaluates drift when `[drift] every` has passed.
+    pub fn tick(&mut self, cfg: &Config, metrics: &Metrics, now: Instant) {
+        let (Some(monitor), Some(drift)) = (self.monitor.as_mut(), cfg.drift.as_ref()) else {
+            return;
+        };
+        if now.duration_since(self.last_evaluation) < drift.every {
+            return;
+        }
+        self.last_evaluation = now;
+        let status = monitor.evaluate(now);
+        status.publish(metrics);
+        status.log_transitions();
+        if !status.transitions.is_empty()
+            && let Some(w) = &self.webhook
+        {
+            w.notify(&status);
+        }
+        if status.fired() {
+            let lines: Vec<ProfileLine> = monitor.window_lines().cloned().collect();
+            let header = self.anon.header(SystemTime::now(), &cfg.profile.contract);
+            let dir = drift.snapshot_dir.clone();
+            tokio::task::spawn_blocking(move || match write_snapshot(&dir, &header, &lines) {
+                Ok(path) => {
+                    tracing::warn!(path = %path.display(), "live profile snapshot written for re-acceptance")
+                }
+                Err(e) => tracing::error!(error = %e, "writing the drift snapshot failed"),
+            });
+        }
+        *self.view.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+    }
+
+    /// Flushes and closes the profile files.
+    pub async fn shutdown(self) {
+        if let Some(r) = self.recorder {
+            r.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Profiles captured through the running proxy: anonymized lines (no canaries anywhere),
+//! shared prompt prefixes as shared `hash_ids`, files readable by `goodput profile`, and
+//! live drift against a baseline firing on a shifted output length with a snapshot.
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed set-up must stop the test"
+)]
+
+mod common;
+
+use std::{path::Path, time::Duration};
+
+use bytes::Bytes;
+use common::harness::*;
+use goodput::{
+    config::{self, Overrides},
+    run::Running,
+};
+use http::{Request, header::CONTENT_TYPE};
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+
+const CANARIES: [&str; 4] = [
+    "CANARY-PROMPT-TEXT",
+    "CANARY-API-KEY",
+    "CANARY-TENANT",
+    "CANARY-COOKIE",
+];
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("goodput-capture-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn proxy_with(upstream: &str, toml: &str) -> Running {
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".into()),
+        upstream: Some(upstream.into()),
+        admin: Some("127.0.0.1:0".into()),
+    };
+    let text = format!("[log]\naccess_log = false\n{toml}");
+    start_proxy_with(config::load_str(&text, "test", &overrides).unwrap()).await
+}
+
+/// A chat request whose prompt starts with a long shared system text (several blocks).
+async fn send(proxy: &Running, user: &str, max_tokens: u32) {
+    let system = "You are a careful assistant. CANARY-PROMPT-TEXT ".repeat(120);
+    let body = serde_json::json!({
+        "model": "capture-model",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        "max_tokens": max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let req = Request::post(format!("http://{}/v1/chat/completions", proxy.proxy_addr))
+        .header(CONTENT_TYPE, "application/json")
+        .header("authorization", "Bearer CANARY-API-KEY")
+        .header("x-tenant", "CANARY-TENANT")
+        .header("cookie", "session=CANARY-COOKIE")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+}
+
+fn profile_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn goodput(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn captured_profiles_are_anonymous_and_keep_prefix_sharing() {
+    let (_sim, upstream) = start_sim(fast_sim(2.0, 0.5)).await;
+    let dir = temp_dir("record");
+    let toml = format!(
+        "[slo]\ntenant_header = \"x-tenant\"\n[profile]\ndir = \"{}\"\n[profile.contract]\nengine = \"sim\"\n",
+        dir.display()
+    );
+    let proxy = proxy_with(&upstream, &toml).await;
+    for i in 0..30 {
+        send(&proxy, &format!("question {i}"), 8).await;
+    }
+    let admin = proxy.admin_addr;
+    let api = admin_get(admin, "/api/v1/requests").await.1;
+    let metrics_text = metrics(admin).await;
+    proxy.shutdown().await;
+
+    let files = profile_files(&dir);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    for canary in CANARIES {
+        assert!(!text.contains(canary), "{canary} in the profile");
+        assert!(
+            !api.contains(canary) && !metrics_text.contains(canary),
+            "{canary} exposed"
+        );
+    }
+    assert!(!text.contains("127.0.0.1"), "client address in the profile");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "header");
+    assert_eq!(lines[0]["contract"]["engine"], "sim");
+    let entries: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l.get("type").is_none_or(|t| t == "request"))
+        .filter(|l| l.get("t_ms").is_some())
+        .collect();
+    assert_eq!(entries.len(), 30, "{text}");
+    let first = entries[0]["hash_ids"].as_array().unwrap();
+    let second = entries[1]["hash_ids"].as_array().unwrap();
+    assert!(first.len() >= 3, "{first:?}");
+    // The shared system prompt fills the leading blocks: same ids; the tail differs.
+    assert_eq!(first[..first.len() - 1], second[..second.len() - 1]);
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["tenant"].as_str().is_some_and(|t| !t.is_empty()))
+    );
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["output_tokens"] == 8 && e["max_tokens"] == 8)
+    );
+
+    let path = files[0].to_str().unwrap();
+    let (code, out) = goodput(&["profile", "summarize", "--json", path]);
+    assert_eq!(code, 0, "{out}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["requests"], 30, "{summary}");
+    let (code, out) = goodput(&["profile", "export", "--format", "mooncake", path]);
+    assert_eq!(code, 0);
+    for line in out.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let input = v["input_length"].as_u64().unwrap();
+        assert_eq!(
+            v["hash_ids"].as_array().unwrap().len() as u64,
+            input.div_ceil(512),
+            "{v}"
+        );
+    }
+    let (code, _) = goodput(&["profile", "diff", path, path]);
+    assert_eq!(code, 0, "a profile does not drift from itself");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_drift_fires_on_shifted_output_length_and_writes_a_snapshot() {
+    let (_sim, upstream) = start_sim(fast_sim(1.0, 0.2)).await;
+    let dir = temp_dir("drift");
+    // The accepted baseline: short answers.
+    let proxy = proxy_with(
+        &upstream,
+        &format!("[profile]\ndir = \"{}\"\n", dir.display()),
+    )
+    .await;
+    for i in 0..40 {
+        send(&proxy, &format!("q{i}"), 8).await;
+    }
+    proxy.shutdown().await;
+    let baseline = profile_files(&dir).pop().unwrap();
+    let snapshots = dir.join("snapshots");
+    let toml = format!(
+        "[drift]\nbaseline = \"{}\"\nevery = \"1s\"\nwindow = \"1m\"\nmin_samples = 20\nfire_after = 1\nsnapshot_dir = \"{}\"\n",
+        baseline.display(),
+        snapshots.display()
+    );
+    let proxy = proxy_with(&upstream, &toml).await;
+    // Production now asks for much longer answers.
+    for i in 0..40 {
+        send(&proxy, &format!("q{i}"), 200).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let status = loop {
+        let (code, text) = admin_get(proxy.admin_addr, "/api/v1/drift").await;
+        if code == 200 {
+            let v: Value = serde_json::from_str(&text).unwrap();
+            if v["drifted"] == true {
+                break v;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "drift never fired: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let active: Vec<&str> = status["active"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(active.iter().any(|d| d.contains("output")), "{status}");
+    assert!(
+        !active.iter().any(|d| d.contains("model")),
+        "model mix did not change: {status}"
+    );
+    let text = metrics(proxy.admin_addr).await;
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("goodput_reacceptance_required{dimension=\"output")
+                && l.ends_with(" 1")
+        ),
+        "{text}"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while std::fs::read_dir(&snapshots).map_or(0, |d| d.count()) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no snapshot written"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.shutdown().await;
+}

@@ -1,0 +1,408 @@
+//! `goodput replay` end to end over loopback: a profile written in the documented format,
+//! the in-process simulator (with a configured knee) as the candidate system, and the
+//! report checked against the simulator's configuration, the generator's own timing, the
+//! JSON contract, the HTML's self-containment, `--compare`, Ctrl-C, and against what the
+//! proxy measured when the replay runs through it.
+#![expect(
+    clippy::unwrap_used,
+    reason = "integration tests: a failed step must stop the test"
+)]
+
+mod common;
+
+use std::{path::Path, path::PathBuf, time::Duration};
+
+use clap::Parser;
+use common::harness::{fast_sim, start_proxy, start_sim, wait_records};
+use goodput::replay::{self, ReplayArgs};
+use serde_json::Value;
+
+/// Timing-sensitive tests run one at a time: two cores shared by parallel load
+/// generators and simulators would measure each other.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: ReplayArgs,
+}
+
+fn args(list: &[&str]) -> ReplayArgs {
+    let mut all = vec!["replay", "--quiet"];
+    all.extend_from_slice(list);
+    Cli::try_parse_from(all).unwrap().args
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("goodput-replay-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A profile of `n` streamed chat requests `gap_ms` apart, every fourth sharing its first
+/// block with the others, in the format of docs/PROFILE.md.
+fn write_profile(dir: &Path, n: usize, gap_ms: f64, output_tokens: u64) -> PathBuf {
+    let mut text = String::from(
+        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"5a1700000000beef","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{"engine":"vllm","hardware":"1xL4","precision":"bf16","model_revision":"abc123"}}"#,
+    );
+    text.push('\n');
+    for i in 0..n {
+        let hash_ids = if i % 4 == 0 {
+            format!("[0,{}]", i + 1)
+        } else {
+            format!("[{}]", i + 1)
+        };
+        let input = if i % 3 == 0 { 1500 } else { 300 };
+        text.push_str(&format!(
+            r#"{{"t_ms":{},"model":"sim-model","api":"chat_completions","stream":true,"input_tokens":{input},"input_tokens_source":"usage","output_tokens":{output_tokens},"output_tokens_source":"usage","max_tokens":null,"outcome":"ok","status":200,"slo_class":"interactive","slo_met":true,"ttft_ms":20.0,"tpot_ms":2.0,"e2e_ms":40.0,"hash_ids":{hash_ids}}}"#,
+            (i as f64 * gap_ms).round() as i64
+        ));
+        text.push('\n');
+    }
+    let path = dir.join("profile.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// SLO: chat within 30 ms TTFT for 90% of requests; cost 3.6/h (= 1e-3 per second).
+fn write_config(dir: &Path) -> PathBuf {
+    let path = dir.join("slo.toml");
+    std::fs::write(
+        &path,
+        "[slo]\nmin_samples = 5\n\n[[slo.class]]\nname = \"interactive\"\nmatch = { api = \"chat\" }\n\
+         ttft_ms = 30\nattainment = 0.9\n\n[cost]\ncurrency = \"USD\"\nper_hour = { hardware = 3.6 }\n",
+    )
+    .unwrap();
+    path
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn step(report: &Value, concurrency: u64) -> &Value {
+    report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["concurrency"] == concurrency)
+        .unwrap()
+}
+
+/// Steps against a simulator with a knee at 8 in flight (+25% latency per request above):
+/// latencies match its configuration, the knee and max stable concurrency are at 8; then
+/// the report's contract, HTML and `--compare` are checked on the same run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_find_the_simulators_knee() {
+    let _serial = SERIAL.lock().await;
+    let mut sim_cfg = fast_sim(20.0, 2.0);
+    sim_cfg.concurrency_knee = Some(8);
+    sim_cfg.slowdown_per_request = 0.25;
+    let (_sim, url) = start_sim(sim_cfg).await;
+    let dir = temp_dir("steps");
+    let profile = write_profile(&dir, 40, 100.0, 10);
+    let config = write_config(&dir);
+    let out = dir.join("out");
+    let a = args(&[
+        "--profile",
+        profile.to_str().unwrap(),
+        "--target",
+        &url,
+        "--config",
+        config.to_str().unwrap(),
+        "--mode",
+        "steps",
+        "--concurrency",
+        "1,4,8,12,16",
+        "--step-duration",
+        "800ms",
+        "--warmup",
+        "200ms",
+        "--out",
+        out.to_str().unwrap(),
+        "--contract",
+        "hardware=sim",
+    ]);
+    let done = replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    let c1 = step(&r, 1);
+    let (ttft, tpot) = (
+        c1["ttft_ms"]["p50"].as_f64().unwrap(),
+        c1["tpot_ms"]["p50"].as_f64().unwrap(),
+    );
+    eprintln!(
+        "c=1: ttft p50 {ttft:.2} ms, tpot p50 {tpot:.3} ms, requests {}",
+        c1["requests"]
+    );
+    assert!((19.5..24.0).contains(&ttft), "ttft {ttft}");
+    assert!((1.8..2.6).contains(&tpot), "tpot {tpot}");
+    // Above the knee every delay is stretched by 1 + 0.25 × (c − 8).
+    let c16 = step(&r, 16)["ttft_ms"]["p50"].as_f64().unwrap();
+    eprintln!("c=16: ttft p50 {c16:.2} ms");
+    assert!((54.0..70.0).contains(&c16), "ttft at 16: {c16}");
+    let c8 = step(&r, 8);
+    let goodput = c8["effective_goodput_tokens_per_s"].as_f64().unwrap();
+    // 8 in flight, each 10 tokens per ~38 ms (20 + 9 × 2) plus client overhead.
+    eprintln!(
+        "c=8: goodput {goodput:.0} tok/s, knee {}, stable {}",
+        r["knee"], r["max_stable_concurrency"]
+    );
+    assert!(
+        (1600.0..2200.0).contains(&goodput),
+        "goodput at 8: {goodput}"
+    );
+    assert_eq!(r["knee"]["concurrency"], 8);
+    assert_eq!(r["max_stable_concurrency"], 8);
+    assert_eq!(r["verdict"]["interactive"], "pass");
+    assert_eq!(done.exit_code(), 0);
+    let cost = r["cost"]["cost_per_million_effective_tokens"]
+        .as_f64()
+        .unwrap();
+    assert!((cost - 1e-3 / goodput * 1e6).abs() < 1e-9, "{cost}");
+
+    // The JSON contract.
+    let contract = &r["contract"];
+    for key in [
+        "target",
+        "model",
+        "model_revision",
+        "engine",
+        "hardware",
+        "precision",
+        "goodput_version",
+    ] {
+        assert!(!contract[key].is_null(), "contract.{key}");
+    }
+    assert_eq!(
+        contract["hardware"], "sim",
+        "flags override the profile's contract"
+    );
+    assert_eq!(contract["engine"], "vllm");
+    assert_eq!(contract["profile"]["salt_id"], "5a1700000000beef");
+    assert_eq!(contract["profile"]["hash"].as_str().unwrap().len(), 32);
+    assert_eq!(contract["profile"]["summary"]["requests"], 40);
+    assert_eq!(contract["load"]["mode"], "steps");
+    assert_eq!(contract["load"]["warmup_s"], 0.2);
+    for s in r["steps"].as_array().unwrap() {
+        for key in [
+            "concurrency",
+            "requests",
+            "errors",
+            "attainment",
+            "effective_goodput_tokens_per_s",
+        ] {
+            assert!(s.get(key).is_some(), "steps[].{key}");
+        }
+        for m in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"] {
+            for p in ["p50", "p90", "p95", "p99", "max"] {
+                assert!(s[m][p].is_number(), "steps[].{m}.{p}");
+            }
+        }
+        assert_eq!(s["errors"], 0);
+    }
+    assert!(r["knee"].is_object());
+
+    // The HTML stands alone and shows the knee.
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("knee c=8"));
+    for bad in ["http://", "https://", "src=", "<script"] {
+        assert!(!html.contains(bad), "report.html contains {bad}");
+    }
+    assert!(
+        std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("| c=8 |")
+    );
+
+    // --compare: the run against a copy whose P95 TTFT at c=1 tripled.
+    let mut worse = r.clone();
+    let p95 = worse["steps"][0]["ttft_ms"]["p95"].as_f64().unwrap();
+    worse["steps"][0]["ttft_ms"]["p95"] = (p95 * 3.0).into();
+    let b_dir = dir.join("b");
+    std::fs::create_dir_all(&b_dir).unwrap();
+    std::fs::write(b_dir.join("report.json"), worse.to_string()).unwrap();
+    let cmp = dir.join("cmp");
+    let a = args(&[
+        "--compare",
+        out.join("report.json").to_str().unwrap(),
+        b_dir.join("report.json").to_str().unwrap(),
+        "--out",
+        cmp.to_str().unwrap(),
+    ]);
+    assert_eq!(replay::run(a), std::process::ExitCode::SUCCESS);
+    let md = std::fs::read_to_string(cmp.join("compare.md")).unwrap();
+    let row = md.lines().find(|l| l.starts_with("| TTFT p95 ms")).unwrap();
+    assert!(
+        row.contains("+200.0%") && row.contains("**worse**"),
+        "{row}"
+    );
+    let unchanged = md
+        .lines()
+        .filter(|l| l.starts_with("| TPOT p95 ms"))
+        .collect::<Vec<_>>();
+    assert!(unchanged.iter().all(|l| !l.contains("**")), "{unchanged:?}");
+    let html = std::fs::read_to_string(cmp.join("compare.html")).unwrap();
+    assert!(html.contains("<svg") && !html.contains("http://"));
+}
+
+/// Trace mode keeps the profile's schedule at 400 requests per second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_keeps_the_schedule() {
+    let _serial = SERIAL.lock().await;
+    let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
+    let dir = temp_dir("trace");
+    let profile = write_profile(&dir, 600, 2.5, 4);
+    let out = dir.join("out");
+    let a = args(&[
+        "--profile",
+        profile.to_str().unwrap(),
+        "--target",
+        &url,
+        "--mode",
+        "trace",
+        "--warmup",
+        "0s",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    let lag = &r["generator"]["schedule_lag_ms"];
+    eprintln!("trace: lag {lag}, rate {}", r["steps"][0]["rate"]);
+    assert_eq!(r["generator"]["requests_sent"], 600);
+    // Debug build, two cores shared with the simulator: the report's own limit (10 ms).
+    assert!(lag["p99"].as_f64().unwrap() < 10.0, "{lag}");
+    assert!(lag["p50"].as_f64().unwrap() < 1.0, "{lag}");
+    assert_eq!(r["generator"]["kept_up"], true);
+    assert_eq!(r["steps"][0]["requests"], 600);
+    assert_eq!(r["steps"][0]["errors"], 0);
+}
+
+/// Ctrl-C (the shutdown future) mid-step, and --max-requests, still write a valid report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_run_still_reports() {
+    let (_sim, url) = start_sim(fast_sim(10.0, 2.0)).await;
+    let dir = temp_dir("interrupt");
+    let profile = write_profile(&dir, 20, 50.0, 8);
+    let out = dir.join("out");
+    let a = args(&[
+        "--profile",
+        profile.to_str().unwrap(),
+        "--target",
+        &url,
+        "--concurrency",
+        "2,4",
+        "--step-duration",
+        "30s",
+        "--warmup",
+        "100ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let started = std::time::Instant::now();
+    let done = replay::execute(&a, tokio::time::sleep(Duration::from_millis(800)))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let r = read_json(&out.join("report.json"));
+    assert_eq!(r["interrupted"], true);
+    let steps = r["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0]["cut_short"], true);
+    assert!(
+        steps[0]["requests"].as_u64().unwrap() > 10,
+        "{}",
+        steps[0]["requests"]
+    );
+    assert!(done.report.verdict.contains_key("default"));
+    assert!(out.join("report.html").exists() && out.join("requests.jsonl").exists());
+
+    let out = dir.join("max");
+    let a = args(&[
+        "--profile",
+        profile.to_str().unwrap(),
+        "--target",
+        &url,
+        "--mode",
+        "trace",
+        "--rate-scale",
+        "4",
+        "--max-requests",
+        "7",
+        "--warmup",
+        "0s",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    assert_eq!(r["generator"]["requests_sent"], 7);
+    assert_eq!(r["steps"][0]["requests"], 7);
+    assert_eq!(r["interrupted"], false);
+}
+
+/// Replayed through goodput serve, the client-side numbers agree with the proxy's records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_through_the_proxy_agrees_with_its_records() {
+    let _serial = SERIAL.lock().await;
+    let (_sim, sim_url) = start_sim(fast_sim(15.0, 2.0)).await;
+    let proxy = start_proxy(&sim_url).await;
+    let dir = temp_dir("proxy");
+    let profile = write_profile(&dir, 60, 20.0, 12);
+    let out = dir.join("out");
+    let target = format!("http://{}", proxy.proxy_addr);
+    let a = args(&[
+        "--profile",
+        profile.to_str().unwrap(),
+        "--target",
+        &target,
+        "--mode",
+        "trace",
+        "--warmup",
+        "0s",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    replay::execute(&a, std::future::pending()).await.unwrap();
+    let ours: Vec<Value> = std::fs::read_to_string(out.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(ours.len(), 60);
+    let theirs = wait_records(proxy.admin_addr, 60, Duration::from_secs(5)).await;
+    let mut diffs = Vec::new();
+    for o in &ours {
+        let t = theirs.iter().find(|t| t["id"] == o["id"]).unwrap();
+        assert_eq!(t["output_tokens"], o["output_tokens"]);
+        assert_eq!(t["input_tokens"], o["input_tokens"]);
+        assert_eq!(t["outcome"], "ok");
+        let (a, b) = (
+            o["ttft_ms"].as_f64().unwrap(),
+            t["ttft_ms"].as_f64().unwrap(),
+        );
+        diffs.push(a - b);
+        let (a, b) = (
+            o["tpot_ms"].as_f64().unwrap(),
+            t["tpot_ms"].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() < 1.0, "tpot {a} vs {b}");
+    }
+    diffs.sort_by(f64::total_cmp);
+    let (median, max) = (diffs[diffs.len() / 2], diffs[diffs.len() - 1]);
+    eprintln!(
+        "client − proxy TTFT: min {:.3} median {median:.3} max {max:.3} ms",
+        diffs[0]
+    );
+    assert!(
+        diffs[0] > -0.5,
+        "the client cannot see a token before the proxy does"
+    );
+    assert!(median < 2.0 && max < 5.0, "median {median}, max {max}");
+    proxy.shutdown().await;
+}

@@ -68,7 +68,8 @@ def main():
             print(f"case {i}: {len(bodies[0])} bytes identical")
         # The SDK's own parsing, through the proxy.
         stream = via.chat.completions.create(model="sim-model", messages=[{"role": "user", "content": "x"}],
-                                             max_tokens=12, stream=True, stream_options={"include_usage": True})
+                                             max_tokens=12, stream=True, stream_options={"include_usage": True},
+                                             extra_headers={"x-request-id": "sdk-check"})
         text, usage = "", None
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
@@ -76,9 +77,15 @@ def main():
             if chunk.usage:
                 usage = chunk.usage
         assert usage is not None and usage.completion_tokens == 12, usage
-        time.sleep(0.3)
-        recs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{ports['admin']}/api/v1/requests"))["requests"]
-        last = recs[-1]
+        # Records are finished off the data path (some after token counting): poll by id.
+        last = None
+        for _ in range(100):
+            recs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{ports['admin']}/api/v1/requests"))["requests"]
+            last = next((r for r in recs if r["id"] == "sdk-check"), None)
+            if last:
+                break
+            time.sleep(0.05)
+        assert last is not None, "the SDK request was not recorded"
         assert last["output_tokens"] == 12 and last["output_tokens_source"] == "usage", last
         assert last["outcome"] == "ok" and last["ttft_ms"] >= 20, last
         print(f"SDK stream: {usage.completion_tokens} tokens; record ttft {last['ttft_ms']:.2f} ms, tpot {last['tpot_ms']:.2f} ms")

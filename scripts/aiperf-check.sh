@@ -138,12 +138,8 @@ kill -TERM "$SERVE_PID"; wait "$SERVE_PID" || true
 shopt -s nullglob
 files=("$WORK"/profiles/*.jsonl)
 if [ "${#files[@]}" -eq 0 ]; then
-  # `goodput serve` does not hand records to the profile recorder yet: capture the same
-  # kind of traffic through the in-process proxy and the real writer instead.
-  say "FALLBACK: goodput serve wrote no profile; capturing through the proxy in-process (tests/profile/capture.rs)"
-  GOODPUT_CAPTURE_DIR="$WORK/profiles" GOODPUT_CAPTURE_REQUESTS="$REQUESTS" \
-    cargo test --quiet --manifest-path "$ROOT/Cargo.toml" --test profile capture -- --ignored >"$WORK/capture.log" 2>&1
-  files=("$WORK"/profiles/*.jsonl)
+  echo "FAIL: goodput serve wrote no profile (see $WORK/serve.log)" >&2
+  exit 1
 fi
 "$GOODPUT" profile summarize "${files[@]}"
 

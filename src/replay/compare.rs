@@ -337,6 +337,7 @@ fn curve(name: &str, r: &Value) -> Series {
     Series {
         name: name.into(),
         points,
+        labels: Vec::new(),
     }
 }
 

@@ -101,6 +101,9 @@ struct Inner {
     seq: AtomicU64,
     saturated: AtomicBool,
     samples: Mutex<Vec<Sample>>,
+    /// Random per run, in every request id (`replay-<nonce>-<seq>`), so runs against the
+    /// same proxy never share ids.
+    nonce: u32,
 }
 
 /// Sets the run's abort signal (Ctrl-C) from outside.
@@ -126,6 +129,7 @@ impl Runner {
             seq: AtomicU64::new(0),
             saturated: AtomicBool::new(false),
             samples: Mutex::new(Vec::new()),
+            nonce: rand::random(),
         }))
     }
 
@@ -271,7 +275,7 @@ impl Inner {
             api: t.api,
             model: t.model.clone(),
             body: Bytes::from(self.s.prompts.body(t, seq)),
-            id: format!("replay-{:08x}-{seq}", mix(self.s.seed) as u32),
+            id: format!("replay-{:08x}-{seq}", self.nonce),
             concurrency: 0,
         }
     }

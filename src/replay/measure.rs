@@ -95,6 +95,8 @@ pub struct ClassStats {
     pub effective_goodput_tokens_per_s: f64,
     /// Attainment and every percentile target hold (`null` without samples).
     pub holds: Option<bool>,
+    /// At least `[slo] min_samples` requests with a verdict: enough to say so.
+    pub enough_samples: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -214,7 +216,7 @@ impl Stats {
             ttft_ms_by_input: by_input(samples, &slo.input_buckets),
             classes: slo
                 .all_classes()
-                .map(|c| class_stats(c, samples, duration_s))
+                .map(|c| class_stats(c, samples, duration_s, slo.min_samples))
                 .filter(|c| c.requests > 0)
                 .collect(),
             schedule_lag_ms: (!lags.is_empty()).then(|| Pcts::of(lags)),
@@ -246,7 +248,7 @@ fn by_input(samples: &[&Sample], bounds: &[u64]) -> Vec<InputBucket> {
         .collect()
 }
 
-fn class_stats(c: &SloClass, all: &[&Sample], duration_s: f64) -> ClassStats {
+fn class_stats(c: &SloClass, all: &[&Sample], duration_s: f64, min_samples: u64) -> ClassStats {
     let s: Vec<&Sample> = all
         .iter()
         .copied()
@@ -292,6 +294,21 @@ fn class_stats(c: &SloClass, all: &[&Sample], duration_s: f64) -> ClassStats {
         percentile_targets,
         effective_goodput_tokens_per_s: per_s(met_tokens, duration_s),
         holds,
+        enough_samples: met + missed >= min_samples.max(1),
+    }
+}
+
+impl Stats {
+    /// A class with enough samples missed its targets.
+    pub fn breaks(&self) -> bool {
+        self.classes
+            .iter()
+            .any(|c| c.enough_samples && c.holds == Some(false))
+    }
+
+    /// Nothing broke and at least one class had enough samples to say so.
+    pub fn holds(&self) -> bool {
+        !self.breaks() && self.classes.iter().any(|c| c.enough_samples)
     }
 }
 

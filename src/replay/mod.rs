@@ -2,7 +2,7 @@
 //! acceptance report; `--compare` puts two reports side by side.
 //!
 //! Requests reproduce the profile (lengths, prefix blocks, model/API mix, stream flag;
-//! [`prompt`]), are sent by a load pattern ([`session`], [`load`]), and are measured on
+//! [`prompt`]), are sent by a load pattern (`session`, `load`), and are measured on
 //! the client side with the proxy's own code (the decoders, [`crate::measure::Timeline`]
 //! and [`crate::measure::finish`]), judged against the `[slo]` classes of `--config` with
 //! [`crate::measure::slo::judge`], and summed into steps, a knee (the proxy's windowed

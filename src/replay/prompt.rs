@@ -11,9 +11,9 @@
 //! ([`BYTES_PER_TOKEN`]), the ratio the profile's byte blocks assume; most words in the
 //! vocabulary are one token with their leading space in common BPE vocabularies, so the
 //! target counts close to the recorded length (chat templates add their own few tokens).
-//! With `--tokenizer`, words are added or removed until the text counts exactly the
-//! recorded number of tokens with that tokenizer (a few rounds; merges across a word
-//! boundary can leave it one off).
+//! With `--tokenizer`, the end of the text is resized until it counts exactly the
+//! recorded number of tokens with that tokenizer (a handful of counts per prompt, on the
+//! generator's thread: at high rates with long prompts this can show as schedule lag).
 //!
 //! Output: `max_tokens` = the recorded output length, with `ignore_eos: true` (unless
 //! turned off) so the target generates all of it; streams ask for usage
@@ -133,26 +133,47 @@ fn push_word(out: &mut String, rng: &mut SmallRng) {
     out.push_str(WORDS[rng.random_range(0..WORDS.len())]);
 }
 
-/// Adds or removes words at the end until `tok` counts `want` tokens (a few rounds).
+/// Rounds of proportional resizing, then of one-character steps, before giving up.
+const FIT_ROUNDS: usize = 6;
+const FINE_STEPS: usize = 24;
+
+/// Resizes the end of `text` until `tok` counts `want` tokens: first proportionally (the
+/// text's own bytes per token), then a character or a short word at a time. A handful of
+/// counts per prompt; gives up (leaving the closest length found) when the tokenizer
+/// fails or will not land exactly.
 fn fit_tokens(text: &mut String, tok: &Tokenizer, want: u64, rng: &mut SmallRng) {
-    for _ in 0..8 {
-        let Ok(have) = tok.count(text) else { return };
+    let count = |t: &str| tok.count(t).ok();
+    let Some(mut have) = count(text) else { return };
+    for _ in 0..FIT_ROUNDS {
+        let diff = have.abs_diff(want);
+        if diff <= 2 {
+            break;
+        }
+        let per_token = text.len() as f64 / have.max(1) as f64;
+        if have > want {
+            let keep = (text.len() as f64 * want as f64 / have as f64).floor() as usize;
+            text.truncate(keep.min(text.len().saturating_sub(1)));
+        } else {
+            let target = text.len() + (diff as f64 * per_token).ceil() as usize;
+            while text.len() < target {
+                push_word(text, rng);
+            }
+            text.truncate(target);
+        }
+        let Some(n) = count(text) else { return };
+        have = n;
+    }
+    for _ in 0..FINE_STEPS {
         if have == want {
             return;
         }
-        if have < want {
-            for _ in 0..want - have {
-                push_word(text, rng);
-            }
+        if have > want {
+            text.pop();
         } else {
-            for _ in 0..have - want {
-                let cut = text.trim_end().rfind(' ').unwrap_or(0);
-                text.truncate(cut);
-                if text.is_empty() {
-                    return;
-                }
-            }
+            text.push_str(if text.ends_with(' ') { "a" } else { " a" });
         }
+        let Some(n) = count(text) else { return };
+        have = n;
     }
 }
 
@@ -204,6 +225,42 @@ mod tests {
         }
         let avg = WORDS.iter().map(|w| w.len() + 1).sum::<usize>() as f64 / WORDS.len() as f64;
         assert!((3.5..4.5).contains(&avg), "{avg}");
+    }
+
+    /// One token per letter: the hardest case for word-sized steps.
+    fn letter_tokenizer(dir: &std::path::Path) -> Tokenizer {
+        use tokenizers::{models::bpe::BPE, pre_tokenizers::whitespace::Whitespace};
+        let token = |i: usize| match i {
+            0 => "[UNK]".to_owned(),
+            i => char::from(b'a' + (i - 1) as u8).to_string(),
+        };
+        let vocab: [(String, u32); 27] = std::array::from_fn(|i| (token(i), i as u32));
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, Vec::new())
+            .unk_token("[UNK]".into())
+            .build()
+            .unwrap();
+        let mut t = tokenizers::Tokenizer::new(bpe);
+        t.with_pre_tokenizer(Some(Whitespace {}));
+        let path = dir.join("tokenizer.json");
+        t.save(&path, false).unwrap();
+        Tokenizer::load(&path).unwrap()
+    }
+
+    #[test]
+    fn a_tokenizer_makes_lengths_exact() {
+        let dir = std::env::temp_dir().join(format!("goodput-prompt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tok = letter_tokenizer(&dir);
+        let p = Prompts::new(3, 64, true, Some(tok.clone()));
+        for n in [1, 7, 100, 999] {
+            let text = p.text(&template(n, vec![5, 6]), n);
+            assert_eq!(tok.count(&text).unwrap(), n, "{n}");
+        }
+        // The blocks stay the prefix when the text is long enough to hold them.
+        let with = p.text(&template(400, vec![5, 6]), 1);
+        let without = Prompts::new(3, 64, true, None).text(&template(400, vec![5, 6]), 1);
+        assert_eq!(with[..128], without[..128]);
     }
 
     #[test]

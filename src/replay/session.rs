@@ -84,7 +84,8 @@ pub async fn drive(runner: &Runner, args: &ReplayArgs, workload: &Workload) -> D
                     .await;
                     let knee = quick
                         .iter()
-                        .take_while(|r| holds(runner, r))
+                        .take_while(|r| !breaks(runner, r))
+                        .filter(|r| holds(runner, r))
                         .last()
                         .and_then(rate_of)
                         .unwrap_or(args.ramp_start / args.ramp_factor);
@@ -123,7 +124,8 @@ fn rate_of(r: &StepRun) -> Option<f64> {
     }
 }
 
-/// Open-loop steps at `rates` until one in which a class misses its SLO (included).
+/// Open-loop steps at `rates` until one in which a class with enough samples misses its
+/// SLO (included); steps with too few samples to tell do not stop the ramp.
 async fn ramp(
     runner: &Runner,
     rates: &[f64],
@@ -144,7 +146,7 @@ async fn ramp(
             measure,
         };
         let run = step(runner, spec).await;
-        let broke = !holds(runner, &run);
+        let broke = breaks(runner, &run);
         runs.push(run);
         if broke {
             break;
@@ -167,10 +169,15 @@ fn stats(runner: &Runner, run: &StepRun) -> Stats {
     Stats::of(&refs, run.duration_s(), runner.slo())
 }
 
-/// Every class with requests in the step met its targets.
+/// No class with enough samples missed its targets, and one had enough (see
+/// [`Stats::holds`]).
 fn holds(runner: &Runner, run: &StepRun) -> bool {
-    let s = stats(runner, run);
-    !s.classes.is_empty() && s.classes.iter().all(|c| c.holds == Some(true))
+    stats(runner, run).holds()
+}
+
+/// A class with enough samples missed its targets: the ramp stops here.
+fn breaks(runner: &Runner, run: &StepRun) -> bool {
+    stats(runner, run).breaks()
 }
 
 /// Runs one step and prints its line above the live display.

@@ -30,6 +30,7 @@ fn step_charts(r: &Report) -> Vec<Chart> {
             let series = [("p50", 0), ("p95", 1), ("p99", 2)]
                 .iter()
                 .map(|(name, k)| Series {
+                    labels: Vec::new(),
                     name: (*name).into(),
                     points: r
                         .steps
@@ -115,6 +116,7 @@ fn curve(r: &Report) -> Chart {
         series: vec![Series {
             name: "P95 TTFT".into(),
             points: pts.iter().map(|(x, y, _)| (*x, *y)).collect(),
+            labels: pts.into_iter().map(|(_, _, l)| l).collect(),
         }],
         marks,
         ..Chart::default()
@@ -125,6 +127,7 @@ fn time_charts(r: &Report) -> Vec<Chart> {
     let t = &r.timeline;
     let series =
         |name: &str, f: &dyn Fn(&crate::replay::measure::TimePoint) -> Option<f64>| Series {
+            labels: Vec::new(),
             name: name.into(),
             points: t.iter().filter_map(|p| Some((p.t_s, f(p)?))).collect(),
         };
@@ -167,6 +170,7 @@ fn time_charts(r: &Report) -> Vec<Chart> {
 fn input_chart(r: &Report) -> Chart {
     let b = &r.overall.ttft_ms_by_input;
     let series = |name: &str, k: usize| Series {
+        labels: Vec::new(),
         name: name.into(),
         points: b
             .iter()

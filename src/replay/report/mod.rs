@@ -85,11 +85,12 @@ fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
 /// soak: the one long step cut into `interval`-second steps, for drift.
 fn soak_steps(run: &StepRun, measured: &[&Sample], config: &Config, interval: f64) -> Vec<StepOut> {
     let (lo, hi) = (run.window_start_s, run.window_end_s);
-    let n = (((hi - lo) / interval).ceil().max(1.0)) as usize;
+    // A sliver of a last interval (timer slack) joins the one before.
+    let n = (((hi - lo) / interval - 0.05).ceil().max(1.0)) as usize;
     (0..n)
         .map(|i| {
             let a = lo + i as f64 * interval;
-            let b = (a + interval).min(hi);
+            let b = if i + 1 == n { hi } else { a + interval };
             let part: Vec<&Sample> = measured
                 .iter()
                 .copied()
@@ -111,7 +112,9 @@ fn change(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 }
 
 fn drift(steps: &[StepOut], interval: f64) -> Option<Drift> {
-    let (first, last) = (steps.first()?, steps.last()?);
+    let mut busy = steps.iter().filter(|s| s.stats.requests > 0);
+    let first = busy.next()?;
+    let last = busy.next_back().unwrap_or(first);
     let (f, l) = (&first.stats, &last.stats);
     Some(Drift {
         interval_s: interval,
@@ -185,7 +188,14 @@ pub fn build(i: &Inputs<'_>) -> Report {
             classes.push(c.name.clone());
         }
     }
-    let verdicts = verdict::verdicts(&classes, judged, &overall, &by_class);
+    let target_of = |name: &str| {
+        let all = i.config.slo.all_classes();
+        all.filter(|c| c.name == name)
+            .map(|c| c.attainment)
+            .next()
+            .unwrap_or(0.0)
+    };
+    let verdicts = verdict::verdicts(&classes, judged, &overall, &by_class, target_of);
     // The headline: at the max stable step (steps, ramp), else over the whole run.
     let point = match a.mode {
         Mode::Steps => steps

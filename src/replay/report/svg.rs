@@ -17,10 +17,12 @@ pub const PALETTE: [&str; 6] = [
     "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9",
 ];
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
+    /// Shown beside each point when given (same order as `points`).
+    pub labels: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -210,20 +212,37 @@ impl Chart {
                 r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
                 pts.join(" ")
             );
-            for (x, y) in s
-                .points
-                .iter()
-                .filter(|(x, y)| x.is_finite() && y.is_finite())
-            {
+            for (i, (x, y)) in s.points.iter().enumerate() {
+                if !(x.is_finite() && y.is_finite()) {
+                    continue;
+                }
+                let label = s.labels.get(i).map(|l| escape(l));
                 let _ = write!(
                     o,
-                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"><title>{}: {}, {}</title></circle>"#,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"><title>{}{}: {}, {}</title></circle>"#,
                     sx(*x),
                     sy(*y),
                     escape(&s.name),
+                    label
+                        .as_deref()
+                        .map(|l| format!(" {l}"))
+                        .unwrap_or_default(),
                     fmt_tick(*x),
                     fmt_tick(*y)
                 );
+                if let Some(l) = label {
+                    // Below the point; near the right edge, below and to its left.
+                    let (px, anchor) = if sx(*x) > LEFT + 0.85 * pw {
+                        (sx(*x) - 5.0, "end")
+                    } else {
+                        (sx(*x) + 5.0, "start")
+                    };
+                    let py = sy(*y) + 14.0;
+                    let _ = write!(
+                        o,
+                        r#"<text x="{px:.1}" y="{py:.1}" class="plabel" text-anchor="{anchor}">{l}</text>"#
+                    );
+                }
             }
             let (lx, ly) = (
                 LEFT + 8.0 + 130.0 * (k % 4) as f64,
@@ -239,10 +258,15 @@ impl Chart {
         }
         for m in &self.marks {
             let (x, y) = (sx(m.x), sy(m.y));
+            // Near the right edge the label goes to the left of the point.
+            let (lx, anchor) = if x > LEFT + 0.75 * pw {
+                (x - 10.0, "end")
+            } else {
+                (x + 10.0, "start")
+            };
             let _ = write!(
                 o,
-                r#"<circle cx="{x:.1}" cy="{y:.1}" r="8" class="mark"/><text x="{:.1}" y="{:.1}" class="mlabel">{}</text>"#,
-                x + 10.0,
+                r#"<circle cx="{x:.1}" cy="{y:.1}" r="8" class="mark"/><text x="{lx:.1}" y="{:.1}" class="mlabel" text-anchor="{anchor}">{}</text>"#,
                 y - 10.0,
                 escape(&m.label)
             );
@@ -258,7 +282,7 @@ pub const STYLE: &str = ".chart{font:11px sans-serif;background:#fff;margin:4px}
 .chart .plot{fill:#fafafa;stroke:#999}.chart .grid{stroke:#e3e3e3}\
 .chart .ytick{text-anchor:end}.chart .xtick,.chart .xlabel,.chart .ylabel,.chart .empty{text-anchor:middle}\
 .chart .target{stroke:#c00;stroke-dasharray:5 4}.chart .tlabel{fill:#c00;text-anchor:end}\
-.chart .mark{fill:none;stroke:#c00;stroke-width:2.5}.chart .mlabel{fill:#c00;font-weight:bold}";
+.chart .mark{fill:none;stroke:#c00;stroke-width:2.5}.chart .mlabel{fill:#c00;font-weight:bold;font-size:13px}.chart .plabel{fill:#555;font-size:10px}";
 
 #[cfg(test)]
 mod tests {
@@ -278,6 +302,7 @@ mod tests {
             series: vec![Series {
                 name: "p95".into(),
                 points: vec![(1.0, 2.0), (2.0, 4.0), (3.0, f64::NAN)],
+                labels: vec!["c=1".into()],
             }],
             marks: vec![Mark {
                 x: 2.0,

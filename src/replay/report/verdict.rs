@@ -12,7 +12,8 @@
 //!   default the profile's mean rate × rate scale); failing before reaching it fails.
 //!
 //! A class passes when its attainment reaches its target and every percentile target it
-//! sets holds, over its requests at that load; a class with no request there fails.
+//! sets holds, over its requests at that load, with at least `[slo] min_samples` of them
+//! (fewer cannot say so); a class with no request there fails.
 
 use std::time::{Duration, Instant};
 
@@ -92,7 +93,10 @@ pub fn as_step(cap: &Capacity, level: Option<u32>, steps: &[StepOut], mode: Mode
 pub fn knee(cap: Option<&Capacity>, steps: &[StepOut], mode: Mode) -> Knee {
     let concurrency = cap.and_then(|c| as_step(c, c.knee, steps, mode));
     let rate = (mode == Mode::Ramp)
-        .then(|| steps.iter().take_while(|s| step_holds(s)).last())
+        .then(|| {
+            let before_break = steps.iter().take_while(|s| !s.stats.breaks());
+            before_break.filter(|s| step_holds(s)).last()
+        })
         .flatten()
         .and_then(|s| s.rate);
     let step = match mode {
@@ -113,7 +117,7 @@ pub fn knee(cap: Option<&Capacity>, steps: &[StepOut], mode: Mode) -> Knee {
             .and_then(|s| s.stats.ttft_ms.p95)
             .or(level.and_then(|l| l.ttft_p95_ms)),
         rule: match mode {
-            Mode::Ramp => "highest rate at which every class met its attainment target",
+            Mode::Ramp => "highest rate before a class with enough samples missed its targets",
             _ => {
                 "last concurrency before the marginal throughput gain falls below half the initial slope or a percentile target breaks"
             }
@@ -121,9 +125,9 @@ pub fn knee(cap: Option<&Capacity>, steps: &[StepOut], mode: Mode) -> Knee {
     }
 }
 
-/// Every class with requests in the step holds.
+/// The step demonstrably held (see [`crate::replay::measure::Stats::holds`]).
 pub fn step_holds(s: &StepOut) -> bool {
-    !s.stats.classes.is_empty() && s.stats.classes.iter().all(|c| c.holds == Some(true))
+    s.stats.holds()
 }
 
 /// The step the verdict is judged at (see the module doc); `Err` names why none is.
@@ -160,6 +164,7 @@ pub fn verdicts(
     judged: Result<Option<&StepOut>, String>,
     overall: &crate::replay::measure::Stats,
     by_class: &[Capacity],
+    target_of: impl Fn(&str) -> f64,
 ) -> Vec<Verdict> {
     classes
         .iter()
@@ -170,10 +175,14 @@ pub fn verdicts(
                 Err(_) => (None, "-".to_owned()),
             };
             let c = stats.and_then(|s| s.classes.iter().find(|c| &c.name == name));
-            let pass = c.is_some_and(|c| c.holds == Some(true));
+            let pass = c.is_some_and(|c| c.holds == Some(true) && c.enough_samples);
             let reason = match (&judged, c) {
                 (Err(why), _) => Some(why.clone()),
                 (Ok(_), None) => Some("no completed request of this class at that load".into()),
+                (Ok(_), Some(c)) if !c.enough_samples => Some(format!(
+                    "only {} requests with a verdict, fewer than [slo] min_samples",
+                    c.slo_met + c.slo_missed
+                )),
                 (Ok(_), Some(c)) if !pass => Some(miss_reason(c)),
                 _ => None,
             };
@@ -183,7 +192,7 @@ pub fn verdicts(
                 judged_at: at,
                 requests: c.map_or(0, |c| c.requests),
                 attainment: c.and_then(|c| c.attainment),
-                attainment_target: c.map_or(0.0, |c| c.attainment_target),
+                attainment_target: c.map_or(target_of(name), |c| c.attainment_target),
                 percentile_targets: c.map(|c| c.percentile_targets.clone()).unwrap_or_default(),
                 max_stable_concurrency: by_class
                     .iter()

@@ -46,7 +46,8 @@ pub struct Targets {
     pub e2e_ms: Option<f64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LatencyMetric {
     Ttft,
     Tpot,

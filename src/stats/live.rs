@@ -10,7 +10,7 @@ use std::{
 use super::engine::{self, Engine, EngineConfig};
 use crate::{
     admin::metrics::{ClassLabel, ClassWindow, CurrencyLabel, Metrics, WindowCurrency},
-    config::{Config, slo},
+    config::Config,
 };
 
 /// The engine, shared. Cheap to clone.
@@ -31,15 +31,6 @@ impl Live {
     }
 }
 
-fn metric(m: slo::LatencyMetric) -> engine::LatencyMetric {
-    match m {
-        slo::LatencyMetric::Ttft => engine::LatencyMetric::Ttft,
-        slo::LatencyMetric::Tpot => engine::LatencyMetric::Tpot,
-        slo::LatencyMetric::Itl => engine::LatencyMetric::Itl,
-        slo::LatencyMetric::E2e => engine::LatencyMetric::E2e,
-    }
-}
-
 /// The engine's view of the configuration.
 pub fn engine_config(cfg: &Config) -> EngineConfig {
     let s = &cfg.slo;
@@ -54,7 +45,7 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
                     .percentiles
                     .iter()
                     .map(|p| engine::PercentileTarget {
-                        metric: metric(p.metric),
+                        metric: p.metric,
                         quantile: p.quantile,
                         max_ms: p.max_ms,
                     })

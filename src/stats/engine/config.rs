@@ -4,8 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use crate::measure::Outcome;
 
 /// Name of the class that takes every request no configured class matched; also where
@@ -81,25 +79,8 @@ pub struct PercentileTarget {
     pub max_ms: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LatencyMetric {
-    Ttft,
-    Tpot,
-    Itl,
-    E2e,
-}
-
-impl LatencyMetric {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LatencyMetric::Ttft => "ttft",
-            LatencyMetric::Tpot => "tpot",
-            LatencyMetric::Itl => "itl",
-            LatencyMetric::E2e => "e2e",
-        }
-    }
-}
+/// The latency a percentile target is about; the same type the config validates.
+pub use crate::config::slo::LatencyMetric;
 
 /// Cost of the serving system.
 #[derive(Debug, Clone, PartialEq)]

@@ -127,7 +127,7 @@ fn run(args: Args) -> Result<()> {
         quick: args.quick,
         rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 5 }).max(1),
         usage: args.usage,
-        goodput_bin: PathBuf::from(env!("CARGO_BIN_EXE_goodput")),
+        goodput_bin: snapshot_binary(&dir)?,
         nginx_bin: procs::find_nginx(),
         dir: dir.clone(),
         sim_rt: sim_rt.handle().clone(),
@@ -153,6 +153,15 @@ fn run(args: Args) -> Result<()> {
     println!("written: {}", args.out.display());
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// A private copy of the `goodput` binary this benchmark was built with: a concurrent
+/// `cargo build` replacing `target/release/goodput` mid-run then changes nothing here.
+fn snapshot_binary(dir: &std::path::Path) -> Result<PathBuf> {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_goodput"));
+    let copy = dir.join("goodput");
+    std::fs::copy(&built, &copy).with_context(|| format!("cannot copy {}", built.display()))?;
+    Ok(copy)
 }
 
 async fn stop_signal() {

@@ -82,3 +82,16 @@ pub fn print_summary(cases: Vec<Case>) {
         );
     }
 }
+
+/// Runs the case named `name` `calls` times, for a profiler; lists the names if unknown.
+pub fn profile(cases: Vec<Case>, name: &str, calls: u64) {
+    let names: Vec<&str> = cases.iter().map(|c| c.name).collect();
+    let Some(mut case) = cases.into_iter().find(|c| c.name == name) else {
+        eprintln!("micro: no case {name:?}; cases: {names:?}");
+        return;
+    };
+    for _ in 0..calls {
+        (case.run)();
+    }
+    println!("{}: {} calls of {} events", case.name, calls, case.events);
+}

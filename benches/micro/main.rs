@@ -4,7 +4,8 @@
 //! `cargo bench --bench micro` runs divan's statistics (with bytes/s and events/s), then
 //! prints one summary table of nanoseconds per event (median of repeated batches).
 //! `cargo bench --bench micro -- sse` filters by name as divan does (the summary is
-//! skipped when a filter is given). See docs/PERFORMANCE.md for the method.
+//! skipped when a filter is given). See docs/PERFORMANCE.md for the method, and `main` for
+//! running one case under a profiler.
 
 mod cases;
 mod corpus;
@@ -19,11 +20,21 @@ use divan::{
 use cases::Case;
 
 fn main() {
+    // For profilers: `GOODPUT_MICRO_PROFILE=<case> valgrind --tool=callgrind <micro binary>`
+    // runs that one case (`GOODPUT_MICRO_CALLS` times, default 200) and nothing else.
+    if let Ok(name) = std::env::var("GOODPUT_MICRO_PROFILE") {
+        let calls = std::env::var("GOODPUT_MICRO_CALLS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(200);
+        cases::profile(all_cases(), &name, calls);
+        return;
+    }
     divan::main();
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes `--bench`; `cargo test --benches` passes neither it nor a filter
     // worth a summary, and divan has then run each benchmark once.
-    let filtered = args.iter().any(|a| !a.starts_with('-'));
+    let filtered = args.iter().any(|a| !a.starts_with('-') || a == "--list");
     if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test") && !filtered {
         cases::print_summary(all_cases());
     }

@@ -44,9 +44,16 @@ use crate::corpus::{self, OPENAI_TOKENS};
 const REQUEST: &str = r#"{"model":"meta-llama/Llama-3.1-8B-Instruct","stream":true,"stream_options":{"include_usage":true},"max_tokens":100,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Write a short story about a lighthouse keeper who finds a message in a bottle."}]}"#;
 
 pub fn cases() -> Vec<Case> {
-    let Ok(cfg) = config::load_str("", "bench", &Overrides::default()) else {
-        eprintln!("micro: the default configuration does not load; record cases skipped");
-        return Vec::new();
+    let overrides = Overrides {
+        upstream: Some("http://127.0.0.1:8000".to_owned()),
+        ..Overrides::default()
+    };
+    let cfg = match config::load_str("", "bench", &overrides) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("micro: the default configuration does not load ({e}); record cases skipped");
+            return Vec::new();
+        }
     };
     let gaps: Vec<u32> = (0..OPENAI_TOKENS as u32 - 1)
         .map(|i| 18_000 + i * 37 % 4_000)

@@ -23,26 +23,72 @@ pub use crate::decode::body::{BodyInfo, parse_response_body};
 /// event. Anything else must be a JSON object, otherwise the error says the stream is not
 /// decodable as this dialect.
 pub fn classify_chunk(data: &[u8]) -> Result<EventInfo, serde_json::Error> {
+    classify_chunk_text(data).map(|(info, _)| info)
+}
+
+/// The generated text of one streamed event, as far as classification already saw it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum EventText<'a> {
+    /// No text at the collected paths.
+    #[default]
+    None,
+    /// One plain string (no escapes) is the whole text: the usual token chunk.
+    One(&'a str),
+    /// Several strings, escapes, tool calls or odd values: walk the event with
+    /// `text::collect` to get it right.
+    Other,
+}
+
+impl<'a> EventText<'a> {
+    fn and(self, other: EventText<'a>) -> EventText<'a> {
+        match (self, other) {
+            (EventText::None, x) | (x, EventText::None) => x,
+            _ => EventText::Other,
+        }
+    }
+
+    /// The text of a raw value at a collected path.
+    fn of(raw: Option<&'a RawValue>) -> EventText<'a> {
+        let Some(raw) = raw.map(RawValue::get) else {
+            return EventText::None;
+        };
+        if raw == "null" {
+            return EventText::None;
+        }
+        match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+            Some("") => EventText::None,
+            Some(inner) if !inner.contains('\\') => EventText::One(inner),
+            _ => EventText::Other,
+        }
+    }
+}
+
+/// As [`classify_chunk`], also telling the event's text when classification already found
+/// it (`text::collect` then need not parse the event a second time; docs/PERFORMANCE.md).
+/// The text paths are those of `text::paths::OPENAI_EVENT`.
+pub fn classify_chunk_text(data: &[u8]) -> Result<(EventInfo, EventText<'_>), serde_json::Error> {
     let trimmed = data.trim_ascii();
     if trimmed == b"[DONE]" {
-        return Ok(EventInfo {
+        let info = EventInfo {
             terminal: true,
             ..EventInfo::default()
-        });
+        };
+        return Ok((info, EventText::None));
     }
     if trimmed.is_empty() {
-        return Ok(EventInfo::default());
+        return Ok((EventInfo::default(), EventText::None));
     }
     let wire: Wire<'_> = parse_object(trimmed)?;
     let choices = wire.choices();
-    Ok(EventInfo {
+    let info = EventInfo {
         content: choices.content,
         answer: choices.answer,
         usage: wire.usage(),
         finish_reason: choices.finish_reason,
         terminal: false,
         error: wire.is_error(),
-    })
+    };
+    Ok((info, choices.text))
 }
 
 /// Reads a non-streaming chat/completions response body; `None` when it is not a JSON object.
@@ -60,8 +106,8 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
 /// A chunk or a response body; both share the `choices` / `usage` / `error` shape.
 #[derive(Deserialize)]
 struct Wire<'a> {
-    #[serde(default)]
-    choices: Option<Folded<Choices>>,
+    #[serde(borrow, default)]
+    choices: Option<Folded<Choices<'a>>>,
     /// Raw so that an odd `usage` (null, or not an object) never fails the whole chunk.
     #[serde(borrow, default)]
     usage: Option<&'a RawValue>,
@@ -72,8 +118,8 @@ struct Wire<'a> {
     object: Option<&'a RawValue>,
 }
 
-impl Wire<'_> {
-    fn choices(&self) -> Choices {
+impl<'a> Wire<'a> {
+    fn choices(&self) -> Choices<'a> {
         self.choices.as_ref().map_or_else(Choices::default, |c| c.0)
     }
 
@@ -101,19 +147,22 @@ struct UsageWire {
 
 /// `choices` folded while parsing: no `Vec` of choices is ever built.
 #[derive(Copy, Clone, Default)]
-struct Choices {
+struct Choices<'a> {
     content: bool,
     answer: bool,
     finish_reason: Option<FinishReason>,
+    /// The text at the streamed-event text paths, in document order.
+    text: EventText<'a>,
 }
 
-impl<'de> Accumulate<'de> for Choices {
-    type Item = Choice<'de>;
+impl<'de: 'a, 'a> Accumulate<'de> for Choices<'a> {
+    type Item = Choice<'a>;
 
-    fn add(&mut self, choice: Choice<'de>) {
+    fn add(&mut self, choice: Choice<'a>) {
         let (content, answer) = choice.output();
         self.content |= content;
         self.answer |= answer;
+        self.text = self.text.and(choice.event_text());
         if let Some(Tag(reason)) = choice.finish_reason {
             self.finish_reason.get_or_insert(reason);
         }
@@ -133,7 +182,16 @@ struct Choice<'a> {
     finish_reason: Option<Tag<FinishReason>>,
 }
 
-impl Choice<'_> {
+impl<'a> Choice<'a> {
+    /// The text `text::paths::OPENAI_EVENT` would collect: the delta's and `text`.
+    fn event_text(&self) -> EventText<'a> {
+        let delta = self
+            .delta
+            .as_ref()
+            .map_or(EventText::None, Message::event_text);
+        delta.and(EventText::of(self.text))
+    }
+
     /// (content, answer) over the delta, the message and the completions `text`.
     fn output(&self) -> (bool, bool) {
         let text = non_empty(self.text);
@@ -163,7 +221,24 @@ struct Message<'a> {
     refusal: Option<&'a RawValue>,
 }
 
-impl Message<'_> {
+impl<'a> Message<'a> {
+    /// The text of the collected fields, in the order they usually come; any tool or
+    /// function call, or more than one string, needs the full walk.
+    fn event_text(&self) -> EventText<'a> {
+        if non_empty(self.tool_calls) || non_empty(self.function_call) {
+            return EventText::Other;
+        }
+        [
+            self.content,
+            self.reasoning_content,
+            self.reasoning,
+            self.refusal,
+        ]
+        .into_iter()
+        .map(EventText::of)
+        .fold(EventText::None, EventText::and)
+    }
+
     /// (content, answer): reasoning is content but not answer, so TTFO can skip it.
     fn output(&self) -> (bool, bool) {
         let answer = [

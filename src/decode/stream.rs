@@ -8,7 +8,7 @@
 //! counting, and drops it as soon as the stream reports its output token count.
 
 use crate::decode::ndjson::NdjsonFramer;
-use crate::decode::openai::classify_chunk;
+use crate::decode::openai::{EventText, classify_chunk_text};
 use crate::decode::sse::{SseEvent, SseFramer};
 use crate::decode::text::{self, Path, TextBuf, paths};
 use crate::decode::{Api, EventInfo, StreamKind};
@@ -91,15 +91,21 @@ impl StreamDecoder {
             Framing::Sse(framer, dialect) => {
                 let dialect = *dialect;
                 framer.push(chunk, |event| {
-                    let info = or_broken(classify(dialect, event), broken);
-                    keep_text(text, &info, event.data, dialect.text_paths());
+                    let (info, known) = match classify(dialect, event) {
+                        Ok((info, known)) => (info, known),
+                        Err(_) => {
+                            *broken = true;
+                            (EventInfo::default(), EventText::None)
+                        }
+                    };
+                    keep_text(text, &info, known, event.data, dialect.text_paths());
                     on_event(info)
                 });
             }
             Framing::Ndjson(framer) => {
                 framer.push(chunk, |line| {
                     let info = or_broken(ollama::classify_line(line), broken);
-                    keep_text(text, &info, line, paths::OLLAMA);
+                    keep_text(text, &info, EventText::Other, line, paths::OLLAMA);
                     on_event(info)
                 });
             }
@@ -118,7 +124,7 @@ impl StreamDecoder {
             }
             Framing::Ndjson(framer) => framer.finish(|line| {
                 if let Ok(info) = ollama::classify_line(line) {
-                    keep_text(text, &info, line, paths::OLLAMA);
+                    keep_text(text, &info, EventText::Other, line, paths::OLLAMA);
                     on_event(info);
                 }
             }),
@@ -149,31 +155,52 @@ impl SseDialect {
 
 /// Adds a content-bearing event's text while collecting; stops collecting for good once
 /// the stream has reported its output token count, which makes the text unnecessary.
-fn keep_text(text: &mut Option<TextBuf>, info: &EventInfo, data: &[u8], paths: &[Path]) {
+/// Text the classifier already found (`known`) is taken as is; otherwise the event is
+/// walked again at the dialect's text paths.
+fn keep_text(
+    text: &mut Option<TextBuf>,
+    info: &EventInfo,
+    known: EventText<'_>,
+    data: &[u8],
+    paths: &[Path],
+) {
     if info.usage.is_some_and(|u| u.output_tokens.is_some()) {
         *text = None;
     } else if let Some(buf) = text.as_mut()
         && info.content
     {
-        text::collect(data, paths, buf);
+        match known {
+            EventText::One(s) => buf.push(s),
+            EventText::None => {}
+            EventText::Other => text::collect(data, paths, buf),
+        }
     }
 }
 
-fn classify(dialect: SseDialect, event: SseEvent<'_>) -> Result<EventInfo, serde_json::Error> {
+/// Classifies one event; the text comes along where the dialect's classifier saw it
+/// (OpenAI), else it is [`EventText::Other`] (walk the event for it).
+fn classify(
+    dialect: SseDialect,
+    event: SseEvent<'_>,
+) -> Result<(EventInfo, EventText<'_>), serde_json::Error> {
     let SseEvent { event, data } = event;
+    let other = |info| (info, EventText::Other);
     match dialect {
         SseDialect::OpenAi => match event {
-            "message" => classify_chunk(data),
-            "error" => Ok(EventInfo {
-                error: true,
-                ..EventInfo::default()
-            }),
-            _ => Ok(EventInfo::default()),
+            "message" => classify_chunk_text(data),
+            "error" => Ok((
+                EventInfo {
+                    error: true,
+                    ..EventInfo::default()
+                },
+                EventText::None,
+            )),
+            _ => Ok((EventInfo::default(), EventText::None)),
         },
-        SseDialect::Responses => responses::classify_event(event, data),
-        SseDialect::Anthropic => anthropic::classify_event(event, data),
-        SseDialect::Tgi => tgi::classify_event(event, data),
-        SseDialect::LlamaCpp => llamacpp::classify_event(event, data),
+        SseDialect::Responses => responses::classify_event(event, data).map(other),
+        SseDialect::Anthropic => anthropic::classify_event(event, data).map(other),
+        SseDialect::Tgi => tgi::classify_event(event, data).map(other),
+        SseDialect::LlamaCpp => llamacpp::classify_event(event, data).map(other),
     }
 }
 

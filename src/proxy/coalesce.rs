@@ -5,40 +5,47 @@
 //! back to back, that is one `writev` per event (and one read per event at the client),
 //! which cost the proxy about 20 times nginx's CPU per event (docs/PERFORMANCE.md).
 //!
-//! [`Coalesce`] answers a small write with `Pending` once, after waking its own task: the
+//! While a connection is in a burst (its previous write went out less than [`BURST_GAP`]
+//! ago), [`Coalesce`] answers a small write with `Pending` after waking its own task: the
 //! task goes to the back of the run queue, the upstream connection's task runs and hands
 //! over the next frame, and the write comes back with more in it. hyper keeps the buffers
-//! meanwhile (`Bytes` handles, nothing is copied). A write goes out at once when the
-//! previous yield brought nothing new (a lone event waits one scheduler turn, a few
-//! microseconds, never a timer), when enough is queued, or after [`MAX_YIELDS`] turns.
+//! meanwhile (`Bytes` handles, nothing is copied). The write goes out once a turn brought
+//! nothing new, enough is queued, or after [`MAX_YIELDS`] turns; never on a timer.
+//!
+//! Outside a burst a write goes out at once: a lone event (tokens tens of milliseconds
+//! apart, the usual LLM stream) gains nothing from waiting, and a yield costs a wake-up of
+//! an idle worker thread (tokio notifies one for every yielded task), tens of microseconds
+//! of added latency per event on a small VM.
 
 use std::{
     io::{self, IoSlice},
     pin::Pin,
     task::{Context, Poll},
+    time::{Duration, Instant},
 };
 
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Scheduler turns one write may wait for more data.
-const MAX_YIELDS: u8 = 8;
+/// A write starting this soon after the previous one is part of a burst: events are
+/// arriving back to back (a benchmark, a fast speculative decoder, many tokens per read),
+/// not a few per second per stream as LLM tokens normally do.
+const BURST_GAP: Duration = Duration::from_millis(2);
+/// Scheduler turns one write may wait for more data (each brings at most one more frame).
+const MAX_YIELDS: u8 = 15;
 /// A write this large goes out at once.
 const ENOUGH_BYTES: usize = 32 << 10;
 /// hyper's write queue holds 16 buffers, an HTTP/1 chunk is 3 slices: when the queue is
 /// nearly full, waiting gains nothing.
-const ENOUGH_SLICES: usize = 40;
+const ENOUGH_SLICES: usize = 45;
 
 pin_project! {
-    /// Passes reads and writes through; holds small writes back for a scheduler turn.
+    /// Passes reads and writes through; holds small writes back for a scheduler turn
+    /// while the connection is in a burst.
     pub struct Coalesce<IO> {
         #[pin]
         io: IO,
-        // Turns the current write has waited, and its size when it last waited.
-        yields: u8,
-        seen: usize,
-        // The rest of a partly written buffer goes out without waiting.
-        write_through: bool,
+        pacing: Pacing,
     }
 }
 
@@ -46,37 +53,56 @@ impl<IO> Coalesce<IO> {
     pub fn new(io: IO) -> Coalesce<IO> {
         Coalesce {
             io,
-            yields: 0,
-            seen: 0,
-            write_through: false,
+            pacing: Pacing::default(),
         }
     }
 }
 
-/// Whether a write of `len` bytes in `slices` slices should wait one more turn; if so the
-/// task has been woken to come back.
-fn wait(
-    yields: &mut u8,
-    seen: &mut usize,
+/// When to let a write go.
+#[derive(Debug, Default)]
+struct Pacing {
+    /// When the previous write went out.
+    last_write: Option<Instant>,
+    /// Turns the current write has waited, and its size when it last waited.
+    yields: u8,
+    seen: usize,
+    /// The rest of a partly written buffer goes out without waiting.
     write_through: bool,
-    len: usize,
-    slices: usize,
-    cx: &Context<'_>,
-) -> bool {
-    let go = write_through
-        || len >= ENOUGH_BYTES
-        || slices >= ENOUGH_SLICES
-        || *yields >= MAX_YIELDS
-        || (*yields > 0 && len == *seen);
-    if go {
-        *yields = 0;
-        *seen = 0;
-        return false;
+}
+
+impl Pacing {
+    /// Whether the write starting now is part of a burst. Only a write's first attempt
+    /// reads the clock (one read per write, never per event).
+    fn in_burst(&self) -> bool {
+        self.yields > 0 || self.last_write.is_some_and(|t| t.elapsed() < BURST_GAP)
     }
-    *yields += 1;
-    *seen = len;
-    cx.waker().wake_by_ref();
-    true
+
+    /// Whether a write of `len` bytes in `slices` slices should wait one more turn; if so
+    /// the task has been woken to come back.
+    fn wait(&mut self, len: usize, slices: usize, cx: &Context<'_>) -> bool {
+        let go = self.write_through
+            || len >= ENOUGH_BYTES
+            || slices >= ENOUGH_SLICES
+            || self.yields >= MAX_YIELDS
+            || (self.yields > 0 && len == self.seen)
+            || !self.in_burst();
+        if go {
+            self.yields = 0;
+            self.seen = 0;
+            return false;
+        }
+        self.yields += 1;
+        self.seen = len;
+        cx.waker().wake_by_ref();
+        true
+    }
+
+    fn wrote(&mut self, polled: &Poll<io::Result<usize>>, len: usize) {
+        if let Poll::Ready(Ok(n)) = polled {
+            self.write_through = *n < len;
+            self.last_write = Some(Instant::now());
+        }
+    }
 }
 
 impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
@@ -86,18 +112,11 @@ impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
-        if wait(
-            this.yields,
-            this.seen,
-            *this.write_through,
-            buf.len(),
-            1,
-            cx,
-        ) {
+        if this.pacing.wait(buf.len(), 1, cx) {
             return Poll::Pending;
         }
         let polled = this.io.poll_write(cx, buf);
-        *this.write_through = matches!(polled, Poll::Ready(Ok(n)) if n < buf.len());
+        this.pacing.wrote(&polled, buf.len());
         polled
     }
 
@@ -108,18 +127,11 @@ impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
         let len = bufs.iter().map(|b| b.len()).sum();
-        if wait(
-            this.yields,
-            this.seen,
-            *this.write_through,
-            len,
-            bufs.len(),
-            cx,
-        ) {
+        if this.pacing.wait(len, bufs.len(), cx) {
             return Poll::Pending;
         }
         let polled = this.io.poll_write_vectored(cx, bufs);
-        *this.write_through = matches!(polled, Poll::Ready(Ok(n)) if n < len);
+        this.pacing.wrote(&polled, len);
         polled
     }
 
@@ -153,10 +165,11 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn bytes_pass_unchanged_and_a_lone_write_goes_out() {
+    async fn bytes_pass_unchanged_and_burst_writes_go_out() {
         let (mut client, server) = duplex(1 << 16);
         let mut io = Coalesce::new(server);
         io.write_all(b"data: one\n\n").await.unwrap();
+        // Right after a write: a burst, so this one waits a turn, then goes.
         let slices = [IoSlice::new(b"data: "), IoSlice::new(b"two\n\n")];
         let n = io.write_vectored(&slices).await.unwrap();
         assert_eq!(n, 11);
@@ -165,31 +178,43 @@ mod tests {
         assert_eq!(got, b"data: one\n\ndata: two\n\n");
     }
 
+    fn in_burst() -> Pacing {
+        Pacing {
+            last_write: Some(Instant::now()),
+            ..Pacing::default()
+        }
+    }
+
     #[test]
-    fn waits_while_the_write_grows_and_not_longer() {
+    fn a_lone_write_goes_at_once() {
         let cx = Context::from_waker(std::task::Waker::noop());
-        let (mut yields, mut seen) = (0, 0);
+        assert!(!Pacing::default().wait(100, 3, &cx), "first write");
+        let idle = Pacing {
+            last_write: Instant::now().checked_sub(BURST_GAP * 2),
+            ..Pacing::default()
+        };
+        assert!(!idle.in_burst());
+    }
+
+    #[test]
+    fn in_a_burst_it_waits_while_the_write_grows_and_not_longer() {
+        let cx = Context::from_waker(std::task::Waker::noop());
+        let mut p = in_burst();
+        assert!(p.wait(100, 3, &cx), "first turn waits");
+        assert!(p.wait(200, 6, &cx), "it grew: wait again");
+        assert!(!p.wait(200, 6, &cx), "nothing new: go");
+        assert_eq!((p.yields, p.seen), (0, 0));
+        assert!(!in_burst().wait(ENOUGH_BYTES, 1, &cx));
+        assert!(!in_burst().wait(10, ENOUGH_SLICES, &cx));
+        let mut partial = in_burst();
+        partial.write_through = true;
         assert!(
-            wait(&mut yields, &mut seen, false, 100, 3, &cx),
-            "first turn waits"
+            !partial.wait(10, 1, &cx),
+            "the rest of a partial write goes"
         );
-        assert!(
-            wait(&mut yields, &mut seen, false, 200, 6, &cx),
-            "it grew: wait again"
-        );
-        assert!(
-            !wait(&mut yields, &mut seen, false, 200, 6, &cx),
-            "nothing new: go"
-        );
-        assert_eq!((yields, seen), (0, 0));
-        assert!(
-            !wait(&mut yields, &mut seen, true, 10, 1, &cx),
-            "a partial write's rest goes"
-        );
-        assert!(!wait(&mut yields, &mut seen, false, ENOUGH_BYTES, 1, &cx));
-        assert!(!wait(&mut yields, &mut seen, false, 10, ENOUGH_SLICES, &cx));
+        let mut p = in_burst();
         let mut len = 1;
-        while wait(&mut yields, &mut seen, false, len, 1, &cx) {
+        while p.wait(len, 1, &cx) {
             len += 1;
         }
         assert_eq!(len, usize::from(MAX_YIELDS) + 1, "bounded by MAX_YIELDS");

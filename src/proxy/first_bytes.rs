@@ -16,7 +16,7 @@ use tokio::{
     time::Sleep,
 };
 
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(super) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 pin_project! {
     /// Passes every byte through; until the bytes read either leave the HTTP/2 preface or

@@ -2,8 +2,18 @@
 //! HTTP/2 (h2c prior knowledge or ALPN), hyper's header-read timeout wired to a real timer,
 //! and graceful shutdown: stop accepting, let in-flight streams finish until the drain
 //! deadline, then cut what is left (recorded as such).
+//!
+//! A plaintext connection's first bytes are peeked at, not read: one that does not open
+//! with the HTTP/2 preface goes straight to hyper's HTTP/1 server. hyper-util's `auto`
+//! reads the first bytes itself and replays them, which makes hyper double its 8 KiB read
+//! buffer on every connection: 8 KiB more per open stream (docs/PERFORMANCE.md).
 
-use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use arc_swap::ArcSwap;
 use http::Request;
@@ -18,13 +28,18 @@ use hyper_util::{
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite},
-    net::TcpListener,
+    net::{TcpListener, TcpStream},
+    sync::watch,
     task::JoinSet,
 };
 use tokio_rustls::TlsAcceptor;
 use tower::{Layer, ServiceExt, service_fn};
 
-use super::{ConnInfo, Forward, coalesce::Coalesce, first_bytes::FirstBytes};
+use super::{
+    ConnInfo, Forward,
+    coalesce::Coalesce,
+    first_bytes::{FirstBytes, H2_PREFACE},
+};
 use crate::{
     config::Server,
     measure::{Measure, MeasureLayer, Recorder},
@@ -39,6 +54,10 @@ const H2_MAX_CONCURRENT_STREAMS: u32 = 16_384;
 pub struct Proxy {
     service: Measure<Forward>,
     builder: auto::Builder<TokioExecutor>,
+    /// Plaintext HTTP/1 connections, recognised by peeking (see the module doc).
+    http1: hyper::server::conn::http1::Builder,
+    /// Set when draining starts; HTTP/1 connections served without `auto` watch it.
+    draining: watch::Sender<bool>,
     /// Swappable so a config reload can rotate certificates without a restart.
     tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
     handshake_timeout: Duration,
@@ -71,9 +90,16 @@ impl Proxy {
         if !server.http2 {
             builder = builder.http1_only();
         }
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(server.header_read_timeout)
+            .keep_alive(true);
         Proxy {
             service: layer.layer(forward),
             builder,
+            http1,
+            draining: watch::Sender::new(false),
             tls: server.tls.clone().map(|c| Arc::new(ArcSwap::new(c))),
             handshake_timeout: server.header_read_timeout,
             drain_timeout: server.drain_timeout,
@@ -99,6 +125,72 @@ impl Proxy {
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
         if let Err(e) = watcher.watch(connection.into_owned()).await {
             tracing::debug!(error = %e, "client connection ended with an error");
+        }
+    }
+
+    /// A plaintext connection known to speak HTTP/1: hyper's HTTP/1 server on the socket
+    /// itself, with upgrades, shut down gracefully when draining starts.
+    async fn http1(self: Arc<Self>, io: TcpStream, conn: ConnInfo) {
+        let svc = self.service.clone();
+        let svc = service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(conn.clone());
+            svc.clone().oneshot(req)
+        });
+        let io = Coalesce::new(io);
+        let connection = self
+            .http1
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc))
+            .with_upgrades();
+        let mut connection = std::pin::pin!(connection);
+        let mut draining = self.draining.subscribe();
+        let drain = async move {
+            // Err only if the sender is gone, i.e. the proxy itself: stop all the same.
+            let _ = draining.wait_for(|d| *d).await;
+        };
+        let ended = tokio::select! {
+            ended = connection.as_mut() => ended,
+            () = drain => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        if let Err(e) = ended {
+            tracing::debug!(error = %e, "client connection ended with an error");
+        }
+    }
+}
+
+/// How a plaintext connection opens.
+#[derive(Debug, PartialEq, Eq)]
+enum Opening {
+    Http1,
+    /// The HTTP/2 preface (h2c with prior knowledge).
+    Http2,
+    /// Closed, failed, or nothing decisive before the deadline.
+    Gone,
+}
+
+/// Peeks (without consuming) at a connection's first bytes until they leave or complete the
+/// HTTP/2 preface, for at most `timeout`.
+async fn opening(stream: &TcpStream, timeout: Duration) -> Opening {
+    let deadline = tokio::time::Instant::from_std(Instant::now() + timeout);
+    let mut buf = [0u8; 24];
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return Opening::Gone,
+        };
+        let seen = buf.get(..n).unwrap_or_default();
+        if !H2_PREFACE.starts_with(seen) {
+            return Opening::Http1;
+        }
+        if n >= H2_PREFACE.len() {
+            return Opening::Http2;
+        }
+        // Part of the preface: `peek` would return at once, so wait a little for the rest.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return Opening::Gone;
         }
     }
 }
@@ -135,8 +227,13 @@ pub async fn serve(
     drop(listener);
     let in_flight = conns.len();
     tracing::info!(connections = in_flight, deadline = ?proxy.drain_timeout, "draining");
+    proxy.draining.send_replace(true);
+    let drained = async {
+        graceful.shutdown().await;
+        while conns.join_next().await.is_some() {}
+    };
     tokio::select! {
-        () = graceful.shutdown() => {}
+        () = drained => {}
         () = tokio::time::sleep(proxy.drain_timeout) => {
             proxy.recorder.mark_cutting();
             tracing::warn!(connections = conns.len(), "drain deadline passed; cutting the rest");
@@ -155,12 +252,19 @@ async fn accept(
 ) {
     let Some(acceptor) = proxy.tls.as_ref().map(|t| TlsAcceptor::from(t.load_full())) else {
         let conn = ConnInfo { remote, tls: false };
-        return Arc::clone(&proxy).connection(stream, conn, watcher).await;
+        // The other paths are boxed: this task's future is as large as its largest path,
+        // and every plaintext HTTP/1 connection would pay for TLS's (docs/PERFORMANCE.md).
+        return match opening(&stream, proxy.handshake_timeout).await {
+            Opening::Http1 => Arc::clone(&proxy).http1(stream, conn).await,
+            Opening::Http2 => Box::pin(Arc::clone(&proxy).connection(stream, conn, watcher)).await,
+            Opening::Gone => tracing::debug!(%remote, "client sent no request head in time"),
+        };
     };
-    match tokio::time::timeout(proxy.handshake_timeout, acceptor.accept(stream)).await {
+    let handshake = Box::pin(acceptor.accept(stream));
+    match tokio::time::timeout(proxy.handshake_timeout, handshake).await {
         Ok(Ok(tls)) => {
             let conn = ConnInfo { remote, tls: true };
-            proxy.connection(tls, conn, watcher).await;
+            Box::pin(proxy.connection(tls, conn, watcher)).await;
         }
         Ok(Err(e)) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
         Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),

@@ -295,3 +295,48 @@ fn reasoning_only_body_has_content() {
     assert!(got.content);
     assert_eq!(got.finish_reason, Some(FinishReason::Length));
 }
+
+/// The text classification hands over must be exactly what the full walk collects.
+#[test]
+fn event_text_agrees_with_the_full_walk() {
+    use crate::decode::text::{self, TextBuf, paths};
+    let events = [
+        chat(r#"{"content":"Hello"}"#, "null"),
+        chat(r#"{"role":"assistant","content":""}"#, "null"),
+        chat(r#"{"content":"line\nbreak"}"#, "null"),
+        chat(r#"{"reasoning_content":"think"}"#, "null"),
+        chat(r#"{"reasoning":"hmm","content":"a"}"#, "null"),
+        chat(r#"{"content":null,"refusal":"no"}"#, "null"),
+        chat(
+            r#"{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{}"}}]}"#,
+            "null",
+        ),
+        chat(
+            r#"{"function_call":{"name":"f","arguments":"{\"a\":1}"}}"#,
+            "null",
+        ),
+        chat(r#"{"content":["odd"]}"#, "null"),
+        r#"{"choices":[{"index":0,"text":"completion "}]}"#.to_owned(),
+        r#"{"choices":[{"index":0,"delta":{"content":"x"}},{"index":1,"delta":{"content":"y"}}]}"#
+            .to_owned(),
+        r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#.to_owned(),
+        "[DONE]".to_owned(),
+    ];
+    for e in &events {
+        let (_, known) = classify_chunk_text(e.as_bytes()).unwrap();
+        let mut walked = TextBuf::new(1 << 20);
+        text::collect(e.as_bytes(), paths::OPENAI_EVENT, &mut walked);
+        match known {
+            EventText::One(s) => assert_eq!(s, walked.text(), "{e}"),
+            EventText::None => assert_eq!(walked.text(), "", "{e}"),
+            EventText::Other => {}
+        }
+    }
+    let hi = chat(r#"{"content":"Hi"}"#, "null");
+    let (_, known) = classify_chunk_text(hi.as_bytes()).unwrap();
+    assert_eq!(
+        known,
+        EventText::One("Hi"),
+        "the usual chunk takes the fast path"
+    );
+}

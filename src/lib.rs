@@ -13,6 +13,7 @@
 //! - [`replay`]: `goodput replay`: a profile against a candidate system, acceptance report.
 //! - [`stats`]: the aggregator that finishes records, updates metrics, keeps recent ones.
 //! - [`admin`]: `/metrics`, the JSON API, health and readiness, on their own address.
+//! - [`calibrate`]: the engine's own latency metrics, scraped, beside the proxy's.
 //! - [`sim`]: an OpenAI-compatible upstream simulator for the demo, tests and benchmarks.
 //! - [`run`]: wiring of all of the above into a running server with graceful shutdown.
 //! - [`demo`]: simulator + proxy + synthetic load, with a live summary line.
@@ -21,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod calibrate;
 pub mod config;
 pub mod decode;
 pub mod demo;

@@ -38,6 +38,13 @@ pub mod names {
     pub const PROFILE_DROPPED: &str = "goodput_profile_records_dropped";
     pub const REACCEPTANCE: &str = "goodput_reacceptance_required";
     pub const PROFILE_DRIFT: &str = "goodput_profile_drift";
+    pub const CALIBRATION_ENGINE: &str = "goodput_calibration_engine";
+    pub const CALIBRATION_PROXY: &str = "goodput_calibration_proxy";
+    pub const CALIBRATION_DIFFERENCE: &str = "goodput_calibration_difference";
+    pub const CALIBRATION_SAMPLES: &str = "goodput_calibration_samples";
+    pub const CALIBRATION_SCRAPES: &str = "goodput_calibration_scrapes";
+    pub const CALIBRATION_RESETS: &str = "goodput_calibration_engine_resets";
+    pub const CALIBRATION_UP: &str = "goodput_calibration_up";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -153,6 +160,29 @@ pub struct DriftLabels {
     pub statistic: &'static str,
 }
 
+/// An engine model (`model_name`, `""` when it gives none) and a calibrated quantity
+/// (`ttft`, `e2e`, `tpot`, `itl`, `queue`, `prefill`, `decode`, `inference`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CalibrationLabels {
+    pub model: String,
+    pub metric: &'static str,
+}
+
+/// As [`CalibrationLabels`], and whose observations: `engine` or `proxy`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CalibrationSampleLabels {
+    pub model: String,
+    pub metric: &'static str,
+    pub source: &'static str,
+}
+
+/// How a calibration scrape ended: `ok`, `unreachable`, `timeout`, `http_error`,
+/// `transport_error`, `too_large`, `invalid`, `no_engine_metrics`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScrapeResultLabel {
+    pub result: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The handles the proxy and the aggregator update.
@@ -183,6 +213,13 @@ pub struct Metrics {
     pub profile_dropped: Family<DropReasonLabel, Counter>,
     pub reacceptance: Family<DimensionLabel, Gauge>,
     pub profile_drift: Family<DriftLabels, Gauge<f64, AtomicU64>>,
+    pub calibration_engine: Family<CalibrationLabels, Gauge<f64, AtomicU64>>,
+    pub calibration_proxy: Family<CalibrationLabels, Gauge<f64, AtomicU64>>,
+    pub calibration_difference: Family<CalibrationLabels, Gauge<f64, AtomicU64>>,
+    pub calibration_samples: Family<CalibrationSampleLabels, Gauge>,
+    pub calibration_scrapes: Family<ScrapeResultLabel, Counter>,
+    pub calibration_resets: Counter,
+    pub calibration_up: Gauge,
 }
 
 impl Metrics {
@@ -214,6 +251,13 @@ impl Metrics {
             profile_dropped: Family::default(),
             reacceptance: Family::default(),
             profile_drift: Family::default(),
+            calibration_engine: Family::default(),
+            calibration_proxy: Family::default(),
+            calibration_difference: Family::default(),
+            calibration_samples: Family::default(),
+            calibration_scrapes: Family::default(),
+            calibration_resets: Counter::default(),
+            calibration_up: Gauge::default(),
         };
         registry.register_with_unit(
             names::TTFT,
@@ -341,6 +385,44 @@ impl Metrics {
             names::PROFILE_DRIFT,
             "Drift statistic of the live window against the baseline profile",
             m.profile_drift.clone(),
+        );
+        registry.register_with_unit(
+            names::CALIBRATION_ENGINE,
+            "The engine's own mean of the quantity over the latest scrape interval with requests",
+            Unit::Seconds,
+            m.calibration_engine.clone(),
+        );
+        registry.register_with_unit(
+            names::CALIBRATION_PROXY,
+            "The proxy's mean of the same quantity over the same interval",
+            Unit::Seconds,
+            m.calibration_proxy.clone(),
+        );
+        registry.register_with_unit(
+            names::CALIBRATION_DIFFERENCE,
+            "Proxy mean minus engine mean: time spent outside the engine (network, queues, proxy)",
+            Unit::Seconds,
+            m.calibration_difference.clone(),
+        );
+        registry.register(
+            names::CALIBRATION_SAMPLES,
+            "Observations the calibration means of the interval are made from",
+            m.calibration_samples.clone(),
+        );
+        registry.register(
+            names::CALIBRATION_SCRAPES,
+            "Scrapes of the engine's metrics endpoint by result",
+            m.calibration_scrapes.clone(),
+        );
+        registry.register(
+            names::CALIBRATION_RESETS,
+            "Scrapes in which the engine's counters went backwards (an engine restart)",
+            m.calibration_resets.clone(),
+        );
+        registry.register(
+            names::CALIBRATION_UP,
+            "1 when the last scrape of the engine's metrics succeeded",
+            m.calibration_up.clone(),
         );
         m
     }

@@ -21,6 +21,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::{
+    calibrate::CalibrationView,
     measure::RequestRecord,
     stats::{DriftView, Live, Recent, engine::parse_window},
 };
@@ -36,6 +37,8 @@ pub struct Admin {
     pub live: Live,
     /// The latest drift evaluation (`None` until the first, or with drift detection off).
     pub drift: DriftView,
+    /// The latest self-calibration status (`[calibration]`).
+    pub calibration: CalibrationView,
 }
 
 /// Default of `?limit=` for `/api/v1/requests` (the ring size bounds it anyway).
@@ -52,6 +55,7 @@ impl Admin {
             "/api/v1/summary" => self.summary(req.uri().query()),
             "/api/v1/capacity" => self.capacity(req.uri().query()),
             "/api/v1/drift" => self.drift(),
+            "/api/v1/calibration" => self.calibration(),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 if self.ready.load(Ordering::Relaxed) {
@@ -141,6 +145,15 @@ impl Admin {
                 "drift detection is off ([drift] baseline) or has not evaluated yet",
             ),
         }
+    }
+
+    /// The engine's means beside the proxy's, per model and quantity (`[calibration]`).
+    fn calibration(&self) -> Response<Full<Bytes>> {
+        let status = self
+            .calibration
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        json(StatusCode::OK, &*status)
     }
 
     /// `?class=NAME` (default: all classes pooled).

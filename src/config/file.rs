@@ -32,6 +32,8 @@ pub struct FileConfig {
     pub profile: super::profile_file::ProfileSection,
     #[serde(default)]
     pub drift: super::profile_file::DriftSection,
+    #[serde(default)]
+    pub calibration: super::calibration::CalibrationSection,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,6 +2,7 @@
 //! into a runtime [`Config`] snapshot. Validation collects every problem at once so an
 //! operator fixes the file in one pass; it never panics.
 
+pub mod calibration;
 pub mod counting;
 pub mod file;
 pub mod profile_file;
@@ -14,6 +15,7 @@ use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use http::uri::{Authority, Scheme};
 
+pub use calibration::Calibration;
 pub use counting::{Counting, UsageInjection};
 pub use profile_file::{DriftConfig, ProfileConfig};
 pub use slo::{Cost, Slo, SloClass};
@@ -44,6 +46,8 @@ pub struct Config {
     pub profile: ProfileConfig,
     /// Live drift detection (`[drift]`); `None` when no baseline is configured.
     pub drift: Option<DriftConfig>,
+    /// Comparison with the engine's own metrics (`[calibration]`).
+    pub calibration: Calibration,
 }
 
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@ use std::{net::SocketAddr, path::Path, sync::Arc};
 use http::{Uri, uri::Scheme};
 
 use super::{
-    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, Upstream, counting,
-    file::FileConfig, profile_file, slo, tls,
+    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, Upstream,
+    calibration, counting, file::FileConfig, profile_file, slo, tls,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -114,6 +114,8 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
     };
 
     let upstream = upstream(&file, overrides, &mut problems);
+    let calibration =
+        calibration::validate_calibration(&file.calibration, upstream.as_ref(), &mut problems);
 
     let s = &file.server;
     positive(
@@ -168,8 +170,10 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
         ));
     }
 
-    match (listen, admin, upstream, format) {
-        (Some(listen), Some(admin), Some(upstream), Some(format)) if problems.is_empty() => {
+    match (listen, admin, upstream, format, calibration) {
+        (Some(listen), Some(admin), Some(upstream), Some(format), Some(calibration))
+            if problems.is_empty() =>
+        {
             Ok(Config {
                 server: Server {
                     listen,
@@ -200,6 +204,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                 usage_injection,
                 profile,
                 drift,
+                calibration,
             })
         }
         _ => Err(ConfigError(problems)),

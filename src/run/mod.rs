@@ -22,6 +22,7 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
     admin::{self, Admin, metrics::Metrics},
+    calibrate::{CalibrationView, Calibrator, ProxyTotals},
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
     proxy::{self, Forward, Proxy},
@@ -130,6 +131,14 @@ fn start_on_from(
     let slo_view = Live::new(&cfg);
     let drift_view = DriftView::default();
     let profiling = Profiling::start(&cfg, &metrics, drift_view.clone());
+    let proxy_totals = Arc::new(ProxyTotals::default());
+    let calibration_view = CalibrationView::default();
+    let calibrator = Calibrator::new(
+        live.clone(),
+        metrics.clone(),
+        proxy_totals.clone(),
+        calibration_view.clone(),
+    );
     let aggregator = Aggregator::new(
         rx,
         live.clone(),
@@ -138,7 +147,8 @@ fn start_on_from(
         m.max_models,
         slo_view.clone(),
         profiling,
-    );
+    )
+    .with_calibration(proxy_totals);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let forward = Forward::new(&cfg.upstream);
@@ -162,6 +172,7 @@ fn start_on_from(
         ready: ready.clone(),
         live: slo_view.clone(),
         drift: drift_view,
+        calibration: calibration_view,
     };
     let (stop, stopped) = watch::channel(false);
 
@@ -174,6 +185,9 @@ fn start_on_from(
     );
     let task = tokio::spawn(async move {
         tokio::spawn(counting.run());
+        // Off the data path; idles while `[calibration]` is disabled (it can be enabled by
+        // a reload).
+        let calibrating = tokio::spawn(calibrator.run());
         let aggregating = tokio::spawn(aggregator.run());
         // The admin server outlives the drain so `/readyz` can say 503 while streams finish.
         let (admin_stop, admin_stopped) = watch::channel(false);
@@ -198,6 +212,7 @@ fn start_on_from(
         if let Some(w) = watcher {
             w.abort();
         }
+        calibrating.abort();
         let _ = admin_stop.send(true);
         let _ = admin_task.await;
         tracing::info!("goodput stopped");

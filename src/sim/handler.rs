@@ -55,6 +55,18 @@ pub(crate) async fn handle(
                 None,
             ));
         }
+        (&Method::GET, "/metrics") => {
+            // Untracked, like `/health`: scrapes are not traffic.
+            let text = shared
+                .metrics
+                .render(shared.in_flight.load(Ordering::Relaxed));
+            return Ok(respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                Bytes::from(text),
+                None,
+            ));
+        }
         (&Method::POST, "/v1/chat/completions") => Api::Chat,
         (&Method::POST, "/v1/completions") => Api::Completions,
         (&Method::GET, "/v1/models") => {
@@ -130,6 +142,7 @@ async fn generate(shared: Arc<Shared>, api: Api, req: Request<Incoming>) -> Resp
             .clone()
             .unwrap_or_else(|| shared.cfg.model.clone()),
     };
+    flight.generation(&reply.model);
     let resp = if params.stream {
         stream_response(&shared, start, draw, &params, reply, flight)
     } else {

@@ -5,7 +5,8 @@
 //! - realistic: `POST /v1/chat/completions` and `POST /v1/completions`, streamed (SSE) or
 //!   not, in OpenAI's wire format, with configurable TTFT, inter-token latency, output
 //!   length, tokens per event, a throughput–latency knee, HTTP 500s and mid-stream resets;
-//!   also `GET /v1/models` and `GET /health`;
+//!   also `GET /v1/models`, `GET /health`, and `GET /metrics` with vLLM's latency
+//!   histograms made from its own ground truth (for self-calibration);
 //! - deterministic: every request draws from a generator seeded by [`SimConfig::seed`]
 //!   and its sequence number, so a sequential client sees the same run every time;
 //! - cheap: a stream is a timer-driven `http_body::Body` polled by hyper's connection
@@ -21,6 +22,7 @@
 //! - `stream`: the response body, which plays a stream back on an absolute timetable.
 //! - `wire`: the OpenAI JSON and SSE encodings.
 //! - `truth`: [`Truth`] records and the in-flight guard that writes them.
+//! - `metrics`: the engine-side `/metrics` in vLLM's names.
 //!
 //! # Example
 //! ```ignore
@@ -37,6 +39,7 @@
 mod config;
 mod dist;
 mod handler;
+mod metrics;
 mod stream;
 mod truth;
 mod wire;
@@ -77,6 +80,8 @@ pub(crate) struct Shared {
     /// Requests between head received and body finished or dropped.
     pub(crate) in_flight: AtomicUsize,
     pub(crate) truth: truth::TruthLog,
+    /// What `GET /metrics` reports.
+    pub(crate) metrics: metrics::EngineMetrics,
 }
 
 impl Shared {
@@ -86,6 +91,7 @@ impl Shared {
             requests: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             truth: truth::TruthLog::default(),
+            metrics: metrics::EngineMetrics::default(),
         }
     }
 
@@ -176,6 +182,11 @@ impl Sim {
     /// at most the last [`TRUTH_CAPACITY`].
     pub fn truth(&self) -> Vec<Truth> {
         self.shared.truth.snapshot()
+    }
+
+    /// Zeroes the histograms of `GET /metrics`, as an engine restart does.
+    pub fn restart_metrics(&self) {
+        self.shared.metrics.reset();
     }
 
     /// Requests currently being answered (`/health` excluded).

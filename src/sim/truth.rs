@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use super::Shared;
+use super::metrics::Finished;
 
 /// How many finished requests [`TruthLog`] keeps; older ones are forgotten.
 pub const TRUTH_CAPACITY: usize = 100_000;
@@ -90,6 +91,8 @@ pub(crate) struct InFlight {
     shared: Arc<Shared>,
     /// The record being filled in; `None` once it has been pushed.
     truth: Option<Truth>,
+    /// The model of a generation; only generations feed `/metrics`.
+    model: Option<Box<str>>,
 }
 
 impl InFlight {
@@ -98,7 +101,13 @@ impl InFlight {
         InFlight {
             shared,
             truth: Some(truth),
+            model: None,
         }
+    }
+
+    /// Marks this request as a generation of `model`, observed by `/metrics` when it completes.
+    pub(crate) fn generation(&mut self, model: &str) {
+        self.model = Some(model.into());
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -124,9 +133,34 @@ impl InFlight {
     pub(crate) fn finish(&mut self, end: End) {
         if let Some(mut t) = self.truth.take() {
             t.completed = end == End::Completed;
+            if t.completed
+                && t.status == 200
+                && let Some(model) = &self.model
+            {
+                self.shared.metrics.observe(model, &finished(&t));
+            }
             self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
             self.shared.truth.push(t);
         }
+    }
+}
+
+/// What a completed generation adds to `/metrics`, from its truth at this moment.
+fn finished(t: &Truth) -> Finished {
+    let since = |at: Instant| at.duration_since(t.received_at).as_secs_f64();
+    let decode = match (t.first_token_at, t.last_token_at) {
+        (Some(first), Some(last)) => last.duration_since(first).as_secs_f64(),
+        _ => 0.0,
+    };
+    Finished {
+        e2e: since(Instant::now()),
+        ttft: t.first_token_at.map(since),
+        tpot: (t.completion_tokens >= 2 && t.first_token_at.is_some())
+            .then(|| decode / (t.completion_tokens - 1) as f64),
+        // The gaps between consecutive events add up to first → last.
+        itl_sum: decode,
+        itl_gaps: u64::from(t.events.saturating_sub(1)),
+        decode,
     }
 }
 

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::{
     admin::metrics::{ClassSlo, LatencyLabels, Metrics, ModelApi, RequestLabels, TokenLabels},
+    calibrate::ProxyTotals,
     config::Config,
     measure::{Pending, RequestRecord, slo},
 };
@@ -37,6 +38,8 @@ pub struct Aggregator {
     models: ModelLabels,
     live: Live,
     profiling: Profiling,
+    /// The proxy's side of self-calibration, fed while `[calibration]` is enabled.
+    calibration: Option<Arc<ProxyTotals>>,
 }
 
 impl Aggregator {
@@ -59,7 +62,14 @@ impl Aggregator {
             models: ModelLabels::new(max_models),
             live,
             profiling,
+            calibration: None,
         }
+    }
+
+    /// Also adds every finished request to `totals` while `[calibration]` is enabled.
+    pub fn with_calibration(mut self, totals: Arc<ProxyTotals>) -> Aggregator {
+        self.calibration = Some(totals);
+        self
     }
 
     /// Runs until every data-path handle is gone and the queue is drained.
@@ -210,6 +220,11 @@ impl Aggregator {
             concurrency_at_start: record.arrival.concurrency,
             long_in_flight_at_start: record.arrival.long_in_flight,
         });
+        if config.calibration.enabled
+            && let Some(totals) = &self.calibration
+        {
+            totals.observe(&model, &record, &gaps);
+        }
         if config.log.access_log {
             access_log(&record);
         }

@@ -176,6 +176,8 @@ impl Calibrator {
                     client
                 }
             };
+            // The status names the target before its first scrape has answered.
+            self.publish(c, &state, None);
             let started = Instant::now();
             let scraped = scrape(&client, c).await;
             // Right after the engine answered, so both sides cover the same interval.

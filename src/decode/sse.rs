@@ -148,11 +148,13 @@ impl SseFramer {
         if self.discarding_line {
             self.discarding_line = false;
             self.event.poisoned = true;
-        } else if self.line.is_empty() {
-            self.event.line(tail, self.max_event_bytes, on_event);
         } else if self.line.len() + tail.len() > self.max_event_bytes {
+            // Checked for in-place lines too, so that whether a long line is dropped does not
+            // depend on where the chunks were cut.
             self.line.clear();
             self.event.poison();
+        } else if self.line.is_empty() {
+            self.event.line(tail, self.max_event_bytes, on_event);
         } else {
             self.line.extend_from_slice(tail);
             self.event.line(&self.line, self.max_event_bytes, on_event);

@@ -268,6 +268,19 @@ fn oversized_split_line_is_dropped_and_flagged() {
     assert!(!framer.overflowed());
 }
 
+/// Found by the `sse` fuzz target: a line over the cap whose data alone fits was kept when
+/// it arrived in one chunk and dropped when split.
+#[test]
+fn oversized_line_is_dropped_whatever_the_chunking() {
+    let stream: &[u8] = b"data: 0123456789AB\n\ndata: ok\n\n";
+    for cut in 0..=stream.len() {
+        let (a, b) = stream.split_at(cut);
+        let mut framer = SseFramer::with_max_event_bytes(16);
+        assert_eq!(feed(&mut framer, &[a, b]), vec![msg("ok")], "cut at {cut}");
+        assert!(framer.overflowed(), "cut at {cut}");
+    }
+}
+
 // ---- property: chunking never changes the events ----
 
 #[derive(Debug, Clone)]

@@ -79,34 +79,18 @@ mod tests {
 
     fn record(outcome: Outcome, ttft: Option<f64>, e2e: f64, tpot: Option<f64>) -> RequestRecord {
         RequestRecord {
-            id: "r".into(),
-            started_at: String::new(),
             model: Some("m".into()),
-            api: "chat_completions",
-            stream: true,
-            status: Some(200),
             outcome,
             ttft_ms: ttft,
-            ttfo_ms: None,
             tpot_ms: tpot,
             e2e_ms: e2e,
-            itl_ms: None,
             input_tokens: None,
-            input_tokens_source: None,
             output_tokens: None,
-            output_tokens_source: None,
             events: 0,
-            bytes_out: 0,
             slo_class: "default".into(),
             slo_met: None,
-            slo_miss_reason: None,
-            finished_at: None,
-            bytes_in: 0,
-            finish_reason: None,
-            decode_failed: false,
-            arrival: Default::default(),
             tenant: None,
-            slo_overrides: Default::default(),
+            ..crate::profile::line::tests::record()
         }
     }
 

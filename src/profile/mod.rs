@@ -29,7 +29,7 @@ pub mod drift;
 mod export;
 mod format;
 mod hash;
-mod line;
+pub(crate) mod line;
 mod merge;
 mod read;
 mod recorder;

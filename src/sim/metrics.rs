@@ -119,6 +119,11 @@ impl Hist {
     }
 }
 
+/// One zeroed histogram per family.
+fn zeroed() -> Vec<Hist> {
+    FAMILIES.iter().map(|(_, _, b)| Hist::new(b)).collect()
+}
+
 /// What one finished request contributes (seconds).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Finished {
@@ -137,6 +142,18 @@ pub(crate) struct EngineMetrics {
 }
 
 impl EngineMetrics {
+    /// Zeroed series for the served model from the start, as vLLM registers them at
+    /// start-up: a scraper sees the histograms before the first request has finished.
+    pub(crate) fn serving(model: &str) -> EngineMetrics {
+        let metrics = EngineMetrics::default();
+        metrics
+            .models
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(model.to_owned(), zeroed());
+        metrics
+    }
+
     pub(crate) fn observe(&self, model: &str, f: &Finished) {
         let mut models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
         let key = if models.contains_key(model) || models.len() < MAX_MODELS {
@@ -144,9 +161,7 @@ impl EngineMetrics {
         } else {
             "other"
         };
-        let hists = models
-            .entry(key.to_owned())
-            .or_insert_with(|| FAMILIES.iter().map(|(_, _, b)| Hist::new(b)).collect());
+        let hists = models.entry(key.to_owned()).or_insert_with(zeroed);
         let mut observe = |i: usize, v: f64, n: u64| {
             if let (Some(h), Some((_, _, b))) = (hists.get_mut(i), FAMILIES.get(i)) {
                 h.observe_n(b, v, n);
@@ -263,6 +278,17 @@ mod tests {
         ));
         m.reset();
         assert!(!m.render(0).contains("_count"));
+    }
+
+    #[test]
+    fn the_served_model_has_zeroed_series_from_the_start() {
+        let text = EngineMetrics::serving("sim").render(0);
+        for (name, _, _) in FAMILIES {
+            assert!(
+                text.contains(&format!("{name}_count{{model_name=\"sim\"}} 0.0")),
+                "{text}"
+            );
+        }
     }
 
     #[test]

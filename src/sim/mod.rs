@@ -86,12 +86,13 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(cfg: SimConfig) -> Self {
+        let metrics = metrics::EngineMetrics::serving(&cfg.model);
         Shared {
             cfg,
             requests: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             truth: truth::TruthLog::default(),
-            metrics: metrics::EngineMetrics::default(),
+            metrics,
         }
     }
 

@@ -21,7 +21,7 @@ use serde_json::value::RawValue;
 
 /// A usage-only chunk is a few hundred bytes; an unfinished event larger than this is not
 /// one and is released.
-const MAX_USAGE_EVENT: usize = 16 << 10;
+pub(super) const MAX_USAGE_EVENT: usize = 16 << 10;
 
 /// The per-response filter state.
 #[derive(Debug, Default)]
@@ -93,6 +93,10 @@ impl UsageFilter {
 
     /// Filters the next frame; the result may be empty (all of it held or removed).
     pub fn push(&mut self, data: Bytes) -> Bytes {
+        // An empty frame (HTTP/2 allows them) changes nothing, not even a pending CR.
+        if data.is_empty() {
+            return data;
+        }
         let bytes = &data[..];
         let mut out = Out::Nothing;
         let mut pos = 0;
@@ -208,13 +212,18 @@ impl UsageFilter {
     }
 }
 
-/// Whether a complete event is a usage-only chunk: a `data:` JSON object whose `choices`
-/// is an empty array and whose `usage` is an object.
+/// Whether a complete event is a usage-only chunk: at most [`MAX_USAGE_EVENT`] bytes, a
+/// `data:` JSON object whose `choices` is an empty array and whose `usage` is an object.
+/// The size and the first `"choices"` of the data are judged as [`could_be_usage`] judges
+/// an unfinished event, so the verdict is the same however the event was chunked.
 fn is_usage_only(event: &[u8]) -> bool {
-    if memmem::find(event, b"\"usage\"").is_none() {
+    if event.len() > MAX_USAGE_EVENT || memmem::find(event, b"\"usage\"").is_none() {
         return false;
     }
     let data = data_of(event);
+    if first_choices_empty(&data) != Some(true) {
+        return false;
+    }
     let Ok(wire) = serde_json::from_slice::<Wire<'_>>(data.trim_ascii()) else {
         return false;
     };
@@ -233,25 +242,28 @@ struct Wire<'a> {
     usage: Option<&'a RawValue>,
 }
 
-/// Whether an unfinished event may still turn out to be the usage chunk.
+/// Whether an unfinished event may still turn out to be the usage chunk. Its data lines so
+/// far are a prefix of the finished event's, so what is decided here stays decided.
 fn could_be_usage(start: &[u8]) -> bool {
-    if start.len() > MAX_USAGE_EVENT {
-        return false;
-    }
-    let Some(at) = memmem::find(start, b"\"choices\"") else {
-        return true;
+    start.len() <= MAX_USAGE_EVENT && first_choices_empty(&data_of(start)) != Some(false)
+}
+
+/// Whether the first `"choices"` in the data is followed by an empty array: `None` while
+/// the data so far does not tell.
+fn first_choices_empty(data: &[u8]) -> Option<bool> {
+    let at = memmem::find(data, b"\"choices\"")?;
+    let rest = data.get(at + 9..).unwrap_or_default().trim_ascii_start();
+    let rest = match rest.split_first() {
+        None => return None,
+        Some((b':', after)) => after.trim_ascii_start(),
+        Some(_) => return Some(false),
     };
-    let mut rest = start.get(at + 9..).unwrap_or_default().trim_ascii_start();
-    match rest.split_first() {
-        None => return true,
-        Some((b':', after)) => rest = after.trim_ascii_start(),
-        Some(_) => return false,
-    }
-    match rest.split_first() {
-        None => true,
-        Some((b'[', after)) => after.trim_ascii_start().first().is_none_or(|&b| b == b']'),
-        Some(_) => false,
-    }
+    let rest = match rest.split_first() {
+        None => return None,
+        Some((b'[', after)) => after.trim_ascii_start(),
+        Some(_) => return Some(false),
+    };
+    rest.first().map(|&b| b == b']')
 }
 
 /// The event's `data:` lines joined with `\n` (borrowed when there is one).

@@ -250,3 +250,37 @@ proptest! {
         prop_assert_eq!(run_filter(untouched.as_bytes(), &cuts), untouched.as_bytes().to_vec());
     }
 }
+
+#[test]
+fn a_choices_line_outside_the_data_decides_nothing_whatever_the_chunking() {
+    // Found by fuzzing: a non-data line naming "choices" released the event early when
+    // it straddled frames, while the whole event was judged by its data and removed.
+    let stream = "\"choices\"\ndata:{\"choices\":[],\"usage\":{\"prompt_tokens\":2}}\n\n";
+    let whole = run_filter(stream.as_bytes(), &[]);
+    assert_eq!(whole, b"");
+    for cut in 1..stream.len() {
+        assert_eq!(run_filter(stream.as_bytes(), &[cut]), whole, "cut at {cut}");
+    }
+    let cuts: Vec<usize> = (7..stream.len()).step_by(7).collect();
+    assert_eq!(run_filter(stream.as_bytes(), &cuts), whole);
+}
+
+#[test]
+fn an_event_past_the_size_bound_is_never_the_usage_chunk() {
+    let pad = "x".repeat(strip::MAX_USAGE_EVENT);
+    let stream = format!("data: {{\"choices\":[],\"usage\":{{}},\"pad\":\"{pad}\"}}\n\n");
+    let whole = run_filter(stream.as_bytes(), &[]);
+    assert_eq!(whole, stream.as_bytes());
+    assert_eq!(run_filter(stream.as_bytes(), &[100, 5000]), whole);
+}
+
+#[test]
+fn an_empty_frame_between_cr_and_lf_keeps_the_line_end_together() {
+    let with = with_line_ends(&[CONTENT, USAGE, DONE].concat(), "\r\n");
+    let without = with_line_ends(&[CONTENT, DONE].concat(), "\r\n");
+    let split = with.find("\r\n\r\ndata: [DONE]").unwrap() + 3;
+    assert_eq!(
+        run_filter(with.as_bytes(), &[split, split]),
+        without.as_bytes()
+    );
+}

@@ -39,10 +39,7 @@ pub fn parse_line(line: &str) -> Result<Option<Sample<'_>>, LineError> {
     if trimmed.is_empty() || trimmed.starts_with('#') {
         return Ok(None);
     }
-    let name_len = trimmed
-        .char_indices()
-        .find(|&(i, c)| !is_name_char(c, i == 0, true))
-        .map_or(trimmed.len(), |(i, _)| i);
+    let name_len = name_len(trimmed, true);
     if name_len == 0 {
         return Err(LineError::Name);
     }
@@ -64,6 +61,13 @@ pub fn parse_line(line: &str) -> Result<Option<Sample<'_>>, LineError> {
     }))
 }
 
+/// Length of the metric (`colon`) or label name `s` starts with; 0 if none.
+fn name_len(s: &str, colon: bool) -> usize {
+    s.char_indices()
+        .find(|&(i, c)| !is_name_char(c, i == 0, colon))
+        .map_or(s.len(), |(i, _)| i)
+}
+
 fn is_name_char(c: char, first: bool, colon: bool) -> bool {
     c.is_ascii_alphabetic() || c == '_' || (colon && c == ':') || (!first && c.is_ascii_digit())
 }
@@ -78,10 +82,7 @@ fn parse_labels<'a>(
         if let Some(rest) = s.strip_prefix('}') {
             return Ok(rest);
         }
-        let len = s
-            .char_indices()
-            .find(|&(i, c)| !is_name_char(c, i == 0, false))
-            .map_or(s.len(), |(i, _)| i);
+        let len = name_len(s, false);
         if len == 0 {
             return Err(LineError::Labels);
         }

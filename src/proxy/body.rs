@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use super::inline::Lease;
 use crate::BoxError;
 
 /// No body bytes arrived from the upstream within the idle timeout.
@@ -30,17 +31,20 @@ pin_project! {
             #[pin]
             idle: Sleep,
             timeout: Duration,
+            // The upstream connection, when it is driven by this body (super::inline).
+            lease: Option<Lease>,
         },
         Full { data: Option<Bytes> },
     }
 }
 
 impl UpstreamBody {
-    pub fn stream(body: Incoming, timeout: Duration) -> UpstreamBody {
+    pub fn stream(body: Incoming, timeout: Duration, lease: Option<Lease>) -> UpstreamBody {
         UpstreamBody::Stream {
             body,
             idle: tokio::time::sleep(timeout),
             timeout,
+            lease,
         }
     }
 
@@ -55,6 +59,24 @@ impl UpstreamBody {
     }
 }
 
+/// Polls the body after letting its upstream connection, if this body drives it, read.
+fn drive_then_poll(
+    body: Pin<&mut Incoming>,
+    lease: &mut Option<Lease>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    if let Some(lease) = lease {
+        lease.drive(cx);
+    }
+    body.poll_frame(cx)
+}
+
+fn release(lease: &mut Option<Lease>, cx: &mut Context<'_>) {
+    if let Some(lease) = lease.take() {
+        lease.release(cx);
+    }
+}
+
 impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -65,17 +87,25 @@ impl Body for UpstreamBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project() {
             Proj::Stream {
-                body,
+                mut body,
                 mut idle,
                 timeout,
-            } => match body.poll_frame(cx) {
+                lease,
+            } => match drive_then_poll(body.as_mut(), lease, cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     // Extending a tokio timer deadline is a lock-free update.
                     idle.as_mut().reset(Instant::now() + *timeout);
+                    if body.is_end_stream() {
+                        // hyper's server stops polling a body that says it has ended.
+                        release(lease, cx);
+                    }
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Ready(None) => {
+                    release(lease, cx);
+                    Poll::Ready(None)
+                }
                 Poll::Pending => match idle.poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(IdleTimeout(*timeout))))),
                     Poll::Pending => Poll::Pending,

@@ -7,19 +7,22 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
 
 use super::body::UpstreamBody;
-use crate::measure::{Outcome, ProxyFailure};
+use crate::{
+    BoxError,
+    measure::{Outcome, ProxyFailure},
+};
 
 /// Why the proxy could not obtain a response head from the upstream.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     #[error("upstream unreachable: {0}")]
-    Unreachable(#[source] hyper_util::client::legacy::Error),
+    Unreachable(#[source] BoxError),
     #[error("upstream connect timed out")]
-    ConnectTimeout(#[source] hyper_util::client::legacy::Error),
+    ConnectTimeout(#[source] BoxError),
     #[error("upstream sent no response headers within {0:?}")]
     HeaderTimeout(std::time::Duration),
     #[error("upstream failed before responding: {0}")]
-    UpstreamFailed(#[source] hyper_util::client::legacy::Error),
+    UpstreamFailed(#[source] BoxError),
     #[error("cannot build the upstream request: {0}")]
     BadTarget(#[source] http::Error),
 }
@@ -28,13 +31,18 @@ impl ProxyError {
     /// Sorts a client error by where it happened.
     pub fn from_client(e: hyper_util::client::legacy::Error) -> ProxyError {
         if e.is_connect() {
-            if chain_has_timeout(&e) {
-                ProxyError::ConnectTimeout(e)
-            } else {
-                ProxyError::Unreachable(e)
-            }
+            ProxyError::connect(Box::new(e))
         } else {
-            ProxyError::UpstreamFailed(e)
+            ProxyError::UpstreamFailed(Box::new(e))
+        }
+    }
+
+    /// Sorts a connect failure into a timeout or an unreachable upstream.
+    pub fn connect(e: BoxError) -> ProxyError {
+        if chain_has_timeout(&*e) {
+            ProxyError::ConnectTimeout(e)
+        } else {
+            ProxyError::Unreachable(e)
         }
     }
 

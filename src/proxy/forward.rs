@@ -6,14 +6,15 @@
 
 use std::{
     convert::Infallible,
-    future::Future,
+    future::{Future, poll_fn},
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
 };
 
 use arc_swap::ArcSwap;
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use tower::Service;
 
@@ -24,6 +25,7 @@ use super::{
     error::ProxyError,
     headers,
     inject::{self, ForwardBody, InjectPlan},
+    inline,
 };
 use crate::{config::Upstream, measure::RequestTap};
 
@@ -35,7 +37,10 @@ pub struct Forward {
 }
 
 struct Inner {
+    /// TLS and HTTP/2 upstreams, and upgrades on any upstream.
     client: UpstreamClient,
+    /// Plain HTTP/1.1 upstreams (see [`super::inline`]).
+    inline: Option<Arc<inline::Pool>>,
     upstream: Upstream,
 }
 
@@ -76,6 +81,7 @@ impl Inner {
     fn new(upstream: &Upstream) -> Inner {
         Inner {
             client: client::build(upstream),
+            inline: inline::Pool::for_upstream(upstream),
             upstream: upstream.clone(),
         }
     }
@@ -119,12 +125,23 @@ impl Inner {
             None => (ForwardBody::stream(body), None),
         };
 
-        let sent = self.client.request(Request::from_parts(parts, body));
         let timeout = self.upstream.response_header_timeout;
-        let resp = match tokio::time::timeout(timeout, sent).await {
+        let request = Request::from_parts(parts, body);
+        let sent = async {
+            match &self.inline {
+                Some(pool) if !upgrade && request.method() != Method::CONNECT => pool
+                    .send(request)
+                    .await
+                    .map(|(resp, lease)| (resp, Some(lease))),
+                _ => match self.client.request(request).await {
+                    Ok(resp) => Ok((resp, None)),
+                    Err(e) => Err(ProxyError::from_client(e)),
+                },
+            }
+        };
+        let (resp, mut lease) = match tokio::time::timeout(timeout, sent).await {
             Err(_) => return Err(ProxyError::HeaderTimeout(timeout)),
-            Ok(Err(e)) => return Err(ProxyError::from_client(e)),
-            Ok(Ok(resp)) => resp,
+            Ok(result) => result?,
         };
 
         let (mut parts, body) = resp.into_parts();
@@ -147,9 +164,20 @@ impl Inner {
             // Tells the measurement layer that usage is coming, and whether to strip it.
             parts.extensions.insert(usage);
         }
+        if body.is_end_stream() {
+            // No body to drive the connection to its end: it is ready for the next request.
+            let mut lease = lease.take();
+            poll_fn(|cx| {
+                if let Some(lease) = lease.take() {
+                    lease.release(cx);
+                }
+                Poll::Ready(())
+            })
+            .await;
+        }
         Ok(Response::from_parts(
             parts,
-            UpstreamBody::stream(body, self.upstream.idle_timeout),
+            UpstreamBody::stream(body, self.upstream.idle_timeout, lease),
         ))
     }
 }

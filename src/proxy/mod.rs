@@ -10,6 +10,7 @@ mod first_bytes;
 mod forward;
 mod headers;
 pub mod inject;
+mod inline;
 mod server;
 mod tunnel;
 

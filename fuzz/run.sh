@@ -32,7 +32,7 @@ fixtures=../src/decode/fixtures
 # The fixtures each target starts from.
 fixtures_for() {
   case "$1" in
-    sse | usage_filter) echo "$fixtures"/*.sse ;;
+    sse | usage_filter | openai_scan) echo "$fixtures"/*.sse ;;
     ndjson) echo "$fixtures"/*.ndjson ;;
     openai) echo "$fixtures"/openai_chat_* ;;
     responses) echo "$fixtures"/openai_responses_* ;;
@@ -56,7 +56,8 @@ request_seeds=(
   '{"model":"m","system":"s","prompt":"p","options":{"num_predict":4}}'
 )
 
-# Seeds: request-side targets take the body as is; the others read a header byte first
+# Seeds: request-side targets take the body as is, openai_scan the fixture as is (it
+# checks every line); the others read a header byte first
 # (fuzz/src/lib.rs): 0x00 feeds the fixture whole, 0x11 0x07 in 7-byte chunks with the
 # small size cap.
 seed() {
@@ -66,6 +67,11 @@ seed() {
     request | usage_inject)
       for i in "${!request_seeds[@]}"; do
         printf '%s' "${request_seeds[$i]}" >"$dir/seed-$i"
+      done
+      ;;
+    openai_scan)
+      for f in $(fixtures_for "$target"); do
+        cp "$f" "$dir/seed-$(basename "$f")"
       done
       ;;
     *)

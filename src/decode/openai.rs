@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use crate::decode::wire::{Accumulate, Folded, Tag, lenient_object, non_empty, parse_object};
+use crate::decode::wire::{Accumulate, Folded, Tag, lenient_object, non_empty_raw, parse_object};
 use crate::decode::{EventInfo, FinishReason, Usage};
 
 /// Kept at their old paths: the body reader now covers every dialect.
@@ -48,8 +48,8 @@ impl<'a> EventText<'a> {
     }
 
     /// The text of a raw value at a collected path.
-    fn of(raw: Option<&'a RawValue>) -> EventText<'a> {
-        let Some(raw) = raw.map(RawValue::get) else {
+    fn of_raw(raw: Option<&'a str>) -> EventText<'a> {
+        let Some(raw) = raw else {
             return EventText::None;
         };
         if raw == "null" {
@@ -78,6 +78,14 @@ pub fn classify_chunk_text(data: &[u8]) -> Result<(EventInfo, EventText<'_>), se
     if trimmed.is_empty() {
         return Ok((EventInfo::default(), EventText::None));
     }
+    if let Some(scanned) = scan::classify(trimmed) {
+        return Ok(scanned);
+    }
+    classify_with_serde(trimmed)
+}
+
+/// The general path: every chunk [`scan`] leaves alone.
+fn classify_with_serde(trimmed: &[u8]) -> Result<(EventInfo, EventText<'_>), serde_json::Error> {
     let wire: Wire<'_> = parse_object(trimmed)?;
     let choices = wire.choices();
     let info = EventInfo {
@@ -155,17 +163,23 @@ struct Choices<'a> {
     text: EventText<'a>,
 }
 
-impl<'de: 'a, 'a> Accumulate<'de> for Choices<'a> {
-    type Item = Choice<'a>;
-
-    fn add(&mut self, choice: Choice<'a>) {
+impl<'a> Choices<'a> {
+    fn add(&mut self, choice: &ChoiceFields<'a>) {
         let (content, answer) = choice.output();
         self.content |= content;
         self.answer |= answer;
         self.text = self.text.and(choice.event_text());
-        if let Some(Tag(reason)) = choice.finish_reason {
+        if let Some(reason) = choice.finish_reason {
             self.finish_reason.get_or_insert(reason);
         }
+    }
+}
+
+impl<'de: 'a, 'a> Accumulate<'de> for Choices<'a> {
+    type Item = Choice<'a>;
+
+    fn add(&mut self, choice: Choice<'a>) {
+        Choices::add(self, &choice.fields());
     }
 }
 
@@ -183,22 +197,43 @@ struct Choice<'a> {
 }
 
 impl<'a> Choice<'a> {
+    fn fields(&self) -> ChoiceFields<'a> {
+        ChoiceFields {
+            delta: self.delta.as_ref().map(Message::fields),
+            message: self.message.as_ref().map(Message::fields),
+            text: self.text.map(RawValue::get),
+            finish_reason: self.finish_reason.as_ref().map(|Tag(r)| *r),
+        }
+    }
+}
+
+/// A choice as raw JSON text per field (absent or `null` is `None`), however it was read:
+/// by serde's derive or by [`scan`].
+#[derive(Copy, Clone, Default)]
+struct ChoiceFields<'a> {
+    delta: Option<MessageFields<'a>>,
+    message: Option<MessageFields<'a>>,
+    text: Option<&'a str>,
+    finish_reason: Option<FinishReason>,
+}
+
+impl<'a> ChoiceFields<'a> {
     /// The text `text::paths::OPENAI_EVENT` would collect: the delta's and `text`.
     fn event_text(&self) -> EventText<'a> {
         let delta = self
             .delta
             .as_ref()
-            .map_or(EventText::None, Message::event_text);
-        delta.and(EventText::of(self.text))
+            .map_or(EventText::None, MessageFields::event_text);
+        delta.and(EventText::of_raw(self.text))
     }
 
     /// (content, answer) over the delta, the message and the completions `text`.
     fn output(&self) -> (bool, bool) {
-        let text = non_empty(self.text);
+        let text = non_empty_raw(self.text);
         [self.delta.as_ref(), self.message.as_ref()]
             .into_iter()
             .flatten()
-            .map(Message::output)
+            .map(MessageFields::output)
             .fold((text, text), |(c, a), (mc, ma)| (c || mc, a || ma))
     }
 }
@@ -222,10 +257,34 @@ struct Message<'a> {
 }
 
 impl<'a> Message<'a> {
+    fn fields(&self) -> MessageFields<'a> {
+        MessageFields {
+            content: self.content.map(RawValue::get),
+            reasoning_content: self.reasoning_content.map(RawValue::get),
+            reasoning: self.reasoning.map(RawValue::get),
+            tool_calls: self.tool_calls.map(RawValue::get),
+            function_call: self.function_call.map(RawValue::get),
+            refusal: self.refusal.map(RawValue::get),
+        }
+    }
+}
+
+/// [`Message`] as raw JSON text per field.
+#[derive(Copy, Clone, Default)]
+struct MessageFields<'a> {
+    content: Option<&'a str>,
+    reasoning_content: Option<&'a str>,
+    reasoning: Option<&'a str>,
+    tool_calls: Option<&'a str>,
+    function_call: Option<&'a str>,
+    refusal: Option<&'a str>,
+}
+
+impl<'a> MessageFields<'a> {
     /// The text of the collected fields, in the order they usually come; any tool or
     /// function call, or more than one string, needs the full walk.
     fn event_text(&self) -> EventText<'a> {
-        if non_empty(self.tool_calls) || non_empty(self.function_call) {
+        if non_empty_raw(self.tool_calls) || non_empty_raw(self.function_call) {
             return EventText::Other;
         }
         [
@@ -235,7 +294,7 @@ impl<'a> Message<'a> {
             self.refusal,
         ]
         .into_iter()
-        .map(EventText::of)
+        .map(EventText::of_raw)
         .fold(EventText::None, EventText::and)
     }
 
@@ -248,11 +307,23 @@ impl<'a> Message<'a> {
             self.refusal,
         ]
         .into_iter()
-        .any(non_empty);
-        let reasoning = non_empty(self.reasoning_content) || non_empty(self.reasoning);
+        .any(non_empty_raw);
+        let reasoning = non_empty_raw(self.reasoning_content) || non_empty_raw(self.reasoning);
         (answer || reasoning, answer)
     }
 }
 
+/// Whether [`scan`] and serde agree on `data` (or the scanner left it to serde): for the
+/// fuzz target `openai_scan`, which runs it on arbitrary input.
+#[doc(hidden)]
+pub fn scan_agrees(data: &[u8]) -> bool {
+    let trimmed = data.trim_ascii();
+    match scan::classify(trimmed) {
+        None => true,
+        Some(scanned) => classify_with_serde(trimmed).is_ok_and(|slow| slow == scanned),
+    }
+}
+
+mod scan;
 #[cfg(test)]
 mod tests;

@@ -48,10 +48,15 @@ pub(crate) fn lenient_object<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) 
 /// Judges emptiness on the raw JSON text, so escapes (`"\n"`, `"\u00e9"`) are non-empty
 /// without being decoded. JSON `null` already arrives as `None`.
 pub(crate) fn non_empty(raw: Option<&RawValue>) -> bool {
+    non_empty_raw(raw.map(RawValue::get))
+}
+
+/// [`non_empty`] on raw JSON text, however it was captured.
+pub(crate) fn non_empty_raw(raw: Option<&str>) -> bool {
     let Some(raw) = raw else {
         return false;
     };
-    let text = raw.get().trim();
+    let text = raw.trim();
     if text == r#""""# || text == "null" {
         return false;
     }

@@ -340,3 +340,214 @@ fn event_text_agrees_with_the_full_walk() {
         "the usual chunk takes the fast path"
     );
 }
+
+// The scanner: it answers for the usual chunks, leaves the unusual to serde, and wherever
+// it answers, serde agrees.
+
+fn scanned(data: &str) -> Option<(EventInfo, EventText<'_>)> {
+    scan::classify(data.as_bytes())
+}
+
+#[test]
+fn the_scanner_answers_for_the_chunks_engines_send() {
+    let chunks = [
+        chat(r#"{"role":"assistant","content":""}"#, "null"),
+        chat(r#"{"content":"Hello"}"#, "null"),
+        chat(r#"{"content":" wörld 🙂"}"#, "null"),
+        chat(r#"{"content":"line\nbreak \u00e9"}"#, "null"),
+        chat(r#"{"reasoning_content":"think","content":null}"#, "null"),
+        chat(r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}]}"#, "null"),
+        chat("{}", r#""stop""#),
+        chat(r#"{"content":"x"}"#, r#""length""#),
+        r#"{"id":"c","object":"text_completion","created":1,"choices":[{"index":0,"text":"hi","logprobs":{"tokens":["hi"],"token_logprobs":[-0.25,1e-3,-1.5E+2]},"finish_reason":null}],"model":"m"}"#.to_owned(),
+        r#" { "choices" : [ ] , "usage" : null , "error" : null } "#.to_owned(),
+        r#"{"choices":null}"#.to_owned(),
+        r#"{"object":"error","message":"engine died"}"#.to_owned(),
+        "{}".to_owned(),
+    ];
+    for c in &chunks {
+        let fast = scanned(c.trim()).unwrap_or_else(|| panic!("scanner declined {c}"));
+        assert!(scan_agrees(c.as_bytes()), "{c}");
+        assert_eq!(classify_chunk_text(c.as_bytes()).unwrap(), fast, "{c}");
+    }
+    assert_eq!(info(&chat(r#"{"content":"Hello"}"#, "null")), answer());
+    assert!(
+        scanned(r#"{"object":"error","message":"m"}"#)
+            .unwrap()
+            .0
+            .error
+    );
+}
+
+#[test]
+fn the_scanner_leaves_the_unusual_to_serde() {
+    let unusual = [
+        // Fields it does not read itself.
+        r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#,
+        r#"{"error":{"message":"boom"}}"#,
+        r#"{"choices":[{"message":{"content":"body"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"x"},"finish_reason":"st\u006fp"}]}"#,
+        r#"{"cho\u0069ces":[{"delta":{"content":"x"}}]}"#,
+        // What serde's derive rejects or reads differently.
+        r#"{"choices":[],"choices":[]}"#,
+        r#"{"choices":[{"delta":null,"delta":{"content":"x"}}]}"#,
+        r#"{"choices":[{"delta":{"content":null,"content":"x"}}]}"#,
+        r#"{"object":null,"object":"error"}"#,
+        r#"{"usage":null,"usage":null}"#,
+        r#"{"choices":[{"delta":["x"]}]}"#,
+        r#"{"choices":[null]}"#,
+        r#"{"choices":{}}"#,
+        r#"{"choices":[{"finish_reason":1}]}"#,
+        // Not strict JSON, or not an object.
+        r#"{"choices":[],}"#,
+        r#"{"a":01}"#,
+        r#"{"a":1.}"#,
+        r#"{"a":"\x"}"#,
+        "{\"a\":\"tab\there\"}",
+        r#"{"a":tru}"#,
+        r#"{"a":1} x"#,
+        r#"["choices"]"#,
+        r#"{"a":1"#,
+    ];
+    for u in unusual {
+        assert!(scanned(u).is_none(), "scanner answered for {u}");
+        assert!(scan_agrees(u.as_bytes()), "{u}");
+    }
+    let deep = format!(r#"{{"a":{}1{}}}"#, "[".repeat(70), "]".repeat(70));
+    assert!(scanned(&deep).is_none());
+    assert!(scanned(&format!(r#"{{"a":{}1{}}}"#, "[".repeat(20), "]".repeat(20))).is_some());
+}
+
+mod scan_agreement {
+    use proptest::prelude::*;
+    use proptest::test_runner::FileFailurePersistence;
+
+    use super::super::scan_agrees;
+
+    fn keys(names: &'static [&'static str]) -> impl Strategy<Value = String> {
+        prop::sample::select(names).prop_map(|k| format!("\"{k}\""))
+    }
+
+    /// An object of `first` (when given) and then up to three `more` fields.
+    fn object(
+        first: impl Strategy<Value = Option<(String, String)>>,
+        more: impl Strategy<Value = (String, String)>,
+    ) -> impl Strategy<Value = String> {
+        (first, prop::collection::vec(more, 0..4)).prop_map(|(first, more)| {
+            let body: Vec<String> = first
+                .into_iter()
+                .chain(more)
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        })
+    }
+
+    /// JSON-ish values: mostly valid, with the odd malformed piece.
+    fn value() -> impl Strategy<Value = String> {
+        let valid = prop::sample::select(vec![
+            "null",
+            "true",
+            "false",
+            "0",
+            "-1.5e3",
+            "\"\"",
+            "\"x\"",
+            "\"stop\"",
+            "\"error\"",
+            "\"a\\nb\"",
+            "\"\\u00e9\"",
+            "\"é\"",
+            "[]",
+            "{}",
+            "\" \"",
+        ]);
+        let malformed = prop::sample::select(vec!["01", "1.", "\"\\q\"", "tru", "\"", "\"\t\""]);
+        let leaf = prop_oneof![30 => valid, 1 => malformed].prop_map(str::to_owned);
+        leaf.prop_recursive(2, 8, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                object(Just(None), (keys(&["a", "content", "x\\u0041"]), inner)),
+            ]
+        })
+    }
+
+    /// A delta or message: the fields the classifier reads, at times repeated, and others.
+    fn message() -> impl Strategy<Value = String> {
+        let key = keys(&[
+            "content",
+            "reasoning_content",
+            "reasoning",
+            "tool_calls",
+            "function_call",
+            "refusal",
+            "role",
+            "role",
+            "content",
+            "content",
+            "conte\\u006et",
+        ]);
+        let text = prop::sample::select(vec!["\"x\"", "\"\"", "null", "\"a\\nb\"", "\" é\""])
+            .prop_map(str::to_owned);
+        object(Just(None), (key, prop_oneof![4 => text, 1 => value()]))
+    }
+
+    fn choice() -> impl Strategy<Value = String> {
+        let finish = prop::sample::select(vec!["null", "\"stop\"", "\"length\"", "\"tool_calls\""])
+            .prop_map(str::to_owned);
+        let delta =
+            prop::option::weighted(0.8, message().prop_map(|m| ("\"delta\"".to_owned(), m)));
+        let key = keys(&[
+            "index",
+            "index",
+            "logprobs",
+            "logprobs",
+            "finish_reason",
+            "finish_reason",
+            "text",
+            "delta",
+            "message",
+        ]);
+        object(
+            delta,
+            (key, prop_oneof![1 => message(), 2 => finish, 2 => value()]),
+        )
+    }
+
+    /// A chunk, mostly shaped like an engine's.
+    fn chunk() -> impl Strategy<Value = String> {
+        let choices =
+            prop::collection::vec(choice(), 0..3).prop_map(|v| format!("[{}]", v.join(",")));
+        let first =
+            prop::option::weighted(0.9, choices.prop_map(|c| ("\"choices\"".to_owned(), c)));
+        let key = keys(&[
+            "id", "id", "model", "model", "object", "object", "created", "usage", "error",
+            "choices",
+        ]);
+        object(
+            first,
+            (key, prop_oneof![4 => value(), 1 => Just("null".to_owned())]),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 2048,
+            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+            ..ProptestConfig::default()
+        })]
+
+        /// Wherever the scanner answers, serde's derive gives the same event.
+        #[test]
+        fn scanner_and_serde_agree(
+            chunk in chunk(),
+            ws in prop::sample::select(vec!["", " ", "\n\t"]),
+        ) {
+            let spaced = chunk.replace(':', &format!("{ws}:{ws}")).replace(',', &format!("{ws},"));
+            for c in [&chunk, &spaced] {
+                prop_assert!(scan_agrees(c.as_bytes()), "{}", c);
+            }
+        }
+    }
+}

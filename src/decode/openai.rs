@@ -324,6 +324,16 @@ pub fn scan_agrees(data: &[u8]) -> bool {
     }
 }
 
+/// Whether a [`ChunkTemplate`] fed the lines of `data` agrees with the classifier on each:
+/// for the fuzz target `openai_scan`.
+#[doc(hidden)]
+pub fn template_agrees(data: &[u8]) -> bool {
+    template::agrees(data)
+}
+
 mod scan;
+mod template;
+
+pub use template::ChunkTemplate;
 #[cfg(test)]
 mod tests;

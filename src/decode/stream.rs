@@ -8,7 +8,7 @@
 //! counting, and drops it as soon as the stream reports its output token count.
 
 use crate::decode::ndjson::NdjsonFramer;
-use crate::decode::openai::{EventText, classify_chunk_text};
+use crate::decode::openai::{ChunkTemplate, EventText};
 use crate::decode::sse::{SseEvent, SseFramer};
 use crate::decode::text::{self, Path, TextBuf, paths};
 use crate::decode::{Api, EventInfo, StreamKind};
@@ -21,6 +21,8 @@ pub struct StreamDecoder {
     broken: bool,
     /// The generated text, while it is being collected (see [`StreamDecoder::collect_text`]).
     text: Option<TextBuf>,
+    /// OpenAI chunks are mostly recognised by the bytes around their text.
+    template: ChunkTemplate,
 }
 
 #[derive(Debug)]
@@ -59,6 +61,7 @@ impl StreamDecoder {
             framing,
             broken: false,
             text: None,
+            template: ChunkTemplate::default(),
         })
     }
 
@@ -86,12 +89,13 @@ impl StreamDecoder {
             framing,
             broken,
             text,
+            template,
         } = self;
         match framing {
             Framing::Sse(framer, dialect) => {
                 let dialect = *dialect;
                 framer.push(chunk, |event| {
-                    let (info, known) = match classify(dialect, event) {
+                    let (info, known) = match classify(dialect, event, template) {
                         Ok((info, known)) => (info, known),
                         Err(_) => {
                             *broken = true;
@@ -179,15 +183,16 @@ fn keep_text(
 
 /// Classifies one event; the text comes along where the dialect's classifier saw it
 /// (OpenAI), else it is [`EventText::Other`] (walk the event for it).
-fn classify(
+fn classify<'a>(
     dialect: SseDialect,
-    event: SseEvent<'_>,
-) -> Result<(EventInfo, EventText<'_>), serde_json::Error> {
+    event: SseEvent<'a>,
+    template: &mut ChunkTemplate,
+) -> Result<(EventInfo, EventText<'a>), serde_json::Error> {
     let SseEvent { event, data } = event;
     let other = |info| (info, EventText::Other);
     match dialect {
         SseDialect::OpenAi => match event {
-            "message" => classify_chunk_text(data),
+            "message" => template.classify(data),
             "error" => Ok((
                 EventInfo {
                     error: true,

@@ -350,7 +350,7 @@ impl<'a> Scanner<'a> {
 }
 
 /// The first `"`, `\\` or control character in `bytes`, eight bytes at a time.
-fn special_at(bytes: &[u8]) -> Option<usize> {
+pub(super) fn special_at(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
     /// High bit set in each byte of `x` below `n` (n <= 128); exact for the lowest such

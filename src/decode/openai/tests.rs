@@ -551,3 +551,112 @@ mod scan_agreement {
         }
     }
 }
+
+// The chunk template: most chunks of a stream are recognised by the bytes around their
+// text, and every answer is the classifier's.
+
+fn content_chunk(text: &str) -> String {
+    chat(&format!(r#"{{"content":"{text}"}}"#), "null")
+}
+
+#[test]
+fn the_template_recognises_the_next_chunks_and_agrees_with_the_classifier() {
+    let mut template = ChunkTemplate::default();
+    let role = chat(r#"{"role":"assistant","content":""}"#, "null");
+    assert_eq!(
+        template.classify(role.as_bytes()).unwrap().1,
+        EventText::None
+    );
+    assert!(
+        template.fit(content_chunk("a").as_bytes()).is_none(),
+        "nothing learnt yet"
+    );
+    template
+        .classify(content_chunk("Hello").as_bytes())
+        .unwrap();
+    for text in [
+        " world",
+        "é 🙂",
+        "x",
+        "a much longer piece of text than before",
+    ] {
+        let chunk = content_chunk(text);
+        assert_eq!(template.fit(chunk.trim().as_bytes()), Some(text), "{chunk}");
+        let (info, got) = template.classify(chunk.as_bytes()).unwrap();
+        assert_eq!((info, got), classify_chunk_text(chunk.as_bytes()).unwrap());
+        assert_eq!((info, got), (answer(), EventText::One(text)));
+    }
+    // What must go through the classifier: escapes, the empty string, other bytes around.
+    let misses = [
+        content_chunk(r#"say \"hi\""#),
+        content_chunk(r"line\nbreak"),
+        content_chunk(""),
+        content_chunk("tab\there"),
+        chat(r#"{"content":"x"}"#, r#""stop""#),
+        chat(r#"{"reasoning_content":"x"}"#, "null"),
+        r#"{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":3}}"#.to_owned(),
+    ];
+    for chunk in &misses {
+        assert!(template.fit(chunk.trim().as_bytes()).is_none(), "{chunk}");
+        let mut fresh = ChunkTemplate::default();
+        fresh.classify(content_chunk("Hello").as_bytes()).unwrap();
+        assert_eq!(
+            fresh.classify(chunk.as_bytes()).ok(),
+            classify_chunk_text(chunk.as_bytes()).ok(),
+            "{chunk}"
+        );
+    }
+    // A miss with one plain string becomes the template; others leave it as it was.
+    let finish = chat(r#"{"content":"end"}"#, r#""length""#);
+    template.classify(finish.as_bytes()).unwrap();
+    let next = chat(r#"{"content":"more"}"#, r#""length""#);
+    assert_eq!(template.fit(next.as_bytes()), Some("more"));
+    template.classify(b"[DONE]").unwrap();
+    assert_eq!(template.fit(next.as_bytes()), Some("more"));
+}
+
+mod template_agreement {
+    use proptest::prelude::*;
+    use proptest::test_runner::FileFailurePersistence;
+
+    use super::super::template_agrees;
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 1024,
+            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+            ..ProptestConfig::default()
+        })]
+
+        /// A stream of chunks around a few shapes, with texts plain and not: the template
+        /// gives the classifier's answer for every chunk.
+        #[test]
+        fn template_and_classifier_agree(
+            chunks in prop::collection::vec(
+                (
+                    prop::sample::select(vec![
+                        (r#"{"id":"a","choices":[{"index":0,"delta":{"content":"#, r#"},"finish_reason":null}]}"#),
+                        (r#"{"id":"a","choices":[{"index":0,"delta":{"content":"#, r#"},"finish_reason":"stop"}]}"#),
+                        (r#"{"id":"a","choices":[{"index":0,"delta":{"reasoning":"#, r#"}}]}"#),
+                        (r#"{"choices":[{"text":"#, r#"}],"usage":null}"#),
+                        (r#"{"choices":[{"delta":{"content":"#, r#",{"content":"x"}}]}"#),
+                        (r#"{"choices":[{"delta":{"content":"#, r#"}}],"usage":{"completion_tokens":2}}"#),
+                    ]),
+                    prop_oneof![
+                        3 => "[a-z é🙂]{1,12}".prop_map(|t| format!("\"{t}\"")),
+                        1 => prop::sample::select(vec![
+                            r#""""#, r#""a\"b""#, r#""a\\""#, "\"a\tb\"", r#""\u00e9""#, "null",
+                            "1", r#"["x"]"#, r#""a"b""#, r#""a""#,
+                        ]).prop_map(str::to_owned),
+                    ],
+                ),
+                1..12,
+            ),
+        ) {
+            let lines: Vec<String> =
+                chunks.into_iter().map(|((head, tail), text)| format!("data: {head}{text}{tail}")).collect();
+            let stream = lines.join("\n");
+            prop_assert!(template_agrees(stream.as_bytes()), "{}", stream);
+        }
+    }
+}

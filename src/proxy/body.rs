@@ -1,6 +1,11 @@
 //! The response body as the proxy forwards it: the upstream's body, unchanged, with an
 //! idle timeout between chunks (which never cuts a healthy stream, however long), or a
 //! small body the proxy wrote itself.
+//!
+//! The idle timeout reads no clock per chunk: a chunk only sets a flag, and a timer
+//! looks at it every eighth of the timeout. A stream is cut once a whole timeout has
+//! passed since the check that last saw a chunk, so after a silence of at least the
+//! timeout and at most an eighth more.
 
 use std::{
     pin::Pin,
@@ -31,6 +36,10 @@ pin_project! {
             #[pin]
             idle: Sleep,
             timeout: Duration,
+            // A chunk arrived since the timer last looked.
+            active: bool,
+            // When the timer last saw a chunk (or the stream started).
+            seen: Instant,
             // The upstream connection, when it is driven by this body (super::inline).
             lease: Option<Lease>,
         },
@@ -40,10 +49,13 @@ pin_project! {
 
 impl UpstreamBody {
     pub fn stream(body: Incoming, timeout: Duration, lease: Option<Lease>) -> UpstreamBody {
+        let now = Instant::now();
         UpstreamBody::Stream {
             body,
-            idle: tokio::time::sleep(timeout),
+            idle: tokio::time::sleep_until(now + check_every(timeout)),
             timeout,
+            active: false,
+            seen: now,
             lease,
         }
     }
@@ -77,6 +89,31 @@ fn release(lease: &mut Option<Lease>, cx: &mut Context<'_>) {
     }
 }
 
+/// How often the idle timer looks at a stream.
+fn check_every(timeout: Duration) -> Duration {
+    timeout / 8
+}
+
+/// Whether the stream has been idle for `timeout`; otherwise the timer is set for the
+/// next check. Called when the timer fires.
+fn idle_for_too_long(
+    mut idle: Pin<&mut Sleep>,
+    timeout: Duration,
+    active: &mut bool,
+    seen: &mut Instant,
+) -> bool {
+    let now = Instant::now();
+    if std::mem::take(active) {
+        *seen = now;
+    }
+    if now.saturating_duration_since(*seen) >= timeout {
+        return true;
+    }
+    let next = (now + check_every(timeout)).min(*seen + timeout);
+    idle.as_mut().reset(next);
+    false
+}
+
 impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -90,11 +127,12 @@ impl Body for UpstreamBody {
                 mut body,
                 mut idle,
                 timeout,
+                active,
+                seen,
                 lease,
             } => match drive_then_poll(body.as_mut(), lease, cx) {
                 Poll::Ready(Some(Ok(frame))) => {
-                    // Extending a tokio timer deadline is a lock-free update.
-                    idle.as_mut().reset(Instant::now() + *timeout);
+                    *active = true;
                     if body.is_end_stream() {
                         // hyper's server stops polling a body that says it has ended.
                         release(lease, cx);
@@ -106,9 +144,15 @@ impl Body for UpstreamBody {
                     release(lease, cx);
                     Poll::Ready(None)
                 }
-                Poll::Pending => match idle.poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(IdleTimeout(*timeout))))),
-                    Poll::Pending => Poll::Pending,
+                Poll::Pending => loop {
+                    match idle.as_mut().poll(cx) {
+                        Poll::Pending => break Poll::Pending,
+                        Poll::Ready(()) => {
+                            if idle_for_too_long(idle.as_mut(), *timeout, active, seen) {
+                                break Poll::Ready(Some(Err(Box::new(IdleTimeout(*timeout)))));
+                            }
+                        }
+                    }
                 },
             },
             Proj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
@@ -128,6 +172,56 @@ impl Body for UpstreamBody {
             UpstreamBody::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds chunks at `chunks` (offsets from the start) to the idle check as the body
+    /// does, and says how long after the last chunk the stream was cut.
+    async fn silence_before_the_cut(timeout: Duration, chunks: &[Duration]) -> Duration {
+        let start = Instant::now();
+        let mut idle = Box::pin(tokio::time::sleep_until(start + check_every(timeout)));
+        let (mut active, mut seen) = (false, start);
+        let mut pending = chunks.iter().map(|&at| start + at).peekable();
+        loop {
+            match pending.peek().copied() {
+                Some(at) if at <= idle.deadline() => {
+                    tokio::time::sleep_until(at).await;
+                    active = true;
+                    pending.next();
+                }
+                _ => {
+                    idle.as_mut().await;
+                    if idle_for_too_long(idle.as_mut(), timeout, &mut active, &mut seen) {
+                        let last = chunks.last().map_or(start, |&at| start + at);
+                        return Instant::now() - last;
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cut_comes_after_the_timeout_and_at_most_an_eighth_later() {
+        let timeout = Duration::from_secs(8);
+        let ms = Duration::from_millis;
+        let cases: [&[Duration]; 5] = [
+            &[],
+            &[ms(1)],
+            &[ms(999), ms(1001)],
+            &[ms(500), ms(4500), ms(8400), ms(12_000), ms(16_999)],
+            &[ms(7999)],
+        ];
+        for chunks in cases {
+            let silence = silence_before_the_cut(timeout, chunks).await;
+            assert!(
+                silence >= timeout && silence <= timeout + timeout / 8,
+                "{chunks:?}: cut after {silence:?} of silence"
+            );
         }
     }
 }

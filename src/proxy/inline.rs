@@ -22,7 +22,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Uri, header::HOST, uri::Authority};
+use http_body_util::{BodyExt, combinators::UnsyncBoxBody};
 use hyper::{
     body::Incoming,
     client::conn::http1::{self, Connection, SendRequest},
@@ -34,7 +36,10 @@ use tower::Service;
 use super::{error::ProxyError, inject::ForwardBody};
 use crate::{config::Upstream, measure::RequestTap};
 
-pub type ReqBody = ForwardBody<RequestTap<Incoming>>;
+/// Boxed: hyper's request queue allocates room for 32 requests per connection up front,
+/// and the unboxed body would make that 13 KiB of heap per upstream connection instead of
+/// 8 (resident memory hardly changes: only the slot in use is written).
+pub type ReqBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
 /// How often idle connections are checked for closure and age.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -147,8 +152,9 @@ impl Pool {
     /// new one, and returns the response head with the connection its body runs on.
     pub async fn send(
         self: &Arc<Self>,
-        mut req: Request<ReqBody>,
+        req: Request<ForwardBody<RequestTap<Incoming>>>,
     ) -> Result<(Response<Incoming>, Lease), ProxyError> {
+        let mut req = req.map(BodyExt::boxed_unsync);
         req.headers_mut()
             .entry(HOST)
             .or_insert_with(|| self.host.clone());

@@ -1,16 +1,17 @@
 //! Write coalescing on client connections, without copying.
 //!
-//! hyper writes a response whenever the body has no frame ready, and the upstream body
-//! hands over one frame at a time from the upstream connection's task. Streaming events
-//! back to back, that is one `writev` per event (and one read per event at the client),
+//! hyper writes a response whenever the body has no frame ready. Streaming events back
+//! to back, that can be one `writev` per event (and one read per event at the client),
 //! which cost the proxy about 20 times nginx's CPU per event (docs/PERFORMANCE.md).
 //!
 //! While a connection is in a burst (its previous write went out less than [`BURST_GAP`]
 //! ago), [`Coalesce`] answers a small write with `Pending` after waking its own task: the
-//! task goes to the back of the run queue, the upstream connection's task runs and hands
-//! over the next frame, and the write comes back with more in it. hyper keeps the buffers
-//! meanwhile (`Bytes` handles, nothing is copied). The write goes out once a turn brought
-//! nothing new, enough is queued, or after [`MAX_YIELDS`] turns; never on a timer.
+//! task goes to the back of the run queue, what the upstream sends meanwhile arrives (read
+//! by the response body itself on a plain HTTP/1 upstream, handed over by the pooled
+//! client's connection task otherwise), and the write comes back with more in it. hyper
+//! keeps the buffers meanwhile (`Bytes` handles, nothing is copied). The write goes out
+//! once a turn brought nothing new, enough is queued, or after [`MAX_YIELDS`] turns; never
+//! on a timer.
 //!
 //! Outside a burst a write goes out at once: a lone event (tokens tens of milliseconds
 //! apart, the usual LLM stream) gains nothing from waiting, and a yield costs a wake-up of

@@ -8,8 +8,14 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    assert!(goodput::decode::openai::scan_agrees(data), "scanner and serde disagree on the whole input");
-    assert!(goodput::decode::openai::template_agrees(data), "the chunk template disagrees");
+    assert!(
+        goodput::decode::openai::scan_agrees(data),
+        "scanner and serde disagree on the whole input"
+    );
+    assert!(
+        goodput::decode::openai::template_agrees(data),
+        "the chunk template disagrees"
+    );
     for line in data.split(|&b| b == b'\n') {
         let chunk = line.strip_prefix(b"data:").unwrap_or(line);
         assert!(

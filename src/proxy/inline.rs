@@ -193,16 +193,20 @@ impl Pool {
         }
     }
 
-    /// The most recently used idle connection that is still open and young enough.
+    /// The most recently used idle connection that is still open and young enough. Each
+    /// is checked (a read attempt) after the lock is let go.
     fn take(&self) -> Option<Conn> {
         let mut cx = Context::from_waker(Waker::noop());
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(mut entry) = idle.pop() {
+        loop {
+            let mut entry = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop()?;
             if entry.since.elapsed() < self.idle_timeout && entry.conn.reusable(&mut cx) {
                 return Some(entry.conn);
             }
         }
-        None
     }
 
     async fn connect(self: &Arc<Self>) -> Result<Conn, ProxyError> {
@@ -234,7 +238,8 @@ impl Pool {
         }
     }
 
-    /// Drops idle connections that closed or aged out.
+    /// Drops idle connections that closed or aged out. Under the lock: at most
+    /// `pool_max_idle_per_host` read attempts, once a second.
     fn sweep(&self) {
         let mut cx = Context::from_waker(Waker::noop());
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);

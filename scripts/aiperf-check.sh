@@ -84,8 +84,12 @@ say "building goodput"
 cargo build --quiet --manifest-path "$ROOT/Cargo.toml"
 GOODPUT="$ROOT/target/debug/goodput"
 
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-SIM_PORT=$(free_port); PROXY_PORT=$(free_port); ADMIN_PORT=$(free_port)
+# Three distinct free ports: all bound before any is released, so none is handed out twice.
+read -r SIM_PORT PROXY_PORT ADMIN_PORT < <("$PY" -c '
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
 wait_port() { for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
 
 say "starting the simulator on :$SIM_PORT and the proxy on :$PROXY_PORT"

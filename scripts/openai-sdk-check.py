@@ -15,10 +15,19 @@ from openai import OpenAI
 BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/goodput"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(names):
+    """Distinct free ports: every socket stays bound until all are picked, so the kernel
+    cannot hand the same port out twice."""
+    socks = []
+    try:
+        for _ in names:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return {name: s.getsockname()[1] for name, s in zip(names, socks)}
+    finally:
+        for s in socks:
+            s.close()
 
 
 def wait_port(port, timeout=20):
@@ -37,7 +46,7 @@ def normalise(raw: bytes) -> bytes:
 
 
 def main():
-    ports = {k: free_port() for k in ("sim_a", "sim_b", "proxy", "admin")}
+    ports = free_ports(("sim_a", "sim_b", "proxy", "admin"))
     sim = ["--ttft", "fixed:20", "--itl", "fixed:2", "--seed", "7"]
     procs = [
         subprocess.Popen([BIN, "sim", "--listen", f"127.0.0.1:{ports['sim_a']}", *sim]),
@@ -50,6 +59,11 @@ def main():
     try:
         for p in ports.values():
             wait_port(p)
+        # A port that opened is only ours if every process is still running (another
+        # program may have taken one between picking and binding).
+        for p in procs:
+            if p.poll() is not None:
+                raise SystemExit(f"{' '.join(p.args[:2])} exited with {p.returncode} at start")
         via = OpenAI(base_url=f"http://127.0.0.1:{ports['proxy']}/v1", api_key="sk-test")
         direct = OpenAI(base_url=f"http://127.0.0.1:{ports['sim_b']}/v1", api_key="sk-test")
         cases = [

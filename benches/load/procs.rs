@@ -63,10 +63,17 @@ fn unregister(pid: u32) {
         .retain(|(p, _)| *p != pid);
 }
 
-/// A free loopback port (bound, read, released: the child binds it right after).
-pub fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+/// `N` distinct free loopback ports (all bound before any is released, so the kernel cannot
+/// hand one out twice; the child binds them right after).
+pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, l) in ports.iter_mut().zip(&listeners) {
+        *port = l.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// A proxy under test, running as a child process.
@@ -147,8 +154,9 @@ impl Proxy {
 /// `goodput serve` with the default configuration (full measurement, access log on) but
 /// for its addresses; logs go to `dir`.
 pub fn start_goodput(bin: &Path, dir: &Path, upstream: SocketAddr) -> Result<Proxy> {
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+    let [port, admin_port] = free_ports()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
     let config = dir.join("goodput.toml");
     fs::write(
         &config,
@@ -221,7 +229,8 @@ pub fn find_nginx() -> Option<PathBuf> {
 /// nginx as a streaming reverse proxy: buffering off, HTTP/1.1 keep-alive upstream,
 /// loopback only, one worker per core, everything under `dir`.
 pub fn start_nginx(bin: &Path, dir: &Path, upstream: SocketAddr) -> Result<Proxy> {
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+    let [port] = free_ports()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let d = dir.display();
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let conf = format!(

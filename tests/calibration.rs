@@ -21,7 +21,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use common::harness::*;
+use common::{harness::*, temp::TempDir};
 use goodput::{
     calibrate::EngineKind,
     config::{self, Calibration, Config, Overrides},
@@ -422,9 +422,8 @@ async fn the_simulator_restarting_resets_its_histograms() {
 async fn a_reload_turns_calibration_on_and_off() {
     let (_sim, sim_url) = start_sim(fast_sim(1.0, 1.0)).await;
     let endpoint = scripted(vec![(Some(200), e2e_page!("1.0", "1"))]).await;
-    let dir = std::env::temp_dir().join(format!("goodput-calibration-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("goodput.toml");
+    let dir = TempDir::new("reload");
+    let path = dir.path().join("goodput.toml");
     let text = |calibration: &str| {
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
@@ -464,5 +463,4 @@ async fn a_reload_turns_calibration_on_and_off() {
     assert!(endpoint.served.load(Ordering::SeqCst) <= served + 1);
     assert_eq!(status(&proxy).await["enabled"], false);
     proxy.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
 }

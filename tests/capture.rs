@@ -11,7 +11,7 @@ mod common;
 use std::{path::Path, time::Duration};
 
 use bytes::Bytes;
-use common::harness::*;
+use common::{harness::*, temp::TempDir};
 use goodput::{
     config::{self, Overrides},
     run::Running,
@@ -26,13 +26,6 @@ const CANARIES: [&str; 4] = [
     "CANARY-TENANT",
     "CANARY-COOKIE",
 ];
-
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("goodput-capture-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 async fn proxy_with(upstream: &str, toml: &str) -> Running {
     let overrides = Overrides {
@@ -90,7 +83,8 @@ fn goodput(args: &[&str]) -> (i32, String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn captured_profiles_are_anonymous_and_keep_prefix_sharing() {
     let (_sim, upstream) = start_sim(fast_sim(2.0, 0.5)).await;
-    let dir = temp_dir("record");
+    let tmp = TempDir::new("record");
+    let dir = tmp.path();
     let toml = format!(
         "[slo]\ntenant_header = \"x-tenant\"\n[profile]\ndir = \"{}\"\n[profile.contract]\nengine = \"sim\"\n",
         dir.display()
@@ -104,7 +98,7 @@ async fn captured_profiles_are_anonymous_and_keep_prefix_sharing() {
     let metrics_text = metrics(admin).await;
     proxy.shutdown().await;
 
-    let files = profile_files(&dir);
+    let files = profile_files(dir);
     assert_eq!(files.len(), 1, "{files:?}");
     let text = std::fs::read_to_string(&files[0]).unwrap();
     for canary in CANARIES {
@@ -166,7 +160,8 @@ async fn captured_profiles_are_anonymous_and_keep_prefix_sharing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn live_drift_fires_on_shifted_output_length_and_writes_a_snapshot() {
     let (_sim, upstream) = start_sim(fast_sim(1.0, 0.2)).await;
-    let dir = temp_dir("drift");
+    let tmp = TempDir::new("drift");
+    let dir = tmp.path();
     // The accepted baseline: short answers.
     let proxy = proxy_with(
         &upstream,
@@ -177,7 +172,7 @@ async fn live_drift_fires_on_shifted_output_length_and_writes_a_snapshot() {
         send(&proxy, &format!("q{i}"), 8).await;
     }
     proxy.shutdown().await;
-    let baseline = profile_files(&dir).pop().unwrap();
+    let baseline = profile_files(dir).pop().unwrap();
     let snapshots = dir.join("snapshots");
     let toml = format!(
         "[drift]\nbaseline = \"{}\"\nevery = \"1s\"\nwindow = \"1m\"\nmin_samples = 20\nfire_after = 1\nsnapshot_dir = \"{}\"\n",
@@ -247,7 +242,8 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_proxy_leaves_a_readable_profile() {
     let (_sim, upstream) = start_sim(fast_sim(1.0, 0.2)).await;
-    let dir = temp_dir("kill");
+    let tmp = TempDir::new("kill");
+    let dir = tmp.path();
     let (proxy_port, admin_port) = (free_port(), free_port());
     let cfg = dir.join("goodput.toml");
     std::fs::write(

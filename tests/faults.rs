@@ -16,7 +16,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use common::{fake::*, harness::*};
+use common::{fake::*, harness::*, temp::TempDir};
 use goodput::{config::Config, measure::Outcome, run::Running};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -774,20 +774,16 @@ async fn a_full_measurement_queue_never_holds_traffic_back() {
 // ---------------------------------------------------------------------------------------
 // 10: the binary: exit code 64 with every problem listed, 0 on SIGTERM.
 
+/// `text` as the file `name` in a directory of its own, returned with the file's path: the
+/// directory goes when the test drops it.
 #[expect(
     clippy::unwrap_used,
     reason = "a test that cannot write its config cannot run"
 )]
-fn temp_config(name: &str, text: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let path = std::env::temp_dir().join(format!(
-        "goodput-faults-{}-{nanos}-{name}",
-        std::process::id()
-    ));
-    std::fs::write(&path, text).unwrap();
-    path
+fn temp_config(name: &str, text: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new("config");
+    let path = dir.write(name, text).unwrap();
+    (dir, path)
 }
 
 const BAD_CONFIG: &str = r#"
@@ -819,7 +815,7 @@ const BAD_KEYS: [&str; 6] = [
 
 #[test]
 fn bad_config_exits_64_and_lists_every_problem() {
-    let bad = temp_config("bad.toml", BAD_CONFIG);
+    let (_dir, bad) = temp_config("bad.toml", BAD_CONFIG);
     let bin = env!("CARGO_BIN_EXE_goodput");
     let runs = [
         vec![
@@ -851,12 +847,11 @@ fn bad_config_exits_64_and_lists_every_problem() {
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(64));
-    let _ = std::fs::remove_file(bad);
 }
 
 #[test]
 fn good_config_checks_clean() {
-    let good = temp_config("good.toml", "[upstream]\nurl = \"http://127.0.0.1:8000\"\n");
+    let (_dir, good) = temp_config("good.toml", "[upstream]\nurl = \"http://127.0.0.1:8000\"\n");
     let out = Command::new(env!("CARGO_BIN_EXE_goodput"))
         .args(["check-config", &good.display().to_string()])
         .output()
@@ -867,7 +862,6 @@ fn good_config_checks_clean() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_file(good);
 }
 
 #[test]

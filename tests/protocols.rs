@@ -17,10 +17,7 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::{
-        Arc, Mutex, PoisonError, RwLock,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex, PoisonError, RwLock},
     time::{Duration, Instant},
 };
 
@@ -29,6 +26,7 @@ use bytes::Bytes;
 use common::{
     fake::{FakeUpstream, SSE_COMMENT, Script, WritePlan, openai_chat_events},
     harness::{chat_body, fast_sim, metric_value, start_proxy, start_proxy_with, start_sim},
+    temp::TempDir,
 };
 use goodput::config::{self, Config, Overrides};
 use http::{Request, Response, StatusCode, Version};
@@ -171,41 +169,6 @@ impl Leaf {
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A directory of its own under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> io::Result<TempDir> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "goodput-protocols-{tag}-{}-{nanos}-{n}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        Ok(TempDir(dir))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn write(&self, name: &str, contents: &str) -> io::Result<PathBuf> {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents)?;
-        Ok(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Writes `toml` as the config file and loads it the way `goodput serve --config` does.
@@ -494,7 +457,7 @@ fn tls_termination_serves_http1_and_h2_by_alpn_and_says_https_upstream() {
     light(async {
         let pki = Pki::new().unwrap();
         let leaf = pki.leaf(&["localhost", "127.0.0.1"]).unwrap();
-        let dir = TempDir::new("tls-server").unwrap();
+        let dir = TempDir::new("tls-server");
         let cert = dir.write("server.pem", &leaf.cert_pem).unwrap();
         let key = dir.write("server.key", &leaf.key_pem).unwrap();
         let events = openai_chat_events(5, true);
@@ -730,7 +693,7 @@ impl TlsUpstream {
     async fn start(tag: &str) -> anyhow::Result<TlsUpstream> {
         let pki = Pki::new()?;
         let leaf = pki.leaf(&["localhost"])?;
-        let dir = TempDir::new(tag)?;
+        let dir = TempDir::new(tag);
         let ca_file = dir.write("ca.pem", &pki.ca_pem())?;
         let (sim, url) = start_sim(fast_sim(10.0, 1.0)).await;
         let relay = Relay::start(sim_addr(&url)?, Some(leaf.acceptor()?)).await?;
@@ -885,7 +848,7 @@ fn upstream_http2_over_plain_http_uses_h2c_prior_knowledge() {
     light(async {
         let (_sim, url) = start_sim(fast_sim(10.0, 1.0)).await;
         let relay = Relay::start(sim_addr(&url).unwrap(), None).await.unwrap();
-        let dir = TempDir::new("h2c-upstream").unwrap();
+        let dir = TempDir::new("h2c-upstream");
         let cfg = load_toml(
             &dir,
             &format!(
@@ -1643,7 +1606,7 @@ async fn terminate(mut served: Served) -> anyhow::Result<(String, String)> {
 fn secrets_never_reach_the_logs_of_the_real_binary_text_and_json() {
     light(async {
         let (_sim, upstream) = start_sim(fast_sim(5.0, 1.0)).await;
-        let dir = TempDir::new("secrecy").unwrap();
+        let dir = TempDir::new("secrecy");
 
         // Text logs, flags only, defaults: level info, access log on.
         let served = serve_binary(&dir, "text", &upstream, None).await.unwrap();

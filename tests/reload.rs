@@ -16,6 +16,7 @@ use std::{
 use common::{
     fake::{FakeUpstream, Script},
     harness::*,
+    temp::TempDir,
 };
 use goodput::{
     config::{self, Overrides},
@@ -24,12 +25,12 @@ use goodput::{
 
 const T: Duration = Duration::from_secs(5);
 
-fn temp_config(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("goodput-reload-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("goodput.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+/// `text` as `goodput.toml` in a directory of its own, returned with the file's path: the
+/// directory goes when the test drops it.
+fn temp_config(name: &str, text: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(name);
+    let path = dir.write("goodput.toml", text).unwrap();
+    (dir, path)
 }
 
 fn file_text(upstream: &str, extra: &str) -> String {
@@ -62,7 +63,7 @@ async fn a_valid_file_switches_new_requests_and_spares_streams_in_flight() {
         b"{\"from\":\"other\"}",
     ))
     .await;
-    let path = temp_config("switch", &file_text(&sim_url, ""));
+    let (_dir, path) = temp_config("switch", &file_text(&sim_url, ""));
     let proxy = start_reloadable(&path).await;
     let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
     let client = client();
@@ -92,7 +93,7 @@ async fn a_valid_file_switches_new_requests_and_spares_streams_in_flight() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_invalid_file_keeps_the_running_config() {
     let (_sim, sim_url) = start_sim(fast_sim(1.0, 1.0)).await;
-    let path = temp_config("invalid", &file_text(&sim_url, ""));
+    let (_dir, path) = temp_config("invalid", &file_text(&sim_url, ""));
     let proxy = start_reloadable(&path).await;
     std::fs::write(&path, "[upstream]\nurl = \"ftp://nope\"\nbogus = 1\n").unwrap();
     let err = proxy.reloader.as_ref().unwrap().reload().unwrap_err();
@@ -115,7 +116,7 @@ async fn an_invalid_file_keeps_the_running_config() {
 #[tokio::test(flavor = "multi_thread")]
 async fn restart_only_settings_are_refused_by_name() {
     let (_sim, sim_url) = start_sim(fast_sim(1.0, 1.0)).await;
-    let path = temp_config("restart", &file_text(&sim_url, ""));
+    let (_dir, path) = temp_config("restart", &file_text(&sim_url, ""));
     let proxy = start_reloadable(&path).await;
     let moved = file_text(&sim_url, "").replace(
         "[server]\nlisten = \"127.0.0.1:0\"",
@@ -134,7 +135,7 @@ async fn restart_only_settings_are_refused_by_name() {
 #[tokio::test(flavor = "multi_thread")]
 async fn slo_classes_change_live_and_the_file_is_watched() {
     let (_sim, sim_url) = start_sim(fast_sim(20.0, 1.0)).await;
-    let path = temp_config("watch", &file_text(&sim_url, ""));
+    let (_dir, path) = temp_config("watch", &file_text(&sim_url, ""));
     let proxy = start_reloadable(&path).await;
     let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
     post_collect(&client(), &url, chat_body(true, 3, true)).await;

@@ -13,7 +13,10 @@ mod common;
 use std::{path::Path, path::PathBuf, time::Duration};
 
 use clap::Parser;
-use common::harness::{fast_sim, start_proxy, start_sim, wait_records};
+use common::{
+    harness::{fast_sim, start_proxy, start_sim, wait_records},
+    temp::TempDir,
+};
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
 
@@ -31,13 +34,6 @@ fn args(list: &[&str]) -> ReplayArgs {
     let mut all = vec!["replay", "--quiet"];
     all.extend_from_slice(list);
     Cli::try_parse_from(all).unwrap().args
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("goodput-replay-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// A profile of `n` streamed chat requests `gap_ms` apart, every fourth sharing its first
@@ -101,9 +97,10 @@ async fn steps_find_the_simulators_knee() {
     sim_cfg.concurrency_knee = Some(8);
     sim_cfg.slowdown_per_request = 0.25;
     let (_sim, url) = start_sim(sim_cfg).await;
-    let dir = temp_dir("steps");
-    let profile = write_profile(&dir, 40, 100.0, 10);
-    let config = write_config(&dir);
+    let tmp = TempDir::new("steps");
+    let dir = tmp.path();
+    let profile = write_profile(dir, 40, 100.0, 10);
+    let config = write_config(dir);
     let out = dir.join("out");
     let a = args(&[
         "--profile",
@@ -245,7 +242,6 @@ async fn steps_find_the_simulators_knee() {
     assert!(unchanged.iter().all(|l| !l.contains("**")), "{unchanged:?}");
     let html = std::fs::read_to_string(cmp.join("compare.html")).unwrap();
     assert!(html.contains("<svg") && !html.contains("http://"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Trace mode keeps the profile's schedule at 400 requests per second.
@@ -253,8 +249,9 @@ async fn steps_find_the_simulators_knee() {
 async fn trace_keeps_the_schedule() {
     let _serial = SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
-    let dir = temp_dir("trace");
-    let profile = write_profile(&dir, 600, 2.5, 4);
+    let tmp = TempDir::new("trace");
+    let dir = tmp.path();
+    let profile = write_profile(dir, 600, 2.5, 4);
     let out = dir.join("out");
     let a = args(&[
         "--profile",
@@ -279,15 +276,15 @@ async fn trace_keeps_the_schedule() {
     assert_eq!(r["generator"]["kept_up"], true);
     assert_eq!(r["steps"][0]["requests"], 600);
     assert_eq!(r["steps"][0]["errors"], 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Ctrl-C (the shutdown future) mid-step, and --max-requests, still write a valid report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_run_still_reports() {
     let (_sim, url) = start_sim(fast_sim(10.0, 2.0)).await;
-    let dir = temp_dir("interrupt");
-    let profile = write_profile(&dir, 20, 50.0, 8);
+    let tmp = TempDir::new("interrupt");
+    let dir = tmp.path();
+    let profile = write_profile(dir, 20, 50.0, 8);
     let out = dir.join("out");
     let a = args(&[
         "--profile",
@@ -347,7 +344,6 @@ async fn an_interrupted_run_still_reports() {
     assert_eq!(r["generator"]["requests_sent"], 7);
     assert_eq!(r["steps"][0]["requests"], 7);
     assert_eq!(r["interrupted"], false);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Replayed through goodput serve, the client-side numbers agree with the proxy's records.
@@ -356,8 +352,9 @@ async fn replay_through_the_proxy_agrees_with_its_records() {
     let _serial = SERIAL.lock().await;
     let (_sim, sim_url) = start_sim(fast_sim(15.0, 2.0)).await;
     let proxy = start_proxy(&sim_url).await;
-    let dir = temp_dir("proxy");
-    let profile = write_profile(&dir, 60, 20.0, 12);
+    let tmp = TempDir::new("proxy");
+    let dir = tmp.path();
+    let profile = write_profile(dir, 60, 20.0, 12);
     let out = dir.join("out");
     let target = format!("http://{}", proxy.proxy_addr);
     let a = args(&[
@@ -414,7 +411,6 @@ async fn replay_through_the_proxy_agrees_with_its_records() {
         "median {median}, p95 {p95}, max {max}"
     );
     proxy.shutdown().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Ramp finds the rate at which the knee's latency breaks the SLO; a soak without a rate
@@ -426,9 +422,10 @@ async fn ramp_finds_the_knee_and_soak_runs_below_it() {
     sim_cfg.concurrency_knee = Some(8);
     sim_cfg.slowdown_per_request = 0.25;
     let (_sim, url) = start_sim(sim_cfg).await;
-    let dir = temp_dir("ramp");
-    let profile = write_profile(&dir, 40, 100.0, 10);
-    let config = write_config(&dir);
+    let tmp = TempDir::new("ramp");
+    let dir = tmp.path();
+    let profile = write_profile(dir, 40, 100.0, 10);
+    let config = write_config(dir);
     let out = dir.join("ramp");
     let common = [
         "--profile",
@@ -518,5 +515,4 @@ async fn ramp_finds_the_knee_and_soak_runs_below_it() {
             .iter()
             .any(|n| n.as_str().unwrap().contains("quick ramp"))
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

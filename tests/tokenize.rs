@@ -11,11 +11,11 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::fake::{FakeUpstream, Script, WritePlan};
 use common::harness::*;
+use common::temp::TempDir;
 use goodput::config::{Config, counting::ModelTokenizer};
 use goodput::run::Running;
 use serde_json::{Value, json};
@@ -47,20 +47,10 @@ const WORDS: [&str; 16] = [
     "there", "is", "a", "model", "string",
 ];
 
-fn temp_dir() -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "goodput-tokenize-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// Builds the test BPE (letters, the merges above, `[UNK]` for anything else, whitespace
-/// pre-tokenizer) and saves it as `tokenizer.json`.
-fn write_tokenizer() -> PathBuf {
+/// pre-tokenizer) and saves it as `tokenizer.json` in a directory of its own, returned with
+/// the file's path: the directory goes when the test drops it.
+fn write_tokenizer() -> (TempDir, PathBuf) {
     let mut vocab: Vec<String> = vec!["[UNK]".into()];
     vocab.extend(('a'..='z').map(String::from));
     vocab.extend(MERGES.iter().map(|(a, b)| format!("{a}{b}")));
@@ -77,9 +67,10 @@ fn write_tokenizer() -> PathBuf {
         .unwrap();
     let mut tokenizer = tokenizers::Tokenizer::new(bpe);
     tokenizer.with_pre_tokenizer(Some(Whitespace {}));
-    let path = temp_dir().join("tokenizer.json");
+    let dir = TempDir::new("tokenizer");
+    let path = dir.path().join("tokenizer.json");
     tokenizer.save(&path, false).unwrap();
-    path
+    (dir, path)
 }
 
 /// The truth: the saved tokenizer's count, loaded back as any user of the file would.
@@ -181,7 +172,7 @@ async fn record(proxy: &Running, id: &str) -> Value {
 
 #[tokio::test]
 async fn configured_tokenizer_counts_output_and_prompt_exactly() {
-    let path = write_tokenizer();
+    let (_dir, path) = write_tokenizer();
     let generated = text(60, 7);
     let events = chat_events(&generated, 5);
     let fake = FakeUpstream::start(Script::sse_chunked(
@@ -222,7 +213,7 @@ async fn configured_tokenizer_counts_output_and_prompt_exactly() {
 
 #[tokio::test]
 async fn a_model_no_glob_matches_gets_the_estimate() {
-    let path = write_tokenizer();
+    let (_dir, path) = write_tokenizer();
     let generated = text(40, 3);
     let fake = FakeUpstream::start(Script::sse_chunked(
         &chat_events(&generated, 9),
@@ -265,7 +256,7 @@ async fn without_a_configured_tokenizer_the_estimate_is_o200k() {
 
 #[tokio::test]
 async fn longer_texts_are_counted_within_one_percent_of_the_truth() {
-    let path = write_tokenizer();
+    let (_dir, path) = write_tokenizer();
     let generated = text(6000, 42);
     // Deltas of 1 to 13 bytes, as engines that stream sub-word pieces send them.
     let mut events = Vec::new();
@@ -311,7 +302,7 @@ async fn longer_texts_are_counted_within_one_percent_of_the_truth() {
 
 #[tokio::test]
 async fn non_streaming_bodies_without_usage_are_counted_from_their_text() {
-    let path = write_tokenizer();
+    let (_dir, path) = write_tokenizer();
     let generated = text(30, 5);
     let body = json!({
         "id": "c", "object": "chat.completion", "model": "test-model",
@@ -345,7 +336,7 @@ async fn non_streaming_bodies_without_usage_are_counted_from_their_text() {
 
 #[tokio::test]
 async fn usage_from_the_upstream_wins_and_nothing_is_counted() {
-    let path = write_tokenizer();
+    let (_dir, path) = write_tokenizer();
     let events = common::fake::openai_chat_events(6, true);
     let fake = FakeUpstream::start(Script::sse_chunked(
         &events,
@@ -374,7 +365,7 @@ async fn usage_from_the_upstream_wins_and_nothing_is_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saturated_pool_falls_back_and_says_so() {
-    let path = write_tokenizer();
+    let (_dir, path) = write_tokenizer();
     // Long texts keep the single worker busy while the other requests finish.
     let generated = text(150_000, 9);
     let events = chat_events(&generated, 4096);
@@ -433,9 +424,8 @@ async fn a_saturated_pool_falls_back_and_says_so() {
 
 #[test]
 fn a_bad_tokenizer_file_is_a_config_problem_naming_its_path() {
-    let dir = temp_dir();
-    let broken = dir.join("broken.json");
-    std::fs::write(&broken, "{ not a tokenizer").unwrap();
+    let dir = TempDir::new("broken");
+    let broken = dir.write("broken.json", "{ not a tokenizer").unwrap();
     let file = format!(
         "[upstream]\nurl = \"http://127.0.0.1:1\"\n[tokenizer]\nmodels = [\n  {{ model = \"a-*\", path = \"{}\" }},\n  {{ model = \"b-*\", path = \"/nonexistent/tokenizer.json\" }},\n]\nworkers = 0\n",
         broken.display()
@@ -456,7 +446,7 @@ fn a_bad_tokenizer_file_is_a_config_problem_naming_its_path() {
 
 #[tokio::test]
 async fn text_past_the_limit_is_extrapolated_and_said_so() {
-    let path = write_tokenizer();
+    let (_dir, path) = write_tokenizer();
     let generated = text(2000, 13);
     let fake = FakeUpstream::start(Script::sse_chunked(
         &chat_events(&generated, 11),

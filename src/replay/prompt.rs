@@ -252,6 +252,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("goodput-prompt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let tok = letter_tokenizer(&dir);
+        // Loaded into memory: the file and its directory are not needed past this point.
+        std::fs::remove_dir_all(&dir).unwrap();
         let p = Prompts::new(3, 64, true, Some(tok.clone()));
         for n in [1, 7, 100, 999] {
             let text = p.text(&template(n, vec![5, 6]), n);

@@ -9,6 +9,9 @@
 //!   TCP, so a test controls every byte and the socket itself (dribbled chunks, slow first
 //!   token, reset or close mid-stream, stalls, wrong framing) and can see what the proxy sent
 //!   upstream and when it hung up.
+//!
+//! [`temp`] gives a test a scratch directory of its own, removed when the test ends.
 
 pub mod fake;
 pub mod harness;
+pub mod temp;

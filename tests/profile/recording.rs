@@ -10,7 +10,8 @@ use goodput::{
 };
 use prometheus_client::registry::Registry;
 
-use crate::support::{CANARIES, TempDir, sample_value, scrape, synthetic};
+use crate::common::temp::TempDir;
+use crate::support::{CANARIES, sample_value, scrape, synthetic};
 
 fn config(dir: &Path, extra: &str) -> Config {
     let text = format!(

@@ -1,10 +1,7 @@
-//! Helpers: temporary directories, synthetic traffic drawn from the simulator's
-//! distributions, profile files written from it, and metrics scrapes.
+//! Helpers: synthetic traffic drawn from the simulator's distributions, profile files
+//! written from it, and metrics scrapes. (Temporary directories: `common::temp`.)
 
-use std::{
-    path::{Path, PathBuf},
-    sync::atomic::{AtomicU32, Ordering},
-};
+use std::path::{Path, PathBuf};
 
 use goodput::{
     decode::Api,
@@ -20,32 +17,6 @@ pub const CANARIES: [&str; 4] = [
     "CANARY-REQUEST-ID-55d1",
     "CANARY-COMPLETION-0e2f",
 ];
-
-/// A directory removed when dropped.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "goodput-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 pub fn anonymizer(salt: &str) -> Anonymizer {
     Anonymizer::from_salt(salt.as_bytes(), 2048, true, Vec::new())

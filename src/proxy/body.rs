@@ -73,19 +73,19 @@ impl UpstreamBody {
 
 /// Polls the body after letting its upstream connection, if this body drives it, read.
 fn drive_then_poll(
-    body: Pin<&mut Incoming>,
+    mut body: Pin<&mut Incoming>,
     lease: &mut Option<Lease>,
     cx: &mut Context<'_>,
 ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-    if let Some(lease) = lease {
-        lease.drive(cx);
+    match lease {
+        Some(lease) => lease.poll_with(cx, |cx| body.as_mut().poll_frame(cx)),
+        None => body.poll_frame(cx),
     }
-    body.poll_frame(cx)
 }
 
-fn release(lease: &mut Option<Lease>, cx: &mut Context<'_>) {
+fn release(lease: &mut Option<Lease>) {
     if let Some(lease) = lease.take() {
-        lease.release(cx);
+        lease.release();
     }
 }
 
@@ -135,13 +135,13 @@ impl Body for UpstreamBody {
                     *active = true;
                     if body.is_end_stream() {
                         // hyper's server stops polling a body that says it has ended.
-                        release(lease, cx);
+                        release(lease);
                     }
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
                 Poll::Ready(None) => {
-                    release(lease, cx);
+                    release(lease);
                     Poll::Ready(None)
                 }
                 Poll::Pending => loop {

@@ -6,7 +6,7 @@
 
 use std::{
     convert::Infallible,
-    future::{Future, poll_fn},
+    future::Future,
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
@@ -166,14 +166,9 @@ impl Inner {
         }
         if body.is_end_stream() {
             // No body to drive the connection to its end: it is ready for the next request.
-            let mut lease = lease.take();
-            poll_fn(|cx| {
-                if let Some(lease) = lease.take() {
-                    lease.release(cx);
-                }
-                Poll::Ready(())
-            })
-            .await;
+            if let Some(lease) = lease.take() {
+                lease.release();
+            }
         }
         Ok(Response::from_parts(
             parts,

@@ -8,6 +8,14 @@
 //! of it runs in the client connection's task, so an event goes from the upstream socket
 //! to the client socket in one task poll (docs/PERFORMANCE.md has the measurements).
 //!
+//! The connection and the response body wake each other through hyper's channels (a chunk
+//! for the body, "ready for more" for the connection), and both are polled by the same
+//! task: such a wake, left to tokio, reschedules the task as if it had yielded, and tokio
+//! rouses a parked worker thread for every yield, once per streamed event. Both are
+//! therefore polled under a waker of their own ([`Nudge`]): a wake that arrives while
+//! they are being polled makes the poller go round once more instead, and only wakes from
+//! outside (the socket, a timer) reach the task.
+//!
 //! A connection whose response ended cleanly goes back to a small pool. Nobody polls an
 //! idle connection, so a sweep polls each one every second to notice an upstream that
 //! closed it, and drops those idle for longer than `pool_idle_timeout`. A reused
@@ -17,11 +25,15 @@
 use std::{
     future::{Future, poll_fn},
     pin::{Pin, pin},
-    sync::{Arc, Mutex, PoisonError, Weak},
-    task::{Context, Poll, Waker},
+    sync::{
+        Arc, Mutex, PoisonError, Weak,
+        atomic::{AtomicU8, Ordering},
+    },
+    task::{Context, Poll, Wake, Waker},
     time::{Duration, Instant},
 };
 
+use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Uri, header::HOST, uri::Authority};
 use http_body_util::{BodyExt, combinators::UnsyncBoxBody};
@@ -63,36 +75,141 @@ struct Idle {
     since: Instant,
 }
 
-/// One upstream connection: the handle requests are sent on, and the future that does
-/// its I/O (`None` once that has finished).
+type Driver = Connection<TokioIo<TcpStream>, ReqBody>;
+
+/// One upstream connection: the handle requests are sent on, the future that does its I/O
+/// (`None` once that has finished), and the waker it is driven under.
 struct Conn {
     send: SendRequest<ReqBody>,
-    driver: Option<Connection<TokioIo<TcpStream>, ReqBody>>,
+    driver: Option<Driver>,
+    nudge: Nudge,
 }
 
 impl Conn {
-    /// Lets the connection read and write what it can; false once it has closed. Errors
-    /// reach the request or the body through hyper's own channels, so they are only
-    /// logged here.
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(driver) = &mut self.driver else {
-            return false;
-        };
-        match Pin::new(driver).poll(cx) {
-            Poll::Pending => true,
-            Poll::Ready(done) => {
-                if let Err(e) = done {
-                    tracing::debug!(error = %e, "upstream connection ended with an error");
-                }
-                self.driver = None;
-                false
-            }
+    fn new(send: SendRequest<ReqBody>, driver: Driver) -> Conn {
+        Conn {
+            send,
+            driver: Some(driver),
+            nudge: Nudge::new(),
         }
     }
 
-    /// Open and idle, ready for a request.
-    fn reusable(&mut self, cx: &mut Context<'_>) -> bool {
-        self.drive(cx) && self.send.is_ready()
+    /// Open and idle, ready for a request. Checked with a waker that goes nowhere: an idle
+    /// connection is looked at again when it is taken or swept, nobody waits on it.
+    fn reusable(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        drive(&mut self.driver, &mut cx) && self.send.is_ready()
+    }
+
+    /// Drives the connection, then polls `then` (the response, or its body), under the
+    /// connection's own waker ([`Nudge`]).
+    fn poll_with<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut then: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        let driver = &mut self.driver;
+        self.nudge.poll(cx, |cx| {
+            // The connection first, so that what it read reaches the response or body.
+            drive(driver, cx);
+            then(cx)
+        })
+    }
+}
+
+/// Lets the connection read and write what it can; false once it has closed. Errors
+/// reach the request or the body through hyper's own channels, so they are only logged
+/// here.
+fn drive(driver: &mut Option<Driver>, cx: &mut Context<'_>) -> bool {
+    let Some(conn) = driver else {
+        return false;
+    };
+    match Pin::new(conn).poll(cx) {
+        Poll::Pending => true,
+        Poll::Ready(done) => {
+            if let Err(e) = done {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+            *driver = None;
+            false
+        }
+    }
+}
+
+/// The waker a connection and its response body are polled under.
+///
+/// A wake while they are being polled (one waking the other) is only noted, and the poller
+/// polls both once more: the task is not rescheduled, and tokio wakes no other worker for
+/// it. A wake at any other time (the socket became readable, the connection closed) goes
+/// to the task that last polled them.
+struct Nudge {
+    shared: Arc<NudgeState>,
+    /// `shared` as a waker, made once.
+    waker: Waker,
+}
+
+struct NudgeState {
+    /// [`OUTSIDE`], [`POLLING`] or [`WOKEN_WHILE_POLLING`].
+    state: AtomicU8,
+    task: AtomicWaker,
+}
+
+const OUTSIDE: u8 = 0;
+const POLLING: u8 = 1;
+const WOKEN_WHILE_POLLING: u8 = 2;
+
+/// Rounds one poll may take when the connection and the body keep waking each other;
+/// then the task is woken and yields, like any other.
+const ROUNDS: usize = 4;
+
+impl Nudge {
+    fn new() -> Nudge {
+        let shared = Arc::new(NudgeState {
+            state: AtomicU8::new(OUTSIDE),
+            task: AtomicWaker::new(),
+        });
+        let waker = Waker::from(Arc::clone(&shared));
+        Nudge { shared, waker }
+    }
+
+    /// Runs `f` under this waker until it is ready, or until it was not woken while it ran.
+    fn poll<T>(
+        &self,
+        cx: &mut Context<'_>,
+        mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        self.shared.task.register(cx.waker());
+        let mut inner = Context::from_waker(&self.waker);
+        for _ in 0..ROUNDS {
+            self.shared.state.store(POLLING, Ordering::Release);
+            let poll = f(&mut inner);
+            // After the swap, a wake goes to the task; before it, it was noted here.
+            let woken = self.shared.state.swap(OUTSIDE, Ordering::AcqRel) == WOKEN_WHILE_POLLING;
+            // Ready: the caller polls again for the next frame, which drives both anew.
+            if poll.is_ready() || !woken {
+                return poll;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl Wake for NudgeState {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let noted = self.state.compare_exchange(
+            POLLING,
+            WOKEN_WHILE_POLLING,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if noted == Err(OUTSIDE) {
+            self.task.wake();
+        }
     }
 }
 
@@ -103,15 +220,20 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Drives the connection so that the response body's next bytes can arrive.
-    pub fn drive(&mut self, cx: &mut Context<'_>) {
-        self.conn.drive(cx);
+    /// Drives the connection, then polls the response body (`then`), so that the body's
+    /// next bytes can arrive.
+    pub fn poll_with<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        then: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        self.conn.poll_with(cx, then)
     }
 
     /// The response body has ended: the connection goes back to the pool if it can carry
     /// another request, and is closed otherwise.
-    pub fn release(mut self, cx: &mut Context<'_>) {
-        if self.conn.reusable(cx) {
+    pub fn release(mut self) {
+        if self.conn.reusable() {
             self.pool.put(self.conn);
         }
     }
@@ -166,12 +288,7 @@ impl Pool {
             };
             let sent = conn.send.try_send_request(req);
             let mut sent = pin!(sent);
-            let result = poll_fn(|cx| {
-                // The connection first, so that what it read reaches the response future.
-                conn.drive(cx);
-                sent.as_mut().poll(cx)
-            })
-            .await;
+            let result = poll_fn(|cx| conn.poll_with(cx, |cx| sent.as_mut().poll(cx))).await;
             match result {
                 Ok(resp) => {
                     let lease = Lease {
@@ -196,14 +313,13 @@ impl Pool {
     /// The most recently used idle connection that is still open and young enough. Each
     /// is checked (a read attempt) after the lock is let go.
     fn take(&self) -> Option<Conn> {
-        let mut cx = Context::from_waker(Waker::noop());
         loop {
             let mut entry = self
                 .idle
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .pop()?;
-            if entry.since.elapsed() < self.idle_timeout && entry.conn.reusable(&mut cx) {
+            if entry.since.elapsed() < self.idle_timeout && entry.conn.reusable() {
                 return Some(entry.conn);
             }
         }
@@ -222,10 +338,7 @@ impl Pool {
             .await
             .map_err(|e| ProxyError::Unreachable(Box::new(e)))?;
         self.start_sweeping();
-        Ok(Conn {
-            send,
-            driver: Some(driver),
-        })
+        Ok(Conn::new(send, driver))
     }
 
     fn put(&self, conn: Conn) {
@@ -241,11 +354,8 @@ impl Pool {
     /// Drops idle connections that closed or aged out. Under the lock: at most
     /// `pool_max_idle_per_host` read attempts, once a second.
     fn sweep(&self) {
-        let mut cx = Context::from_waker(Waker::noop());
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        idle.retain_mut(|entry| {
-            entry.since.elapsed() < self.idle_timeout && entry.conn.reusable(&mut cx)
-        });
+        idle.retain_mut(|entry| entry.since.elapsed() < self.idle_timeout && entry.conn.reusable());
     }
 
     /// One sweeping task per pool, started with its first connection (inside the

@@ -2,12 +2,12 @@
 //! at a time, on each path in turn.
 //!
 //! An event's latency is its transit from the simulator to the client: the simulator runs
-//! in this process (same monotonic clock) and records when it handed a stream's first and
-//! last content events to hyper, so those two per stream are measured exactly; added
-//! latency is a path's quantile minus direct's. The other 98 events are also timed against
-//! the simulator's absolute timetable (request arrival + TTFT + k × ITL), a secondary
-//! figure: it also holds the simulator's own timer lateness (tokio's 1 ms wheel, the same
-//! for every event of a stream), which only many streams average out.
+//! in this process (same monotonic clock) and records when it handed each content event to
+//! hyper, so every event's transit is measured exactly; added latency is a path's quantile
+//! minus direct's. Events are also timed against the simulator's absolute timetable
+//! (request arrival + TTFT + k × ITL), a secondary figure: it also holds the simulator's
+//! own timer lateness (tokio's 1 ms wheel, the same for every event of a stream), which
+//! only many streams average out.
 //!
 //! Accuracy compares, per goodput request, the TTFT the client saw (request handed to the
 //! client → first content event received) with the TTFT goodput recorded, read back from
@@ -37,13 +37,14 @@ pub fn sim_config() -> SimConfig {
     SimConfig {
         ttft: Dist::Fixed(TTFT_MS),
         itl: Dist::Fixed(ITL_MS),
+        record_event_times: true,
         ..SimConfig::default()
     }
 }
 
 #[derive(Default)]
 pub struct LatPath {
-    /// First and last content events' transit from the simulator's send, µs.
+    /// Every content event's transit from the simulator's send, µs.
     pub event_us: Vec<f64>,
     /// Every content event's latency against the simulator's timetable, µs.
     pub timetable_us: Vec<f64>,
@@ -76,7 +77,7 @@ pub async fn run(
         max_tokens: TOKENS,
         usage: env.usage,
     };
-    // One stream at a time gives 2 exact samples per stream: run several per round.
+    // One stream at a time gives 100 samples, all from one connection: run several.
     let sequential = match (concurrency, env.quick) {
         (1, true) => 2,
         (1, false) => 4,
@@ -186,7 +187,7 @@ async fn batch(
     all
 }
 
-/// (every content event's latency vs the timetable, exact transit of first and last), µs.
+/// (every content event's latency vs the timetable, its exact transit), µs.
 fn timings(s: &Stream, t: &Truth) -> Option<(Vec<f64>, Vec<f64>)> {
     let tokens = t.events as usize;
     if tokens == 0 {
@@ -207,13 +208,14 @@ fn timings(s: &Stream, t: &Truth) -> Option<(Vec<f64>, Vec<f64>)> {
             us(recv, due)
         })
         .collect();
-    let exact = [
-        (content.first(), t.first_token_at),
-        (content.last(), t.last_token_at),
-    ]
-    .into_iter()
-    .filter_map(|(recv, sent)| Some(us(*recv?, sent?)))
-    .collect();
+    if t.event_times.len() != content.len() {
+        return None;
+    }
+    let exact = content
+        .iter()
+        .zip(&t.event_times)
+        .map(|(&recv, &sent)| us(recv, sent))
+        .collect();
     Some((timetable, exact))
 }
 

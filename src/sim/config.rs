@@ -42,6 +42,11 @@ pub struct SimConfig {
     /// The server's own cap on output length, like a model's maximum context: a reply
     /// that hits it ends with `finish_reason: "length"`.
     pub max_output_tokens: u32,
+    /// Keep the time every content event was handed to hyper in [`Truth::event_times`]
+    /// (a benchmark measuring each event's transit); off, only the first and last are.
+    ///
+    /// [`Truth::event_times`]: super::Truth::event_times
+    pub record_event_times: bool,
 }
 
 impl Default for SimConfig {
@@ -65,6 +70,7 @@ impl Default for SimConfig {
             seed: DEFAULT_SEED,
             model: "sim-model".to_owned(),
             max_output_tokens: 4096,
+            record_event_times: false,
         }
     }
 }
@@ -127,6 +133,8 @@ impl SimArgs {
             seed: self.seed,
             model: self.model.clone(),
             max_output_tokens: self.max_output_tokens,
+            // Grows with every event: for the benchmarks that embed the simulator.
+            record_event_times: false,
         }
     }
 }

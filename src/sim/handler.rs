@@ -405,6 +405,7 @@ fn truth_for<B>(req: &Request<B>, status: u16) -> Truth {
         received_at: std::time::Instant::now(),
         first_token_at: None,
         last_token_at: None,
+        event_times: Vec::new(),
         finish_reason: None,
         completed: false,
         client_gone: false,

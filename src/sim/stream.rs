@@ -267,6 +267,7 @@ mod tests {
             received_at: std::time::Instant::now(),
             first_token_at: None,
             last_token_at: None,
+            event_times: Vec::new(),
             finish_reason: Some("stop"),
             completed: false,
             client_gone: false,

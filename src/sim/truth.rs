@@ -44,6 +44,9 @@ pub struct Truth {
     pub first_token_at: Option<Instant>,
     /// Right before the last content event's bytes were handed to hyper.
     pub last_token_at: Option<Instant>,
+    /// Right before each content event's bytes were handed to hyper, in order; empty
+    /// unless [`SimConfig::record_event_times`](super::SimConfig::record_event_times).
+    pub event_times: Vec<Instant>,
     /// `stop` or `length` for generations that ran to their end.
     pub finish_reason: Option<&'static str>,
     /// The whole response was handed to hyper; false if reset or the client went away.
@@ -89,8 +92,9 @@ pub(crate) enum End {
 #[derive(Debug)]
 pub(crate) struct InFlight {
     shared: Arc<Shared>,
-    /// The record being filled in; `None` once it has been pushed.
-    truth: Option<Truth>,
+    /// The record being filled in; `None` once it has been pushed. Boxed: a response
+    /// body that carries this stays small.
+    truth: Option<Box<Truth>>,
     /// The model of a generation; only generations feed `/metrics`.
     model: Option<Box<str>>,
 }
@@ -100,7 +104,7 @@ impl InFlight {
         shared.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight {
             shared,
-            truth: Some(truth),
+            truth: Some(Box::new(truth)),
             model: None,
         }
     }
@@ -116,7 +120,7 @@ impl InFlight {
 
     /// The record being filled in; `None` once it has been recorded.
     pub(crate) fn truth_mut(&mut self) -> Option<&mut Truth> {
-        self.truth.as_mut()
+        self.truth.as_deref_mut()
     }
 
     /// Notes that a content event is about to be handed to hyper.
@@ -125,6 +129,9 @@ impl InFlight {
             let now = Instant::now();
             t.first_token_at.get_or_insert(now);
             t.last_token_at = Some(now);
+            if self.shared.cfg.record_event_times {
+                t.event_times.push(now);
+            }
             t.events += 1;
             t.completion_tokens += u64::from(tokens);
         }
@@ -140,7 +147,7 @@ impl InFlight {
                 self.shared.metrics.observe(model, &finished(&t));
             }
             self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-            self.shared.truth.push(t);
+            self.shared.truth.push(*t);
         }
     }
 }
@@ -169,7 +176,7 @@ impl Drop for InFlight {
         if let Some(mut t) = self.truth.take() {
             t.client_gone = true;
             self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-            self.shared.truth.push(t);
+            self.shared.truth.push(*t);
         }
     }
 }
@@ -190,6 +197,7 @@ mod tests {
             received_at: Instant::now(),
             first_token_at: None,
             last_token_at: None,
+            event_times: Vec::new(),
             finish_reason: None,
             completed: false,
             client_gone: false,

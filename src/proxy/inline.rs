@@ -33,7 +33,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Uri, header::HOST, uri::Authority};
 use http_body_util::{BodyExt, combinators::UnsyncBoxBody};
@@ -146,12 +145,17 @@ struct Nudge {
     shared: Arc<NudgeState>,
     /// `shared` as a waker, made once.
     waker: Waker,
+    /// The task's waker as last handed to `shared`, to skip handing it over again (and
+    /// the lock) when the same task polls.
+    task: Option<Waker>,
 }
 
 struct NudgeState {
     /// [`OUTSIDE`], [`POLLING`] or [`WOKEN_WHILE_POLLING`].
     state: AtomicU8,
-    task: AtomicWaker,
+    /// The task to wake from outside. Locked when the task changes and when a wake comes
+    /// from outside (the socket), not per poll.
+    task: Mutex<Option<Waker>>,
 }
 
 const OUTSIDE: u8 = 0;
@@ -166,19 +170,31 @@ impl Nudge {
     fn new() -> Nudge {
         let shared = Arc::new(NudgeState {
             state: AtomicU8::new(OUTSIDE),
-            task: AtomicWaker::new(),
+            task: Mutex::new(None),
         });
         let waker = Waker::from(Arc::clone(&shared));
-        Nudge { shared, waker }
+        Nudge {
+            shared,
+            waker,
+            task: None,
+        }
     }
 
     /// Runs `f` under this waker until it is ready, or until it was not woken while it ran.
     fn poll<T>(
-        &self,
+        &mut self,
         cx: &mut Context<'_>,
         mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
     ) -> Poll<T> {
-        self.shared.task.register(cx.waker());
+        if !self.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            let waker = cx.waker().clone();
+            *self
+                .shared
+                .task
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(waker.clone());
+            self.task = Some(waker);
+        }
         let mut inner = Context::from_waker(&self.waker);
         for _ in 0..ROUNDS {
             self.shared.state.store(POLLING, Ordering::Release);
@@ -195,6 +211,18 @@ impl Nudge {
     }
 }
 
+impl Nudge {
+    /// Lets go of the task, so that an idle connection does not keep it allocated.
+    fn forget(&mut self) {
+        self.task = None;
+        *self
+            .shared
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
 impl Wake for NudgeState {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -207,8 +235,10 @@ impl Wake for NudgeState {
             Ordering::AcqRel,
             Ordering::Acquire,
         );
-        if noted == Err(OUTSIDE) {
-            self.task.wake();
+        if noted == Err(OUTSIDE)
+            && let Some(task) = &*self.task.lock().unwrap_or_else(PoisonError::into_inner)
+        {
+            task.wake_by_ref();
         }
     }
 }
@@ -233,6 +263,7 @@ impl Lease {
     /// The response body has ended: the connection goes back to the pool if it can carry
     /// another request, and is closed otherwise.
     pub fn release(mut self) {
+        self.conn.nudge.forget();
         if self.conn.reusable() {
             self.pool.put(self.conn);
         }
@@ -401,7 +432,94 @@ fn origin_form(uri: &Uri) -> Uri {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicUsize;
+
     use super::*;
+
+    #[derive(Default)]
+    struct CountingWaker(AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<CountingWaker>, Waker) {
+        let count = Arc::new(CountingWaker::default());
+        let waker = Waker::from(Arc::clone(&count));
+        (count, waker)
+    }
+
+    #[test]
+    fn a_wake_while_polling_is_a_second_round_not_a_task_wake() {
+        let (count, task) = counting();
+        let mut cx = Context::from_waker(&task);
+        let mut nudge = Nudge::new();
+        let mut rounds = 0;
+        // The first round wakes itself (as the connection wakes the body); the second
+        // finds what it was woken for.
+        let poll = nudge.poll(&mut cx, |cx| {
+            rounds += 1;
+            if rounds == 1 {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            } else {
+                Poll::Ready(rounds)
+            }
+        });
+        assert_eq!(poll, Poll::Ready(2));
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_wake_from_outside_reaches_the_task() {
+        let (count, task) = counting();
+        let mut cx = Context::from_waker(&task);
+        let mut nudge = Nudge::new();
+        let mut registered = None;
+        let poll: Poll<()> = nudge.poll(&mut cx, |cx| {
+            registered = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        assert!(poll.is_pending());
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        // As the socket would, later and from another thread.
+        let registered = registered.unwrap();
+        std::thread::spawn(move || registered.wake())
+            .join()
+            .unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        // A new task takes over (the connection moved to another request).
+        let (other, other_task) = counting();
+        let mut cx = Context::from_waker(&other_task);
+        let waker = nudge.waker.clone();
+        let _ = nudge.poll(&mut cx, |_| Poll::<()>::Pending);
+        waker.wake_by_ref();
+        assert_eq!(other.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        // Once forgotten (the connection went back to the pool), nobody is woken.
+        nudge.forget();
+        waker.wake();
+        assert_eq!(other.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn endless_wakes_while_polling_yield_after_a_few_rounds() {
+        let (count, task) = counting();
+        let mut cx = Context::from_waker(&task);
+        let mut nudge = Nudge::new();
+        let mut rounds = 0;
+        let poll = nudge.poll(&mut cx, |cx| {
+            rounds += 1;
+            cx.waker().wake_by_ref();
+            Poll::<()>::Pending
+        });
+        assert!(poll.is_pending());
+        assert_eq!(rounds, ROUNDS);
+        // The task is woken to come back after the others had their turn.
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn requests_go_out_in_origin_form() {

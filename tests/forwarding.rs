@@ -1257,6 +1257,48 @@ async fn one_upstream_connection_carries_sequential_requests_of_every_body_kind(
 }
 
 #[tokio::test]
+async fn streams_on_a_reused_upstream_connection_are_timed_by_their_own_reads() {
+    // Frames are stamped with the time of the upstream read that brought them, kept per
+    // connection: the second stream must not inherit the first one's times.
+    let events = openai_chat_events(3, false);
+    let gap = Duration::from_millis(50);
+    let stream = Script::sse_chunked(&events, WritePlan::Whole, gap);
+    let fake = FakeUpstream::start_sequence(vec![stream.clone(), stream]).await;
+    let proxy = start_proxy(&fake.url()).await;
+    let chat = url(&proxy, "/v1/chat/completions");
+    for i in 0..2 {
+        let id = format!("reads-{i}");
+        let (status, _, body) =
+            collect(send_json(&chat, &id, chat_body(true, 3, false)).await).await;
+        assert_eq!(status, 200);
+        assert_eq!(body.as_ref(), events.concat().as_slice(), "request {i}");
+    }
+    assert_eq!(
+        fake.connections(),
+        1,
+        "the second stream reuses the connection"
+    );
+    for i in 0..2 {
+        let r = record(proxy.admin_addr, &format!("reads-{i}"))
+            .await
+            .unwrap();
+        // The role chunk after one gap, the first content chunk after two.
+        let ttft = num(&r, "ttft_ms").unwrap();
+        assert!(
+            (99.0..160.0).contains(&ttft),
+            "request {i}: ttft {ttft}: {r}"
+        );
+        let itl = r["itl_ms"]["p50"].as_f64().unwrap();
+        assert!(
+            (45.0..80.0).contains(&itl),
+            "request {i}: inter-event {itl}: {r}"
+        );
+        assert!(num(&r, "e2e_ms").unwrap() >= ttft + 2.0 * 49.0, "{r}");
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn closed_or_closing_upstream_connections_are_not_reused() {
     // The upstream closes after its first answer, and says so in the second.
     let body = b"{\"ok\":true}";

@@ -1,11 +1,13 @@
 //! Body wrappers of the measurement path. Both pass every frame through unchanged,
-//! forward `is_end_stream` and `size_hint`, and add one `Instant::now()` plus a few integer
-//! updates per frame: no copies of body bytes (a captured chunk is a refcounted `Bytes`).
+//! forward `is_end_stream` and `size_hint`, and add a timestamp (one `Instant::now()`, or the
+//! time of the upstream read that brought the frame) plus a few integer updates per frame:
+//! no copies of body bytes (a captured chunk is a refcounted `Bytes`).
 //! With usage injection, the response body also passes, after the tap has seen each frame,
 //! through the [`UsageFilter`] that removes the usage-only chunk the client did not ask for.
 
 use std::{
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll, ready},
     time::Instant,
 };
@@ -15,7 +17,10 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
 
-use super::tap::{Ending, Tap};
+use super::{
+    clock::ReadClock,
+    tap::{Ending, Tap},
+};
 use crate::{
     BoxError,
     proxy::{IdleTimeout, inject::UsageFilter},
@@ -31,6 +36,9 @@ pin_project! {
         inner: B,
         tap: Tap,
         strip: Option<Strip>,
+        // The upstream connection's read times, when it keeps them: a frame is stamped
+        // with its read's time instead of reading the clock.
+        reads: Option<Arc<ReadClock>>,
     }
 
     impl<B> PinnedDrop for MeasuredBody<B>
@@ -55,7 +63,14 @@ impl<B: Body> MeasuredBody<B> {
             inner,
             tap,
             strip: None,
+            reads: None,
         }
+    }
+
+    /// Frames are stamped with the time of the upstream read that brought them.
+    pub fn with_reads(mut self, reads: Option<Arc<ReadClock>>) -> MeasuredBody<B> {
+        self.reads = reads;
+        self
     }
 
     /// As [`MeasuredBody::new`], removing the usage-only chunk from what the client gets
@@ -65,7 +80,12 @@ impl<B: Body> MeasuredBody<B> {
             filter,
             after: None,
         });
-        MeasuredBody { inner, tap, strip }
+        MeasuredBody {
+            inner,
+            tap,
+            strip,
+            reads: None,
+        }
     }
 }
 
@@ -130,7 +150,12 @@ where
                 return Poll::Ready(after);
             }
             let polled = ready!(this.inner.as_mut().poll_frame(cx));
-            let now = Instant::now();
+            // Data and the end arrive with a read; an error (a timeout) happens now.
+            let read_at = match &polled {
+                Some(Err(_)) => None,
+                _ => this.reads.as_ref().and_then(|r| r.latest()),
+            };
+            let now = read_at.unwrap_or_else(Instant::now);
             let polled = match polled {
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {

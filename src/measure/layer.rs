@@ -20,7 +20,7 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::{
-    MeasuredBody, Outcome, Recorder, RequestTap, Tap, request_id,
+    MeasuredBody, Outcome, ReadClock, Recorder, RequestTap, Tap, request_id,
     tap::{HeadInfo, ProxyFailure},
 };
 use crate::config::{
@@ -214,6 +214,7 @@ where
         match result {
             Ok(mut resp) => {
                 let usage = resp.extensions_mut().remove::<UsageRequest>();
+                let reads = resp.extensions_mut().remove::<Arc<ReadClock>>();
                 let content_type = resp
                     .headers()
                     .get(CONTENT_TYPE)
@@ -238,9 +239,11 @@ where
                     // The body will be shorter than the upstream said.
                     resp.headers_mut().remove(CONTENT_LENGTH);
                     let filter = UsageFilter::new();
-                    return Poll::Ready(Ok(resp.map(|b| MeasuredBody::stripping(b, tap, filter))));
+                    return Poll::Ready(Ok(
+                        resp.map(|b| MeasuredBody::stripping(b, tap, filter).with_reads(reads))
+                    ));
                 }
-                Poll::Ready(Ok(resp.map(|b| MeasuredBody::new(b, tap))))
+                Poll::Ready(Ok(resp.map(|b| MeasuredBody::new(b, tap).with_reads(reads))))
             }
             Err(e) => {
                 tap.on_head(500, None, Some(ProxyFailure(Outcome::ProxyError)));

@@ -1,10 +1,12 @@
 //! The measurement path's data-path half: a tower [`MeasureLayer`] that stamps
 //! `t_arrival`, keeps or assigns the request id, and wraps both bodies; the
-//! [`MeasuredBody`] that timestamps every upstream frame; and the per-request [`Tap`] that
+//! [`MeasuredBody`] that timestamps every upstream frame (with the time of the read that
+//! brought it, where the connection keeps a [`ReadClock`]); and the per-request [`Tap`] that
 //! emits once, at end of stream or on drop, into the bounded [`Recorder`] channel.
 //! [`record`] defines the finished record, built off the hot path in [`finish`].
 
 mod body;
+mod clock;
 pub mod finish;
 mod layer;
 pub mod record;
@@ -14,6 +16,7 @@ pub mod slo;
 mod tap;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
+pub use clock::ReadClock;
 pub use layer::{Measure, MeasureLayer, Settings};
 pub use record::{Outcome, RequestRecord, TokenCount, TokenSource};
 pub use request_id::REQUEST_ID;

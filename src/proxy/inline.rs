@@ -45,7 +45,10 @@ use tokio::net::TcpStream;
 use tower::Service;
 
 use super::{error::ProxyError, inject::ForwardBody};
-use crate::{config::Upstream, measure::RequestTap};
+use crate::{
+    config::Upstream,
+    measure::{ReadClock, RequestTap},
+};
 
 /// Boxed: hyper's request queue allocates room for 32 requests per connection up front,
 /// and the unboxed body would make that 13 KiB of heap per upstream connection instead of
@@ -74,22 +77,24 @@ struct Idle {
     since: Instant,
 }
 
-type Driver = Connection<TokioIo<TcpStream>, ReqBody>;
+type Driver = Connection<Stamped, ReqBody>;
 
 /// One upstream connection: the handle requests are sent on, the future that does its I/O
-/// (`None` once that has finished), and the waker it is driven under.
+/// (`None` once that has finished), the waker it is driven under, and when it last read.
 struct Conn {
     send: SendRequest<ReqBody>,
     driver: Option<Driver>,
     nudge: Nudge,
+    reads: Arc<ReadClock>,
 }
 
 impl Conn {
-    fn new(send: SendRequest<ReqBody>, driver: Driver) -> Conn {
+    fn new(send: SendRequest<ReqBody>, driver: Driver, reads: Arc<ReadClock>) -> Conn {
         Conn {
             send,
             driver: Some(driver),
             nudge: Nudge::new(),
+            reads,
         }
     }
 
@@ -243,6 +248,59 @@ impl Wake for NudgeState {
     }
 }
 
+/// The upstream socket, noting in a [`ReadClock`] when each read completed: the measured
+/// body stamps the frames of a read with its time (one clock read per read, not per
+/// streamed event).
+pub struct Stamped {
+    io: TokioIo<TcpStream>,
+    reads: Arc<ReadClock>,
+}
+
+impl hyper::rt::Read for Stamped {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let read = Pin::new(&mut self.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = read {
+            // Bytes, or the end of the stream: either arrived now.
+            self.reads.stamp();
+        }
+        read
+    }
+}
+
+impl hyper::rt::Write for Stamped {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// A connection on loan to one response: the body drives it and hands it back.
 pub struct Lease {
     conn: Conn,
@@ -250,6 +308,11 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// When the connection last read: frames of the response are stamped with it.
+    pub fn reads(&self) -> Arc<ReadClock> {
+        Arc::clone(&self.conn.reads)
+    }
+
     /// Drives the connection, then polls the response body (`then`), so that the body's
     /// next bytes can arrive.
     pub fn poll_with<T>(
@@ -363,13 +426,18 @@ impl Pool {
             .call(self.origin.clone())
             .await
             .map_err(|e| ProxyError::connect(Box::new(e)))?;
+        let reads = Arc::new(ReadClock::new());
+        let io = Stamped {
+            io,
+            reads: Arc::clone(&reads),
+        };
         let (send, driver) = self
             .builder
             .handshake(io)
             .await
             .map_err(|e| ProxyError::Unreachable(Box::new(e)))?;
         self.start_sweeping();
-        Ok(Conn::new(send, driver))
+        Ok(Conn::new(send, driver, reads))
     }
 
     fn put(&self, conn: Conn) {

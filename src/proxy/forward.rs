@@ -164,15 +164,15 @@ impl Inner {
             // Tells the measurement layer that usage is coming, and whether to strip it.
             parts.extensions.insert(usage);
         }
-        if let Some(lease) = &lease {
-            // The measured body stamps frames with the time of the read that brought them.
-            parts.extensions.insert(lease.reads());
-        }
         if body.is_end_stream() {
             // No body to drive the connection to its end: it is ready for the next request.
             if let Some(lease) = lease.take() {
                 lease.release();
             }
+        }
+        if let Some(lease) = &lease {
+            // The measured body stamps frames with the time of the read that brought them.
+            parts.extensions.insert(lease.reads());
         }
         Ok(Response::from_parts(
             parts,

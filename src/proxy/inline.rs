@@ -214,9 +214,7 @@ impl Nudge {
         cx.waker().wake_by_ref();
         Poll::Pending
     }
-}
 
-impl Nudge {
     /// Lets go of the task, so that an idle connection does not keep it allocated.
     fn forget(&mut self) {
         self.task = None;

@@ -316,6 +316,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn every_event_time_is_kept_only_when_asked() {
+        for record in [false, true] {
+            let shared = Arc::new(Shared::new(SimConfig {
+                itl: Dist::Fixed(10.0),
+                record_event_times: record,
+                ..SimConfig::default()
+            }));
+            let mut b = body(&shared, 4, None);
+            while let Some(frame) = b.frame().await {
+                frame.unwrap();
+            }
+            let t = shared.truth.snapshot().pop().unwrap();
+            if !record {
+                assert!(t.event_times.is_empty());
+                continue;
+            }
+            // The 4 content events (not the role or usage chunks), in order.
+            assert_eq!(t.event_times.len(), 4);
+            assert!(t.event_times.is_sorted());
+            assert_eq!(t.event_times.first().copied(), t.first_token_at);
+            assert_eq!(t.event_times.last().copied(), t.last_token_at);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_reset_ends_with_an_error_after_the_chosen_event() {
         let shared = shared();
         let mut b = body(&shared, 4, Some(2));

@@ -8,7 +8,8 @@
 //!
 //! Flags: `--quick`, `--rounds N`, `--only latency,throughput,memory`, `--no-usage`
 //! (clients do not ask for `include_usage`, so goodput counts tokens itself),
-//! `--out FILE` (default `target/goodput-bench/load.json`).
+//! `--out FILE` (default `target/goodput-bench/load.json`), `--goodput PATH` (measure
+//! another build of goodput, e.g. to compare two commits on the same machine).
 //!
 //! The simulator runs in this process on its own runtime (threads `sim`); the load client
 //! is hyper on a multi-thread runtime (threads `client`); nginx (`nginx-light`, installed
@@ -39,10 +40,13 @@ struct Args {
     usage: bool,
     only: Vec<String>,
     out: PathBuf,
+    /// The goodput binary to measure; `None`: the one this benchmark was built with.
+    goodput: Option<PathBuf>,
 }
 
 const USAGE: &str = "usage: cargo bench --bench load -- [--quick] [--rounds N] \
-                     [--only latency,throughput,memory] [--no-usage] [--out FILE]";
+                     [--only latency,throughput,memory] [--no-usage] [--out FILE] \
+                     [--goodput PATH]";
 
 fn parse_args() -> Result<Option<Args>> {
     let mut args = Args {
@@ -51,6 +55,7 @@ fn parse_args() -> Result<Option<Args>> {
         usage: true,
         only: Vec::new(),
         out: target_dir().join("goodput-bench").join("load.json"),
+        goodput: None,
     };
     // `cargo bench` passes `--bench`; without it (or `--run`) this binary was started by
     // something else (`cargo test --benches`) and must not start a benchmark.
@@ -70,6 +75,9 @@ fn parse_args() -> Result<Option<Args>> {
                 args.only = list.split(',').map(str::to_owned).collect();
             }
             "--out" => args.out = PathBuf::from(it.next().context("--out needs a file")?),
+            "--goodput" => {
+                args.goodput = Some(PathBuf::from(it.next().context("--goodput needs a path")?));
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
@@ -127,7 +135,7 @@ fn run(args: Args) -> Result<()> {
         quick: args.quick,
         rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 5 }).max(1),
         usage: args.usage,
-        goodput_bin: snapshot_binary(&dir)?,
+        goodput_bin: snapshot_binary(&dir, args.goodput.as_deref())?,
         nginx_bin: procs::find_nginx(),
         dir: dir.clone(),
         sim_rt: sim_rt.handle().clone(),
@@ -155,10 +163,14 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// A private copy of the `goodput` binary this benchmark was built with: a concurrent
-/// `cargo build` replacing `target/release/goodput` mid-run then changes nothing here.
-fn snapshot_binary(dir: &std::path::Path) -> Result<PathBuf> {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_goodput"));
+/// A private copy of the `goodput` binary to measure (`--goodput`, or the one this
+/// benchmark was built with): a concurrent `cargo build` replacing it mid-run then changes
+/// nothing here.
+fn snapshot_binary(dir: &std::path::Path, given: Option<&std::path::Path>) -> Result<PathBuf> {
+    let built = given.map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_goodput")),
+        PathBuf::from,
+    );
     let copy = dir.join("goodput");
     std::fs::copy(&built, &copy).with_context(|| format!("cannot copy {}", built.display()))?;
     Ok(copy)

@@ -448,11 +448,30 @@ impl Pool {
         }
     }
 
-    /// Drops idle connections that closed or aged out. Under the lock: at most
-    /// `pool_max_idle_per_host` read attempts, once a second.
+    /// Drops idle connections that closed or aged out. They are checked (a read attempt
+    /// each) with the lock let go, so that requests taking or returning a connection
+    /// meanwhile do not wait for the sweep; connections returned meanwhile were used more
+    /// recently and go after the checked ones.
     fn sweep(&self) {
+        let checked =
+            std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut kept: Vec<Idle> = checked
+            .into_iter()
+            .filter_map(|mut entry| {
+                (entry.since.elapsed() < self.idle_timeout && entry.conn.reusable())
+                    .then_some(entry)
+            })
+            .collect();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        idle.retain_mut(|entry| entry.since.elapsed() < self.idle_timeout && entry.conn.reusable());
+        kept.append(&mut idle);
+        // Over the limit only if connections came back during the check: the oldest go.
+        let excess: Vec<Idle> = kept
+            .drain(..kept.len().saturating_sub(self.max_idle))
+            .collect();
+        *idle = kept;
+        drop(idle);
+        // Closed after the lock is let go.
+        drop(excess);
     }
 
     /// One sweeping task per pool, started with its first connection (inside the
@@ -589,6 +608,51 @@ mod tests {
         assert_eq!(rounds, ROUNDS);
         // The task is woken to come back after the others had their turn.
         assert_eq!(task_wakes, 1);
+    }
+
+    #[test]
+    fn the_sweep_drops_closed_connections_and_keeps_open_ones_in_order()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let overrides = crate::config::Overrides {
+            upstream: Some(format!("http://{}", upstream.local_addr()?)),
+            ..Default::default()
+        };
+        let cfg = crate::config::load(None, &overrides)?;
+        let pool = Pool::for_upstream(&cfg.upstream).ok_or("plain HTTP/1 upstream")?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let mut opened = Vec::new();
+            for _ in 0..3 {
+                opened.push(pool.connect().await?);
+            }
+            // The upstream closes the first of the three; the other two wait in its backlog.
+            let (closed, _) = upstream.accept()?;
+            drop(closed);
+            let reads: Vec<_> = opened.iter().map(|c| Arc::as_ptr(&c.reads)).collect();
+            for conn in opened {
+                pool.put(conn);
+            }
+            // Let the runtime's I/O driver see the close.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            pool.sweep();
+            let left: Vec<_> = pool
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .map(|e| Arc::as_ptr(&e.conn.reads))
+                .collect();
+            assert_eq!(
+                left,
+                reads[1..],
+                "the closed one dropped, the others kept in order"
+            );
+            Ok::<_, Box<dyn std::error::Error>>(())
+        })?;
+        Ok(())
     }
 
     #[test]

@@ -9,9 +9,12 @@
 //! buffer on every connection: 8 KiB more per open stream (docs/PERFORMANCE.md).
 
 use std::{
-    future::Future,
+    future::{Future, poll_fn},
     net::SocketAddr,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -58,6 +61,8 @@ pub struct Proxy {
     http1: hyper::server::conn::http1::Builder,
     /// Set when draining starts; HTTP/1 connections served without `auto` watch it.
     draining: watch::Sender<bool>,
+    /// Set just before `draining`, so a connection can tell cheaply whether to look.
+    drain_started: AtomicBool,
     /// Swappable so a config reload can rotate certificates without a restart.
     tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
     handshake_timeout: Duration,
@@ -100,6 +105,7 @@ impl Proxy {
             builder,
             http1,
             draining: watch::Sender::new(false),
+            drain_started: AtomicBool::new(false),
             tls: server.tls.clone().map(|c| Arc::new(ArcSwap::new(c))),
             handshake_timeout: server.header_read_timeout,
             drain_timeout: server.drain_timeout,
@@ -143,17 +149,27 @@ impl Proxy {
             .with_upgrades();
         let mut connection = std::pin::pin!(connection);
         let mut draining = self.draining.subscribe();
-        let drain = async move {
+        // Unconstrained: tokio's cooperative budget could otherwise make its first poll
+        // return before it registers the task's waker (see below).
+        let mut drain = std::pin::pin!(tokio::task::unconstrained(async move {
             // Err only if the sender is gone, i.e. the proxy itself: stop all the same.
             let _ = draining.wait_for(|d| *d).await;
-        };
-        let ended = tokio::select! {
-            ended = connection.as_mut() => ended,
-            () = drain => {
-                connection.as_mut().graceful_shutdown();
-                connection.await
+        }));
+        // The drain signal is polled once, which registers the task's waker with it, and
+        // again only once draining has started: not on each of the connection's wakes,
+        // i.e. each streamed event (`tokio::select!` would poll both every time).
+        let (mut armed, mut shutting_down) = (false, false);
+        let ended = poll_fn(|cx| {
+            if !shutting_down && (!armed || self.drain_started.load(Ordering::Acquire)) {
+                armed = true;
+                if drain.as_mut().poll(cx).is_ready() {
+                    connection.as_mut().graceful_shutdown();
+                    shutting_down = true;
+                }
             }
-        };
+            connection.as_mut().poll(cx)
+        })
+        .await;
         if let Err(e) = ended {
             tracing::debug!(error = %e, "client connection ended with an error");
         }
@@ -227,6 +243,7 @@ pub async fn serve(
     drop(listener);
     let in_flight = conns.len();
     tracing::info!(connections = in_flight, deadline = ?proxy.drain_timeout, "draining");
+    proxy.drain_started.store(true, Ordering::Release);
     proxy.draining.send_replace(true);
     let drained = async {
         graceful.shutdown().await;

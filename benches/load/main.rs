@@ -9,7 +9,9 @@
 //! Flags: `--quick`, `--rounds N`, `--only latency,throughput,memory`, `--no-usage`
 //! (clients do not ask for `include_usage`, so goodput counts tokens itself),
 //! `--out FILE` (default `target/goodput-bench/load.json`), `--goodput PATH` (measure
-//! another build of goodput, e.g. to compare two commits on the same machine).
+//! another build of goodput, e.g. to compare two commits on the same machine),
+//! `--plain-hyper` (measure a plain hyper proxy that measures nothing in goodput's place:
+//! what the engine alone costs; `plain.rs`).
 //!
 //! The simulator runs in this process on its own runtime (threads `sim`); the load client
 //! is hyper on a multi-thread runtime (threads `client`); nginx (`nginx-light`, installed
@@ -22,6 +24,7 @@ mod client;
 mod latency;
 mod memory;
 mod paths;
+mod plain;
 mod procs;
 mod report;
 mod stats;
@@ -42,11 +45,13 @@ struct Args {
     out: PathBuf,
     /// The goodput binary to measure; `None`: the one this benchmark was built with.
     goodput: Option<PathBuf>,
+    /// Measure the plain hyper proxy (`plain.rs`) in goodput's place.
+    plain: bool,
 }
 
 const USAGE: &str = "usage: cargo bench --bench load -- [--quick] [--rounds N] \
                      [--only latency,throughput,memory] [--no-usage] [--out FILE] \
-                     [--goodput PATH]";
+                     [--goodput PATH | --plain-hyper]";
 
 fn parse_args() -> Result<Option<Args>> {
     let mut args = Args {
@@ -56,6 +61,7 @@ fn parse_args() -> Result<Option<Args>> {
         only: Vec::new(),
         out: target_dir().join("goodput-bench").join("load.json"),
         goodput: None,
+        plain: false,
     };
     // `cargo bench` passes `--bench`; without it (or `--run`) this binary was started by
     // something else (`cargo test --benches`) and must not start a benchmark.
@@ -78,12 +84,16 @@ fn parse_args() -> Result<Option<Args>> {
             "--goodput" => {
                 args.goodput = Some(PathBuf::from(it.next().context("--goodput needs a path")?));
             }
+            "--plain-hyper" => args.plain = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
             }
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
+    }
+    if args.plain && args.goodput.is_some() {
+        bail!("--goodput and --plain-hyper both name what to measure; give one\n{USAGE}");
     }
     if !run {
         println!("load: not started by `cargo bench`; nothing to do. {USAGE}");
@@ -99,6 +109,21 @@ fn target_dir() -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    // `load plain-proxy --config FILE`: this executable as the plain hyper proxy, started
+    // by the benchmark itself (`--plain-hyper`).
+    let argv: Vec<String> = std::env::args().collect();
+    if let [_, mode, flag, config] = argv.as_slice()
+        && mode == "plain-proxy"
+        && flag == "--config"
+    {
+        return match plain::main(std::path::Path::new(config)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("plain proxy: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = match parse_args() {
         Ok(Some(a)) => a,
         Ok(None) => return ExitCode::SUCCESS,
@@ -135,7 +160,8 @@ fn run(args: Args) -> Result<()> {
         quick: args.quick,
         rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 5 }).max(1),
         usage: args.usage,
-        goodput_bin: snapshot_binary(&dir, args.goodput.as_deref())?,
+        goodput_bin: snapshot_binary(&dir, args.goodput.as_deref(), args.plain)?,
+        plain: args.plain,
         nginx_bin: procs::find_nginx(),
         dir: dir.clone(),
         sim_rt: sim_rt.handle().clone(),
@@ -163,14 +189,19 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// A private copy of the `goodput` binary to measure (`--goodput`, or the one this
-/// benchmark was built with): a concurrent `cargo build` replacing it mid-run then changes
-/// nothing here.
-fn snapshot_binary(dir: &std::path::Path, given: Option<&std::path::Path>) -> Result<PathBuf> {
-    let built = given.map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_goodput")),
-        PathBuf::from,
-    );
+/// A private copy of the binary to measure on goodput's path (`--goodput`, this executable
+/// for `--plain-hyper`, or the `goodput` this benchmark was built with): a concurrent
+/// `cargo build` replacing it mid-run then changes nothing here.
+fn snapshot_binary(
+    dir: &std::path::Path,
+    given: Option<&std::path::Path>,
+    plain: bool,
+) -> Result<PathBuf> {
+    let built = match given {
+        Some(path) => path.to_path_buf(),
+        None if plain => std::env::current_exe().context("cannot find this executable")?,
+        None => PathBuf::from(env!("CARGO_BIN_EXE_goodput")),
+    };
     let copy = dir.join("goodput");
     std::fs::copy(&built, &copy).with_context(|| format!("cannot copy {}", built.display()))?;
     Ok(copy)

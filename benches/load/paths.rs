@@ -38,6 +38,8 @@ pub struct Env {
     /// Clients ask for `stream_options.include_usage`.
     pub usage: bool,
     pub goodput_bin: PathBuf,
+    /// goodput's path runs the plain hyper proxy (`goodput_bin` is this executable).
+    pub plain: bool,
     pub nginx_bin: Option<PathBuf>,
     /// Generated configs and the proxies' logs.
     pub dir: PathBuf,
@@ -83,7 +85,10 @@ impl Env {
         let dir = self.sub_dir(&format!("{tag}-{}", kind.name()))?;
         tokio::task::block_in_place(|| match kind {
             PathKind::Direct => Ok(None),
-            PathKind::Goodput => procs::start_goodput(&self.goodput_bin, &dir, upstream).map(Some),
+            PathKind::Goodput => {
+                let mode = if self.plain { "plain-proxy" } else { "serve" };
+                procs::start_goodput(&self.goodput_bin, mode, &dir, upstream).map(Some)
+            }
             PathKind::Nginx => match &self.nginx_bin {
                 Some(bin) => start_nginx_or_warn(bin, &dir, upstream),
                 None => Ok(None),

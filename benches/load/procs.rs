@@ -152,8 +152,9 @@ impl Proxy {
 }
 
 /// `goodput serve` with the default configuration (full measurement, access log on) but
-/// for its addresses; logs go to `dir`.
-pub fn start_goodput(bin: &Path, dir: &Path, upstream: SocketAddr) -> Result<Proxy> {
+/// for its addresses; logs go to `dir`. `mode` is `serve`, or `plain-proxy` for the
+/// plain hyper proxy (`bin` is then this benchmark's executable).
+pub fn start_goodput(bin: &Path, mode: &str, dir: &Path, upstream: SocketAddr) -> Result<Proxy> {
     let [port, admin_port] = free_ports()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
@@ -169,7 +170,7 @@ pub fn start_goodput(bin: &Path, dir: &Path, upstream: SocketAddr) -> Result<Pro
     )?;
     let log = fs::File::create(dir.join("goodput.log"))?;
     let child = Command::new(bin)
-        .args(["serve", "--config"])
+        .args([mode, "--config"])
         .arg(&config)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -58,7 +58,11 @@ fn machine(env: &Env, r: &Results) -> Value {
         "kernel": kernel,
         "rustc": command_line("rustc", &["--version"]),
         "nginx": nginx,
-        "goodput": command_line(&env.goodput_bin.to_string_lossy(), &["--version"]),
+        "goodput": if env.plain {
+            Some("plain hyper proxy (benches/load/plain.rs), in goodput's place".to_owned())
+        } else {
+            command_line(&env.goodput_bin.to_string_lossy(), &["--version"])
+        },
         "timestamp": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         "loadavg_before": r.load_before,
         "loadavg_after": r.load_after,
@@ -117,6 +121,12 @@ pub fn render(env: &Env, r: &Results) -> (String, Value) {
         r.load_before,
         r.load_after
     );
+    if env.plain {
+        let _ = writeln!(
+            t.0,
+            "the goodput column is a plain hyper proxy that measures nothing (--plain-hyper)"
+        );
+    }
     t.row([
         "scenario",
         "figure",

@@ -8,6 +8,8 @@
 //! This runs for every chunk of every streamed response, so once its buffers have grown to
 //! the stream's line and event sizes it does not allocate: lines wholly inside a chunk are
 //! parsed in place, and only a line split across chunks is copied into the carry-over buffer.
+//! The usual event, one `data:` line and a blank line within one chunk, is dispatched from
+//! the chunk itself; other events gather their data in the event buffer.
 
 use memchr::{memchr, memchr2};
 
@@ -130,18 +132,60 @@ impl SseFramer {
         }
         while let Some(pos) = memchr2(b'\n', b'\r', rest) {
             let (line, tail) = rest.split_at(pos);
-            let (terminator, mut after) = tail.split_at(1);
-            if terminator == b"\r" {
-                match after.strip_prefix(b"\n") {
-                    Some(after_lf) => after = after_lf,
-                    None if after.is_empty() => self.pending_cr = true,
-                    None => {}
-                }
+            let after = self.skip_line_end(tail);
+            if let Some(after_blank) = self.single_data_line(line, after, on_event) {
+                rest = after_blank;
+                continue;
             }
             self.end_line(line, on_event);
             rest = after;
         }
         self.carry(rest);
+    }
+
+    /// What follows the line end `tail` starts with (CR, LF or CRLF); a CR ending the chunk
+    /// leaves an LF opening the next chunk to be skipped.
+    fn skip_line_end<'a>(&mut self, tail: &'a [u8]) -> &'a [u8] {
+        let (terminator, after) = tail.split_at(1);
+        if terminator != b"\r" {
+            return after;
+        }
+        match after.strip_prefix(b"\n") {
+            Some(after_lf) => after_lf,
+            None => {
+                if after.is_empty() {
+                    self.pending_cr = true;
+                }
+                after
+            }
+        }
+    }
+
+    /// The usual event, one `data:` line and a blank line, both whole in this chunk and
+    /// with nothing pending: dispatched from the chunk itself, without copying its data into
+    /// the event buffer. Returns what follows the blank line, or `None` (and changes
+    /// nothing) when the line is anything else, to go the general way.
+    fn single_data_line<'a>(
+        &mut self,
+        line: &[u8],
+        after: &'a [u8],
+        on_event: &mut impl FnMut(SseEvent<'_>),
+    ) -> Option<&'a [u8]> {
+        let value = line.strip_prefix(b"data:")?;
+        if !self.line.is_empty()
+            || self.discarding_line
+            || self.event.pending()
+            || line.len() > self.max_event_bytes
+            || !matches!(after.first(), Some(b'\n' | b'\r'))
+        {
+            return None;
+        }
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        on_event(SseEvent {
+            event: "message",
+            data: value,
+        });
+        Some(self.skip_line_end(after))
     }
 
     fn end_line(&mut self, tail: &[u8], on_event: &mut impl FnMut(SseEvent<'_>)) {

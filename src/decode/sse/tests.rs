@@ -209,6 +209,27 @@ fn whole_lines_are_parsed_in_place() {
 }
 
 #[test]
+fn a_one_line_event_in_one_chunk_is_not_copied() {
+    let mut framer = SseFramer::new();
+    let chunk = b"data: a\n\ndata:b\r\n\r\ndata: c\r\rdata: d\n\r";
+    let mut seen = Vec::new();
+    framer.push(chunk, |e| {
+        // Borrowed from the chunk itself, not from the framer's event buffer.
+        assert!(chunk.as_ptr_range().contains(&e.data.as_ptr()));
+        seen.push((e.event.to_owned(), e.data.to_vec()));
+    });
+    assert_eq!(seen, vec![msg("a"), msg("b"), msg("c"), msg("d")]);
+    assert_eq!(framer.event.data.capacity(), 0);
+    // The CR that ended the chunk may be half of a CRLF: the LF opening the next chunk is
+    // not another (empty) line.
+    let events = feed(&mut framer, &[b"\ndata: e\n\n"]);
+    assert_eq!(events, vec![msg("e")]);
+    // Anything else goes the general way, with the same result.
+    let events = feed(&mut framer, &[b"data: f\ndata: g\n\nevent: x\ndata: h\n\n"]);
+    assert_eq!(events, vec![msg("f\ng"), ("x".to_owned(), b"h".to_vec())]);
+}
+
+#[test]
 fn buffers_are_reused_once_warm() {
     let mut framer = SseFramer::new();
     let event = b"data: {\"choices\":[{\"delta\":{\"content\":\"hello\"}}]}\n\n";

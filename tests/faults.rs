@@ -678,6 +678,54 @@ async fn shutdown_drains_in_flight_streams() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn shutdown_drains_http2_streams_and_closes_their_connections() {
+    // As above, over HTTP/2 (h2c): the connection goes through hyper-util's `auto` server,
+    // which must hear the drain signal too, let the stream finish, then close. Were it not
+    // told, the client's idle connection would hold the drain up until its deadline.
+    let (sim, upstream) = start_sim(fast_sim(0.0, 60.0)).await;
+    let proxy = start_proxy(&upstream).await;
+    let recent = proxy.recent.clone();
+    let proxy_addr = proxy.proxy_addr;
+    let h2c: HttpClient = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let mut resp = post(&h2c, &chat_url(&proxy), chat_body(true, 30, true)).await;
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let mut got = read_events(resp.body_mut(), 2).await.unwrap();
+
+    proxy.begin_shutdown();
+    assert!(
+        refused_within(proxy_addr, Duration::from_secs(1)).await,
+        "still accepting"
+    );
+    assert!(
+        sim.truth().is_empty(),
+        "the stream should still be in flight"
+    );
+    let (rest, end) = read_body(resp.into_body()).await;
+    assert!(end.is_ok(), "a drained stream ends cleanly: {end:?}");
+    got.extend_from_slice(&rest);
+    assert!(
+        got.ends_with(b"data: [DONE]\n\n"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    let stopped = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), proxy.shutdown())
+        .await
+        .unwrap();
+    assert!(
+        stopped.elapsed() < Duration::from_secs(1),
+        "shutdown took {:?}",
+        stopped.elapsed()
+    );
+    let recs = recent.latest(10);
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].outcome, Outcome::Ok, "{:?}", recs[0]);
+    assert_eq!(recs[0].events, 30);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn drain_deadline_cuts_what_is_left() {
     let (_sim, upstream) = start_sim(fast_sim(0.0, 10.0)).await;
     let mut cfg: Config = test_config(&upstream);

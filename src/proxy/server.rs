@@ -9,8 +9,10 @@
 //! buffer on every connection: 8 KiB more per open stream (docs/PERFORMANCE.md).
 
 use std::{
+    fmt::Display,
     future::{Future, poll_fn},
     net::SocketAddr,
+    pin::Pin,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -23,10 +25,7 @@ use http::Request;
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{
-        conn::auto,
-        graceful::{GracefulShutdown, Watcher},
-    },
+    server::conn::auto,
     service::TowerToHyperService,
 };
 use tokio::{
@@ -113,7 +112,9 @@ impl Proxy {
         }
     }
 
-    async fn connection<IO>(self: Arc<Self>, io: IO, conn: ConnInfo, watcher: Watcher)
+    /// A TLS or HTTP/2 connection: hyper-util's `auto` server (HTTP/1 or HTTP/2), with
+    /// upgrades, shut down gracefully when draining starts.
+    async fn connection<IO>(self: Arc<Self>, io: IO, conn: ConnInfo)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -129,9 +130,8 @@ impl Proxy {
         let connection = self
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
-        if let Err(e) = watcher.watch(connection.into_owned()).await {
-            tracing::debug!(error = %e, "client connection ended with an error");
-        }
+        self.until_ended(connection, |c| c.graceful_shutdown())
+            .await;
     }
 
     /// A plaintext connection known to speak HTTP/1: hyper's HTTP/1 server on the socket
@@ -147,6 +147,17 @@ impl Proxy {
             .http1
             .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc))
             .with_upgrades();
+        self.until_ended(connection, |c| c.graceful_shutdown())
+            .await;
+    }
+
+    /// Drives `connection` to its end, starting its graceful shutdown (`shut_down`) once
+    /// draining starts.
+    async fn until_ended<C, E>(&self, connection: C, mut shut_down: impl FnMut(Pin<&mut C>))
+    where
+        C: Future<Output = Result<(), E>>,
+        E: Display,
+    {
         let mut connection = std::pin::pin!(connection);
         let mut draining = self.draining.subscribe();
         // Unconstrained: tokio's cooperative budget could otherwise make its first poll
@@ -163,7 +174,7 @@ impl Proxy {
             if !shutting_down && (!armed || self.drain_started.load(Ordering::Acquire)) {
                 armed = true;
                 if drain.as_mut().poll(cx).is_ready() {
-                    connection.as_mut().graceful_shutdown();
+                    shut_down(connection.as_mut());
                     shutting_down = true;
                 }
             }
@@ -219,7 +230,6 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let proxy = Arc::new(proxy);
     let mut conns = JoinSet::new();
-    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -235,7 +245,7 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                conns.spawn(accept(proxy.clone(), stream, remote, graceful.watcher()));
+                conns.spawn(accept(proxy.clone(), stream, remote));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -245,10 +255,7 @@ pub async fn serve(
     tracing::info!(connections = in_flight, deadline = ?proxy.drain_timeout, "draining");
     proxy.drain_started.store(true, Ordering::Release);
     proxy.draining.send_replace(true);
-    let drained = async {
-        graceful.shutdown().await;
-        while conns.join_next().await.is_some() {}
-    };
+    let drained = async { while conns.join_next().await.is_some() {} };
     tokio::select! {
         () = drained => {}
         () = tokio::time::sleep(proxy.drain_timeout) => {
@@ -261,19 +268,14 @@ pub async fn serve(
     Ok(())
 }
 
-async fn accept(
-    proxy: Arc<Proxy>,
-    stream: tokio::net::TcpStream,
-    remote: SocketAddr,
-    watcher: Watcher,
-) {
+async fn accept(proxy: Arc<Proxy>, stream: tokio::net::TcpStream, remote: SocketAddr) {
     let Some(acceptor) = proxy.tls.as_ref().map(|t| TlsAcceptor::from(t.load_full())) else {
         let conn = ConnInfo { remote, tls: false };
         // The other paths are boxed: this task's future is as large as its largest path,
         // and every plaintext HTTP/1 connection would pay for TLS's (docs/PERFORMANCE.md).
         return match opening(&stream, proxy.handshake_timeout).await {
             Opening::Http1 => Arc::clone(&proxy).http1(stream, conn).await,
-            Opening::Http2 => Box::pin(Arc::clone(&proxy).connection(stream, conn, watcher)).await,
+            Opening::Http2 => Box::pin(Arc::clone(&proxy).connection(stream, conn)).await,
             Opening::Gone => tracing::debug!(%remote, "client sent no request head in time"),
         };
     };
@@ -281,7 +283,7 @@ async fn accept(
     match tokio::time::timeout(proxy.handshake_timeout, handshake).await {
         Ok(Ok(tls)) => {
             let conn = ConnInfo { remote, tls: true };
-            Box::pin(proxy.connection(tls, conn, watcher)).await;
+            Box::pin(proxy.connection(tls, conn)).await;
         }
         Ok(Err(e)) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
         Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),

@@ -77,6 +77,13 @@ struct Idle {
     since: Instant,
 }
 
+impl Idle {
+    /// Still open, ready for a request, and idle for less than `timeout` (a read attempt).
+    fn usable(&mut self, timeout: Duration) -> bool {
+        self.since.elapsed() < timeout && self.conn.reusable()
+    }
+}
+
 type Driver = Connection<Stamped, ReqBody>;
 
 /// One upstream connection: the handle requests are sent on, the future that does its I/O
@@ -411,7 +418,7 @@ impl Pool {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .pop()?;
-            if entry.since.elapsed() < self.idle_timeout && entry.conn.reusable() {
+            if entry.usable(self.idle_timeout) {
                 return Some(entry.conn);
             }
         }
@@ -453,15 +460,9 @@ impl Pool {
     /// meanwhile do not wait for the sweep; connections returned meanwhile were used more
     /// recently and go after the checked ones.
     fn sweep(&self) {
-        let checked =
+        let mut kept =
             std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
-        let mut kept: Vec<Idle> = checked
-            .into_iter()
-            .filter_map(|mut entry| {
-                (entry.since.elapsed() < self.idle_timeout && entry.conn.reusable())
-                    .then_some(entry)
-            })
-            .collect();
+        kept.retain_mut(|entry| entry.usable(self.idle_timeout));
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         kept.append(&mut idle);
         // Over the limit only if connections came back during the check: the oldest go.

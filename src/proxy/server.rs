@@ -58,7 +58,7 @@ pub struct Proxy {
     builder: auto::Builder<TokioExecutor>,
     /// Plaintext HTTP/1 connections, recognised by peeking (see the module doc).
     http1: hyper::server::conn::http1::Builder,
-    /// Set when draining starts; HTTP/1 connections served without `auto` watch it.
+    /// Set when draining starts; every client connection watches it.
     draining: watch::Sender<bool>,
     /// Set just before `draining`, so a connection can tell cheaply whether to look.
     drain_started: AtomicBool,

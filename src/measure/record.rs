@@ -16,6 +16,12 @@ pub enum Outcome {
     ClientAbort,
     Timeout,
     ProxyError,
+    /// The request's own fault: a malformed, incomplete or too slow request caught by the
+    /// proxy, or an upstream 4xx caused by the request. Excluded from attainment.
+    ClientError,
+    /// The system refused the work (429, 503, or the proxy's own admission limits): a miss,
+    /// reported as the rejection rate.
+    Rejected,
 }
 
 /// Who a failed outcome is attributed to.
@@ -28,13 +34,15 @@ pub enum Fault {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Ok,
         Outcome::UpstreamError,
         Outcome::UpstreamReset,
         Outcome::ClientAbort,
         Outcome::Timeout,
         Outcome::ProxyError,
+        Outcome::ClientError,
+        Outcome::Rejected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -45,14 +53,19 @@ impl Outcome {
             Outcome::ClientAbort => "client_abort",
             Outcome::Timeout => "timeout",
             Outcome::ProxyError => "proxy_error",
+            Outcome::ClientError => "client_error",
+            Outcome::Rejected => "rejected",
         }
     }
 
     pub fn fault(self) -> Fault {
         match self {
             Outcome::Ok => Fault::None,
-            Outcome::ClientAbort => Fault::Client,
-            Outcome::UpstreamError | Outcome::UpstreamReset | Outcome::Timeout => Fault::Upstream,
+            Outcome::ClientAbort | Outcome::ClientError => Fault::Client,
+            Outcome::UpstreamError
+            | Outcome::UpstreamReset
+            | Outcome::Timeout
+            | Outcome::Rejected => Fault::Upstream,
             Outcome::ProxyError => Fault::Proxy,
         }
     }

@@ -1,6 +1,7 @@
 //! The SLO verdict of one finished request, per DESIGN.md: it meets its class when its
 //! outcome is `ok` and each target the class sets holds (a missing target, or a metric the
-//! request has no value for, is not checked). Client aborts are excluded from attainment.
+//! request has no value for, is not checked). Client aborts and client errors are excluded
+//! from attainment.
 
 use super::{Outcome, RequestRecord};
 use crate::config::slo::{MatchInput, Slo, Targets};
@@ -25,11 +26,12 @@ impl MissReason {
     }
 }
 
-/// `Some(met)`, or `None` when the request does not count (client abort); with the reason
+/// `Some(met)`, or `None` when the request does not count (client abort, client error);
+/// with the reason
 /// when missed.
 pub fn verdict(r: &RequestRecord, targets: &Targets) -> (Option<bool>, Option<MissReason>) {
     match r.outcome {
-        Outcome::ClientAbort => return (None, None),
+        Outcome::ClientAbort | Outcome::ClientError => return (None, None),
         Outcome::Ok => {}
         _ => return (Some(false), Some(MissReason::Error)),
     }

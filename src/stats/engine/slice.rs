@@ -13,7 +13,7 @@ use crate::measure::Outcome;
 pub struct Counts {
     pub requests: u64,
     /// Indexed like [`Outcome::ALL`].
-    pub outcomes: [u64; 6],
+    pub outcomes: [u64; Outcome::ALL.len()],
     pub met: u64,
     pub missed: u64,
     /// All output tokens (raw throughput, spend).

@@ -1024,7 +1024,7 @@ async fn unknown_path_passes_bytes_and_records_e2e_and_bytes_only() {
 
 /// The contract field set of a record (issue 2, "Admin server"), then the fields later
 /// capabilities added (TTFO from the dialects; the SLO verdict).
-const RECORD_FIELDS: [&str; 21] = [
+const RECORD_FIELDS: [&str; 22] = [
     "id",
     "started_at",
     "model",
@@ -1042,6 +1042,7 @@ const RECORD_FIELDS: [&str; 21] = [
     "output_tokens_source",
     "events",
     "bytes_out",
+    "terminal_event",
     "ttfo_ms",
     "slo_class",
     "slo_met",

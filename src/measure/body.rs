@@ -19,7 +19,8 @@ use tokio::sync::oneshot;
 
 use super::{
     clock::ReadClock,
-    tap::{Ending, Tap},
+    delivery::{Delivery, Mark},
+    tap::{Delivered, Ending, Tap},
 };
 use crate::{
     BoxError,
@@ -28,6 +29,11 @@ use crate::{
 
 pin_project! {
     /// The upstream response body as the client receives it, timestamped frame by frame.
+    ///
+    /// It also follows what reached the client ([`Delivery`]): an upstream failure is held
+    /// back until the connection has flushed every byte handed over before it (hyper would
+    /// otherwise drop what it still buffers), and the record counts the bytes a flush
+    /// carried and whether the dialect's terminal event was among them.
     pub struct MeasuredBody<B>
     where
         B: Body,
@@ -39,6 +45,7 @@ pin_project! {
         // The upstream connection's read times, when it keeps them: a frame is stamped
         // with its read's time instead of reading the clock.
         reads: Option<Arc<ReadClock>>,
+        sent: Sent,
     }
 
     impl<B> PinnedDrop for MeasuredBody<B>
@@ -47,12 +54,117 @@ pin_project! {
     {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            // A body hyper stopped polling because it knew it was complete (empty bodies,
-            // Content-Length reached) ended normally; anything else is an abort, which the
-            // tap's own drop records.
-            if !this.tap.is_finished() && this.inner.is_end_stream() {
-                this.tap.finish(Instant::now(), Ending::Complete);
+            if this.tap.is_finished() {
+                return;
             }
+            // A body hyper stopped polling because it knew it was complete (empty bodies,
+            // Content-Length reached) ended normally; one that failed upstream ends as
+            // that failure; anything else is an abort (the client went away, or the drain
+            // deadline cut it).
+            let now = Instant::now();
+            let (at, ending) = if this.inner.is_end_stream() {
+                this.sent.all_delivered();
+                (now, Ending::Complete)
+            } else if let Some(failed) = this.sent.failed.take() {
+                this.sent.settle();
+                (failed.at, failed.ending)
+            } else {
+                this.sent.settle();
+                (now, this.tap.dropped_ending())
+            };
+            this.tap.delivered(this.sent.delivered());
+            this.tap.finish(at, ending);
+        }
+    }
+}
+
+/// What the body has handed to the server and what of it is known to have left.
+#[derive(Debug)]
+struct Sent {
+    /// The client connection's flushes; `None` outside a server (all handed counts as sent).
+    delivery: Option<Arc<Delivery>>,
+    /// Body bytes handed to the server.
+    handed: u64,
+    /// Something (the head, at first) was handed over since the last mark.
+    unmarked: bool,
+    /// The latest mark and the bytes handed over before it.
+    mark: Option<(Mark, u64)>,
+    /// Bytes a flush has carried.
+    delivered: u64,
+    /// Bytes handed over up to and including the dialect's terminal event.
+    terminal_at: Option<u64>,
+    /// An upstream failure waiting for the flush of what came before it.
+    failed: Option<Failed>,
+}
+
+#[derive(Debug)]
+struct Failed {
+    error: BoxError,
+    ending: Ending,
+    at: Instant,
+}
+
+impl Sent {
+    fn new() -> Sent {
+        Sent {
+            delivery: None,
+            handed: 0,
+            unmarked: true,
+            mark: None,
+            delivered: 0,
+            terminal_at: None,
+            failed: None,
+        }
+    }
+
+    /// Called as the body is polled: what was handed over before is now queued by the
+    /// server, so a mark taken now is passed by the flush that carries it.
+    fn poll_begins(&mut self) {
+        self.settle();
+        if std::mem::take(&mut self.unmarked)
+            && let Some(delivery) = &self.delivery
+        {
+            self.mark = Some((delivery.mark(), self.handed));
+        }
+    }
+
+    /// Counts as delivered what the latest mark covers, if a flush has passed it.
+    fn settle(&mut self) {
+        match (&self.delivery, self.mark) {
+            (None, _) => self.delivered = self.handed,
+            (Some(delivery), Some((mark, bytes))) if delivery.flushed_since(mark) => {
+                self.delivered = self.delivered.max(bytes);
+            }
+            _ => {}
+        }
+    }
+
+    fn handed(&mut self, bytes: usize, terminal: bool) {
+        self.handed += bytes as u64;
+        self.unmarked = true;
+        if terminal && self.terminal_at.is_none() {
+            self.terminal_at = Some(self.handed);
+        }
+    }
+
+    /// Ready once everything handed over (the response head included) has been flushed
+    /// to the client.
+    fn poll_all_flushed(&mut self, cx: &Context<'_>) -> Poll<()> {
+        if let (Some(delivery), Some((mark, _))) = (&self.delivery, self.mark) {
+            ready!(delivery.poll_flushed_since(cx, mark));
+        }
+        self.all_delivered();
+        Poll::Ready(())
+    }
+
+    fn all_delivered(&mut self) {
+        self.delivered = self.handed;
+    }
+
+    fn delivered(&self) -> Delivered {
+        Delivered {
+            bytes: self.delivered,
+            terminal: self.terminal_at.is_some_and(|t| self.delivered >= t),
         }
     }
 }
@@ -64,12 +176,19 @@ impl<B: Body> MeasuredBody<B> {
             tap,
             strip: None,
             reads: None,
+            sent: Sent::new(),
         }
     }
 
     /// Frames are stamped with the time of the upstream read that brought them.
     pub fn with_reads(mut self, reads: Option<Arc<ReadClock>>) -> MeasuredBody<B> {
         self.reads = reads;
+        self
+    }
+
+    /// What the body hands over is delivered as the client connection flushes it.
+    pub fn with_delivery(mut self, delivery: Option<Arc<Delivery>>) -> MeasuredBody<B> {
+        self.sent.delivery = delivery;
         self
     }
 
@@ -85,6 +204,7 @@ impl<B: Body> MeasuredBody<B> {
             tap,
             strip,
             reads: None,
+            sent: Sent::new(),
         }
     }
 }
@@ -132,18 +252,18 @@ impl Strip {
     }
 }
 
-impl<B> Body for MeasuredBody<B>
+impl<B> MeasuredBody<B>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
+    /// The next frame for the client, measured: the tap sees every upstream frame with
+    /// its read time; `ended` is set to when the upstream body reached its end.
+    fn poll_measured(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        ended: &mut Option<Instant>,
+    ) -> Poll<Polled> {
         let mut this = self.project();
         loop {
             if let Some(after) = this.strip.as_mut().and_then(|s| s.after.take()) {
@@ -162,22 +282,13 @@ where
                         this.tap.on_data(now, data);
                     }
                     if this.inner.is_end_stream() {
-                        this.tap.finish(now, Ending::Complete);
+                        *ended = Some(now);
                     }
                     Some(Ok(frame))
                 }
-                Some(Err(e)) => {
-                    let err: BoxError = e.into();
-                    let ending = if err.is::<IdleTimeout>() {
-                        Ending::IdleTimeout
-                    } else {
-                        Ending::UpstreamFailed
-                    };
-                    this.tap.finish(now, ending);
-                    Some(Err(err))
-                }
+                Some(Err(e)) => Some(Err(e.into())),
                 None => {
-                    this.tap.finish(now, Ending::Complete);
+                    *ended = Some(now);
                     None
                 }
             };
@@ -190,9 +301,72 @@ where
             }
         }
     }
+}
+
+impl<B> Body for MeasuredBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.as_mut().project().sent.poll_begins();
+        if self.sent.failed.is_none() {
+            let mut ended = None;
+            let polled = ready!(self.as_mut().poll_measured(cx, &mut ended));
+            let this = self.as_mut().project();
+            match polled {
+                Some(Ok(frame)) => {
+                    let len = frame.data_ref().map_or(0, Bytes::len);
+                    this.sent.handed(len, this.tap.terminal_seen());
+                    if let Some(at) = ended {
+                        // hyper stops polling a body that says it has ended.
+                        this.sent.all_delivered();
+                        this.tap.delivered(this.sent.delivered());
+                        this.tap.finish(at, Ending::Complete);
+                    }
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                None => {
+                    this.sent.all_delivered();
+                    this.tap.delivered(this.sent.delivered());
+                    this.tap
+                        .finish(ended.unwrap_or_else(Instant::now), Ending::Complete);
+                    return Poll::Ready(None);
+                }
+                Some(Err(error)) => {
+                    let ending = if error.is::<IdleTimeout>() {
+                        Ending::IdleTimeout
+                    } else {
+                        Ending::UpstreamFailed
+                    };
+                    this.sent.failed = Some(Failed {
+                        error,
+                        ending,
+                        at: Instant::now(),
+                    });
+                }
+            }
+        }
+        // Failed upstream: the client gets everything handed over before the abort.
+        let this = self.project();
+        ready!(this.sent.poll_all_flushed(cx));
+        let Some(failed) = this.sent.failed.take() else {
+            return Poll::Ready(None);
+        };
+        this.tap.delivered(this.sent.delivered());
+        this.tap.finish(failed.at, failed.ending);
+        Poll::Ready(Some(Err(failed.error)))
+    }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.sent.failed.is_none()
+            && self.inner.is_end_stream()
             && self
                 .strip
                 .as_ref()

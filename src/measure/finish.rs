@@ -156,10 +156,30 @@ impl Pending {
         outcome(
             self.proxy_failure,
             self.status,
-            self.ending,
+            self.effective_ending(),
             stream_error,
             unterminated,
         )
+    }
+
+    /// How the response ended for its client: one whose terminal event was written to the
+    /// client is complete, whatever happened after it (clients stop reading at `[DONE]`,
+    /// `message_stop` and the like, and may close before the upstream ends its body).
+    fn effective_ending(&self) -> Ending {
+        if self.terminal_delivered {
+            Ending::Complete
+        } else {
+            self.ending
+        }
+    }
+
+    /// When the response ended for its client: for a stream that went on (or failed)
+    /// after its terminal event reached the client, at that event.
+    fn client_end(&self) -> Instant {
+        match self.timeline.terminal_at {
+            Some(at) if self.terminal_delivered && self.ending != Ending::Complete => at,
+            _ => self.ended_at,
+        }
     }
 
     /// Builds the record; also returns the inter-token gaps (µs) for the ITL histogram.
@@ -209,7 +229,7 @@ impl Pending {
             ttft_ms: ttft.map(ms),
             ttfo_ms: ttfo.map(ms),
             tpot_ms: tpot.map(ms),
-            e2e_ms: ms(self.ended_at.saturating_duration_since(self.t_arrival)),
+            e2e_ms: ms(self.client_end().saturating_duration_since(self.t_arrival)),
             itl_ms,
             input_tokens,
             input_tokens_source,
@@ -217,10 +237,11 @@ impl Pending {
             output_tokens_source,
             events: self.timeline.events,
             bytes_out: self.bytes_out,
+            terminal_event: self.terminal_delivered,
             slo_class: String::new(),
             slo_met: None,
             slo_miss_reason: None,
-            finished_at: Some(self.ended_at),
+            finished_at: Some(self.client_end()),
             bytes_in: bytes_in.max(self.bytes_in),
             finish_reason: self
                 .timeline

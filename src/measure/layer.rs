@@ -20,7 +20,7 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::{
-    MeasuredBody, Outcome, ReadClock, Recorder, RequestTap, Tap, request_id,
+    Delivery, MeasuredBody, Outcome, ReadClock, Recorder, RequestTap, Tap, request_id,
     tap::{HeadInfo, ProxyFailure},
 };
 use crate::config::{
@@ -180,9 +180,11 @@ where
         if let Some(limit) = settings.text_limit {
             tap.count_text(limit);
         }
+        let delivery = parts.extensions.get::<Arc<Delivery>>().cloned();
         ResponseFuture {
             inner: self.inner.call(Request::from_parts(parts, body)),
             tap: Some(tap),
+            delivery,
         }
     }
 }
@@ -194,6 +196,8 @@ pin_project! {
         #[pin]
         inner: F,
         tap: Option<Tap>,
+        // The client connection's flushes, for the response body.
+        delivery: Option<Arc<Delivery>>,
     }
 }
 
@@ -239,11 +243,17 @@ where
                     // The body will be shorter than the upstream said.
                     resp.headers_mut().remove(CONTENT_LENGTH);
                     let filter = UsageFilter::new();
-                    return Poll::Ready(Ok(
-                        resp.map(|b| MeasuredBody::stripping(b, tap, filter).with_reads(reads))
-                    ));
+                    return Poll::Ready(Ok(resp.map(|b| {
+                        MeasuredBody::stripping(b, tap, filter)
+                            .with_reads(reads)
+                            .with_delivery(this.delivery.take())
+                    })));
                 }
-                Poll::Ready(Ok(resp.map(|b| MeasuredBody::new(b, tap).with_reads(reads))))
+                Poll::Ready(Ok(resp.map(|b| {
+                    MeasuredBody::new(b, tap)
+                        .with_reads(reads)
+                        .with_delivery(this.delivery.take())
+                })))
             }
             Err(e) => {
                 tap.on_head(500, None, Some(ProxyFailure(Outcome::ProxyError)));

@@ -7,6 +7,7 @@
 
 mod body;
 mod clock;
+mod delivery;
 pub mod finish;
 mod layer;
 pub mod record;
@@ -17,8 +18,9 @@ mod tap;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
 pub use clock::ReadClock;
+pub use delivery::{Delivery, Mark};
 pub use layer::{Measure, MeasureLayer, Settings};
 pub use record::{Outcome, RequestRecord, TokenCount, TokenSource};
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Recorder};
-pub use tap::{Ending, HeadInfo, Pending, ProxyFailure, Tap, Timeline};
+pub use tap::{Delivered, Ending, HeadInfo, Pending, ProxyFailure, Tap, Timeline};

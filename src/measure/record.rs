@@ -154,7 +154,12 @@ pub struct RequestRecord {
     pub output_tokens: Option<u64>,
     pub output_tokens_source: Option<TokenSource>,
     pub events: u64,
+    /// Body bytes written to the client (after an upstream failure: everything the
+    /// upstream sent; after a client abort: what the connection had flushed).
     pub bytes_out: u64,
+    /// Whether the dialect's terminal event (`[DONE]`, `message_stop`, ...) was written to
+    /// the client: a stream that delivered it is complete, even if the client then left.
+    pub terminal_event: bool,
     /// The SLO class the request was held to (`default` when no class matched).
     pub slo_class: String,
     /// Whether it met its class's targets; `null` for client aborts (not counted).

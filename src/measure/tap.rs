@@ -45,6 +45,8 @@ pub struct Timeline {
     pub usage: Option<Usage>,
     pub finish_reason: Option<FinishReason>,
     pub terminal: bool,
+    /// When the dialect's terminal event was read.
+    pub terminal_at: Option<Instant>,
     pub error: bool,
 }
 
@@ -75,6 +77,9 @@ impl Timeline {
         if ev.finish_reason.is_some() {
             self.finish_reason = ev.finish_reason;
         }
+        if ev.terminal && self.terminal_at.is_none() {
+            self.terminal_at = Some(now);
+        }
         self.terminal |= ev.terminal;
         self.error |= ev.error;
     }
@@ -98,8 +103,11 @@ pub struct Pending {
     pub timeline: Timeline,
     pub body: Vec<Bytes>,
     pub body_overflow: bool,
+    /// Body bytes written to the client.
     pub bytes_out: u64,
     pub bytes_in: u64,
+    /// The dialect's terminal event was written to the client (not only read upstream).
+    pub terminal_delivered: bool,
     pub ended_at: Instant,
     pub ending: Ending,
     pub arrival: Arrival,
@@ -141,6 +149,16 @@ pub struct Tap {
     /// Collect the generated text (up to this many bytes) of streams that will not carry
     /// usage; `None` when counting is off or usage is known to be coming.
     text_limit: Option<usize>,
+    /// What reached the client, when the response body tracks it ([`Tap::delivered`]);
+    /// otherwise everything read counts as written.
+    delivered: Option<Delivered>,
+}
+
+/// What of the response reached the client, as the response body saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    pub bytes: u64,
+    pub terminal: bool,
 }
 
 impl Tap {
@@ -171,6 +189,7 @@ impl Tap {
             body_overflow: false,
             bytes_out: 0,
             bytes_in: 0,
+            terminal_delivered: false,
             ended_at: t_arrival,
             ending: Ending::ClientGone,
             arrival,
@@ -189,6 +208,7 @@ impl Tap {
             capture_limit,
             captured: 0,
             text_limit: None,
+            delivered: None,
         }
     }
 
@@ -262,11 +282,28 @@ impl Tap {
         }
     }
 
+    /// Whether the dialect's terminal event has been read.
+    pub fn terminal_seen(&self) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.timeline.terminal)
+    }
+
+    /// What reached the client so far; the record takes the last word given before it ends.
+    pub fn delivered(&mut self, delivered: Delivered) {
+        self.delivered = Some(delivered);
+    }
+
     /// Ends the measurement and hands it to the aggregator. Later calls do nothing.
     pub fn finish(&mut self, now: Instant, ending: Ending) {
         let Some(mut p) = self.pending.take() else {
             return;
         };
+        match self.delivered {
+            Some(d) => {
+                p.bytes_out = d.bytes;
+                p.terminal_delivered = d.terminal;
+            }
+            None => p.terminal_delivered = p.timeline.terminal,
+        }
         if let Some(decoder) = self.decoder.as_mut() {
             if ending == Ending::Complete {
                 let timeline = &mut p.timeline;
@@ -299,6 +336,7 @@ impl Tap {
             capture_limit: self.capture_limit,
             captured: self.captured,
             text_limit: self.text_limit,
+            delivered: self.delivered.take(),
         }
     }
 

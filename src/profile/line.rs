@@ -123,6 +123,7 @@ pub(crate) mod tests {
             output_tokens_source: Some(TokenSource::Events),
             events: 9,
             bytes_out: 1000,
+            terminal_event: false,
             slo_class: "interactive".into(),
             slo_met: Some(true),
             slo_miss_reason: None,

@@ -8,6 +8,7 @@
 //! timeout and at most an eighth more.
 
 use std::{
+    future::poll_fn,
     pin::Pin,
     task::{Context, Poll},
     time::Duration,
@@ -42,22 +43,48 @@ pin_project! {
             seen: Instant,
             // The upstream connection, when it is driven by this body (super::inline).
             lease: Option<Lease>,
+            // A frame read before the response head was handed on (see `UpstreamBody::open`).
+            first: Option<Frame<Bytes>>,
         },
         Full { data: Option<Bytes> },
     }
 }
 
+/// The upstream's body failed before any of it could be handed on.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream body failed at its start: {0}")]
+pub struct BrokenStart(#[source] pub hyper::Error);
+
 impl UpstreamBody {
-    pub fn stream(body: Incoming, timeout: Duration, lease: Option<Lease>) -> UpstreamBody {
+    /// The upstream's body, looked at once before its response head goes to the client: a
+    /// body that is already known to be broken (a malformed first chunk) is an error the
+    /// proxy can still answer with a 502, instead of a 200 cut short.
+    pub async fn open(
+        mut body: Incoming,
+        timeout: Duration,
+        mut lease: Option<Lease>,
+    ) -> Result<UpstreamBody, BrokenStart> {
+        let polled =
+            poll_fn(|cx| Poll::Ready(drive_then_poll(Pin::new(&mut body), &mut lease, cx))).await;
+        let first = match polled {
+            Poll::Ready(Some(Err(e))) => return Err(BrokenStart(e)),
+            Poll::Ready(Some(Ok(frame))) => Some(frame),
+            Poll::Ready(None) => {
+                release(&mut lease);
+                return Ok(UpstreamBody::empty());
+            }
+            Poll::Pending => None,
+        };
         let now = Instant::now();
-        UpstreamBody::Stream {
+        Ok(UpstreamBody::Stream {
             body,
             idle: tokio::time::sleep_until(now + check_every(timeout)),
             timeout,
             active: false,
             seen: now,
             lease,
-        }
+            first,
+        })
     }
 
     pub fn full(data: Bytes) -> UpstreamBody {
@@ -130,7 +157,11 @@ impl Body for UpstreamBody {
                 active,
                 seen,
                 lease,
-            } => match drive_then_poll(body.as_mut(), lease, cx) {
+                first,
+            } => match first.take().map_or_else(
+                || drive_then_poll(body.as_mut(), lease, cx),
+                |f| Poll::Ready(Some(Ok(f))),
+            ) {
                 Poll::Ready(Some(Ok(frame))) => {
                     *active = true;
                     if body.is_end_stream() {
@@ -161,14 +192,24 @@ impl Body for UpstreamBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            UpstreamBody::Stream { body, .. } => body.is_end_stream(),
+            UpstreamBody::Stream { body, first, .. } => first.is_none() && body.is_end_stream(),
             UpstreamBody::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            UpstreamBody::Stream { body, .. } => body.size_hint(),
+            UpstreamBody::Stream { body, first, .. } => {
+                let held = first
+                    .as_ref()
+                    .and_then(Frame::data_ref)
+                    .map_or(0, |d| d.len() as u64);
+                let rest = body.size_hint();
+                match rest.exact() {
+                    Some(n) => SizeHint::with_exact(n + held),
+                    None => SizeHint::new(),
+                }
+            }
             UpstreamBody::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }

@@ -21,12 +21,15 @@
 use std::{
     io::{self, IoSlice},
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll},
     time::{Duration, Instant},
 };
 
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::measure::Delivery;
 
 /// A write starting this soon after the previous one is part of a burst: events are
 /// arriving back to back (a benchmark, a fast speculative decoder, many tokens per read),
@@ -42,19 +45,21 @@ const ENOUGH_SLICES: usize = 45;
 
 pin_project! {
     /// Passes reads and writes through; holds small writes back for a scheduler turn
-    /// while the connection is in a burst.
+    /// while the connection is in a burst. Completed flushes are noted in `delivery`.
     pub struct Coalesce<IO> {
         #[pin]
         io: IO,
         pacing: Pacing,
+        delivery: Arc<Delivery>,
     }
 }
 
 impl<IO> Coalesce<IO> {
-    pub fn new(io: IO) -> Coalesce<IO> {
+    pub fn new(io: IO, delivery: Arc<Delivery>) -> Coalesce<IO> {
         Coalesce {
             io,
             pacing: Pacing::default(),
+            delivery,
         }
     }
 }
@@ -140,8 +145,15 @@ impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
         self.io.is_write_vectored()
     }
 
+    /// The server flushes its I/O once its own buffer is empty: what it was given is on
+    /// the socket (or in TLS's buffer, which the inner flush empties).
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_flush(cx)
+        let this = self.project();
+        let flushed = this.io.poll_flush(cx);
+        if let Poll::Ready(Ok(())) = flushed {
+            this.delivery.flushed();
+        }
+        flushed
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -168,7 +180,7 @@ mod tests {
     #[tokio::test]
     async fn bytes_pass_unchanged_and_burst_writes_go_out() {
         let (mut client, server) = duplex(1 << 16);
-        let mut io = Coalesce::new(server);
+        let mut io = Coalesce::new(server, Arc::default());
         io.write_all(b"data: one\n\n").await.unwrap();
         // Right after a write: a burst, so this one waits a turn, then goes.
         let slices = [IoSlice::new(b"data: "), IoSlice::new(b"two\n\n")];

@@ -25,6 +25,8 @@ pub enum ProxyError {
     UpstreamFailed(#[source] BoxError),
     #[error("cannot build the upstream request: {0}")]
     BadTarget(#[source] http::Error),
+    #[error("upstream response is malformed: {0}")]
+    BadResponse(&'static str),
 }
 
 impl ProxyError {
@@ -54,6 +56,7 @@ impl ProxyError {
             ProxyError::HeaderTimeout(_) => "upstream_header_timeout",
             ProxyError::UpstreamFailed(_) => "upstream_failed",
             ProxyError::BadTarget(_) => "bad_target",
+            ProxyError::BadResponse(_) => "upstream_bad_response",
         }
     }
 
@@ -62,7 +65,9 @@ impl ProxyError {
             ProxyError::ConnectTimeout(_) | ProxyError::HeaderTimeout(_) => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            ProxyError::Unreachable(_) | ProxyError::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Unreachable(_)
+            | ProxyError::UpstreamFailed(_)
+            | ProxyError::BadResponse(_) => StatusCode::BAD_GATEWAY,
             ProxyError::BadTarget(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -70,7 +75,9 @@ impl ProxyError {
     fn outcome(&self) -> Outcome {
         match self {
             ProxyError::ConnectTimeout(_) | ProxyError::HeaderTimeout(_) => Outcome::Timeout,
-            ProxyError::Unreachable(_) | ProxyError::UpstreamFailed(_) => Outcome::UpstreamError,
+            ProxyError::Unreachable(_)
+            | ProxyError::UpstreamFailed(_)
+            | ProxyError::BadResponse(_) => Outcome::UpstreamError,
             ProxyError::BadTarget(_) => Outcome::ProxyError,
         }
     }

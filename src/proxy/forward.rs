@@ -13,7 +13,10 @@ use std::{
 };
 
 use arc_swap::ArcSwap;
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{
+    Method, Request, Response, StatusCode, Uri, Version,
+    header::{CONTENT_LENGTH, TRANSFER_ENCODING},
+};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use tower::Service;
@@ -145,6 +148,15 @@ impl Inner {
         };
 
         let (mut parts, body) = resp.into_parts();
+        if parts.headers.contains_key(TRANSFER_ENCODING)
+            && parts.headers.contains_key(CONTENT_LENGTH)
+        {
+            // RFC 9112 6.3: a sign of response splitting, to be handled as an error (nginx
+            // answers 502 too); forwarded, its length would contradict its body.
+            return Err(ProxyError::BadResponse(
+                "both Content-Length and Transfer-Encoding",
+            ));
+        }
         if let Some(client_upgrade) = client_upgrade
             && parts.status == StatusCode::SWITCHING_PROTOCOLS
         {
@@ -174,9 +186,9 @@ impl Inner {
             // The measured body stamps frames with the time of the read that brought them.
             parts.extensions.insert(lease.reads());
         }
-        Ok(Response::from_parts(
-            parts,
-            UpstreamBody::stream(body, self.upstream.idle_timeout, lease),
-        ))
+        let body = UpstreamBody::open(body, self.upstream.idle_timeout, lease)
+            .await
+            .map_err(|e| ProxyError::UpstreamFailed(Box::new(e)))?;
+        Ok(Response::from_parts(parts, body))
     }
 }

@@ -44,7 +44,7 @@ use super::{
 };
 use crate::{
     config::Server,
-    measure::{Measure, MeasureLayer, Recorder},
+    measure::{Delivery, Measure, MeasureLayer, Recorder},
 };
 
 /// HTTP/2 streams a client may open on one connection. hyper's default (200) would hold a
@@ -118,43 +118,64 @@ impl Proxy {
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let svc = self.service.clone();
-        let svc = service_fn(move |mut req: Request<Incoming>| {
-            req.extensions_mut().insert(conn.clone());
-            svc.clone().oneshot(req)
-        });
+        let delivery = Arc::new(Delivery::new());
+        let svc = self.service(conn, &delivery);
         // hyper's header-read timeout starts only once HTTP/1 is chosen; bound the bytes before.
         let io = FirstBytes::new(io, self.handshake_timeout);
         // Events already on their way go out in one write (see `coalesce`).
-        let io = Coalesce::new(io);
+        let io = Coalesce::new(io, Arc::clone(&delivery));
         let connection = self
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
-        self.until_ended(connection, |c| c.graceful_shutdown())
+        self.until_ended(connection, &delivery, |c| c.graceful_shutdown())
             .await;
     }
 
     /// A plaintext connection known to speak HTTP/1: hyper's HTTP/1 server on the socket
     /// itself, with upgrades, shut down gracefully when draining starts.
     async fn http1(self: Arc<Self>, io: TcpStream, conn: ConnInfo) {
-        let svc = self.service.clone();
-        let svc = service_fn(move |mut req: Request<Incoming>| {
-            req.extensions_mut().insert(conn.clone());
-            svc.clone().oneshot(req)
-        });
-        let io = Coalesce::new(io);
+        let delivery = Arc::new(Delivery::new());
+        let svc = self.service(conn, &delivery);
+        let io = Coalesce::new(io, Arc::clone(&delivery));
         let connection = self
             .http1
             .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc))
             .with_upgrades();
-        self.until_ended(connection, |c| c.graceful_shutdown())
+        self.until_ended(connection, &delivery, |c| c.graceful_shutdown())
             .await;
     }
 
+    /// The service for one connection's requests: each carries what is known of the
+    /// connection, and its [`Delivery`] for the response body to follow.
+    fn service(
+        &self,
+        conn: ConnInfo,
+        delivery: &Arc<Delivery>,
+    ) -> impl tower::Service<
+        Request<Incoming>,
+        Response = <Measure<Forward> as tower::Service<Request<Incoming>>>::Response,
+        Error = <Measure<Forward> as tower::Service<Request<Incoming>>>::Error,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static {
+        let svc = self.service.clone();
+        let delivery = Arc::clone(delivery);
+        service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(conn.clone());
+            req.extensions_mut().insert(Arc::clone(&delivery));
+            svc.clone().oneshot(req)
+        })
+    }
+
     /// Drives `connection` to its end, starting its graceful shutdown (`shut_down`) once
-    /// draining starts.
-    async fn until_ended<C, E>(&self, connection: C, mut shut_down: impl FnMut(Pin<&mut C>))
-    where
+    /// draining starts. Each poll is counted in `delivery`.
+    async fn until_ended<C, E>(
+        &self,
+        connection: C,
+        delivery: &Delivery,
+        mut shut_down: impl FnMut(Pin<&mut C>),
+    ) where
         C: Future<Output = Result<(), E>>,
         E: Display,
     {
@@ -178,6 +199,7 @@ impl Proxy {
                     shutting_down = true;
                 }
             }
+            delivery.poll_begins();
             connection.as_mut().poll(cx)
         })
         .await;

@@ -313,6 +313,7 @@ impl Seen {
             output_tokens_source: d.output_tokens_source,
             events: self.timeline.events,
             bytes_out: self.bytes_out,
+            terminal_event: self.timeline.terminal,
             slo_class: String::new(),
             slo_met: None,
             slo_miss_reason: None,

@@ -128,6 +128,7 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         output_tokens_source: Some(TokenSource::Usage),
         events: 64,
         bytes_out: 4000,
+        terminal_event: false,
         slo_class: "default".into(),
         slo_met: Some(true),
         slo_miss_reason: None,

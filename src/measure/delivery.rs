@@ -1,0 +1,176 @@
+//! What reached the client: a per-connection record of when the server's write buffer
+//! was last flushed, so that a response body can tell whether the frames it handed over
+//! have left the proxy.
+//!
+//! hyper's servers drop what they still hold when a body fails: HTTP/1 closes the
+//! connection with the write buffer unsent, HTTP/2's reset clears the stream's send queue.
+//! An upstream that sends its last event and ends the connection at once would lose that
+//! event (and on HTTP/1 even the response head) at the client. The measured body therefore
+//! holds an upstream failure back until the connection has flushed what it was given
+//! before, and counts as delivered only the bytes a flush has carried.
+//!
+//! The rule, one for both protocols: a frame handed to the server has left the proxy once
+//! the client connection completed a flush in a poll that *began* after the body was
+//! polled again (by then the server has queued the frame: HTTP/1 writes it to its buffer,
+//! HTTP/2 to the stream's queue, before asking the body for more). A flush that completes
+//! in such a poll has written everything queued to the socket (hyper flushes the I/O only
+//! once its own buffer is empty; h2 once no frame can be sent), or the frame sits in the
+//! HTTP/2 codec ahead of any reset.
+//!
+//! Per connection poll this costs one counter increment, per completed flush one store
+//! and one load; waiting bodies are woken only when one is waiting.
+
+use std::{
+    sync::{
+        Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    task::{Context, Poll, Waker},
+};
+
+/// One per client connection, shared by the connection (which counts polls and flushes)
+/// and the bodies of the responses it carries (which wait on it).
+#[derive(Debug, Default)]
+pub struct Delivery {
+    /// Connection polls begun.
+    polls: AtomicU64,
+    /// The poll in which the last flush completed.
+    flushed_in: AtomicU64,
+    /// Some body waits for a flush: `flushed` must wake `waiting`.
+    armed: AtomicBool,
+    waiting: Mutex<Vec<Waker>>,
+}
+
+/// A point in a connection's life: what a body handed over before it is delivered once
+/// [`Delivery::flushed_since`] it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark(u64);
+
+impl Delivery {
+    pub fn new() -> Delivery {
+        Delivery::default()
+    }
+
+    /// The connection is about to be polled.
+    pub fn poll_begins(&self) {
+        self.polls.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The connection's I/O completed a flush: everything the server had queued before
+    /// this poll began is on the socket.
+    pub fn flushed(&self) {
+        self.flushed_in
+            .store(self.polls.load(Ordering::Acquire), Ordering::SeqCst);
+        if self.armed.load(Ordering::SeqCst) {
+            self.wake_all();
+        }
+    }
+
+    /// Now: call it when the body is polled again after handing a frame over.
+    pub fn mark(&self) -> Mark {
+        Mark(self.polls.load(Ordering::Acquire))
+    }
+
+    /// Whether a flush completed in a poll begun after `mark`.
+    pub fn flushed_since(&self, mark: Mark) -> bool {
+        self.flushed_in.load(Ordering::SeqCst) > mark.0
+    }
+
+    /// Ready once [`Delivery::flushed_since`] `mark`; until then the task is woken by
+    /// the next flush.
+    pub fn poll_flushed_since(&self, cx: &Context<'_>, mark: Mark) -> Poll<()> {
+        if self.flushed_since(mark) {
+            return Poll::Ready(());
+        }
+        {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                waiting.push(cx.waker().clone());
+            }
+            self.armed.store(true, Ordering::SeqCst);
+        }
+        // A flush between the first check and arming would have found nobody to wake.
+        if self.flushed_since(mark) {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+
+    fn wake_all(&self) {
+        let woken = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            self.armed.store(false, Ordering::SeqCst);
+            std::mem::take(&mut *waiting)
+        };
+        for waker in woken {
+            waker.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+    use std::task::Wake;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn only_a_flush_in_a_poll_begun_after_the_mark_counts() {
+        let d = Delivery::new();
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(Arc::clone(&count));
+        let cx = Context::from_waker(&waker);
+        d.poll_begins();
+        let mark = d.mark();
+        // A flush in the poll the mark was taken in may have missed the frame.
+        d.flushed();
+        assert!(d.poll_flushed_since(&cx, mark).is_pending());
+        // A poll without a flush (a held write) delivers nothing either.
+        d.poll_begins();
+        assert!(!d.flushed_since(mark));
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        d.flushed();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "the flush wakes the waiter"
+        );
+        assert!(d.poll_flushed_since(&cx, mark).is_ready());
+        // Nobody waits now: a flush wakes no one.
+        d.poll_begins();
+        d.flushed();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn every_waiting_body_is_woken_once() {
+        let d = Delivery::new();
+        let counts: Vec<_> = (0..3).map(|_| Arc::new(Count::default())).collect();
+        let mark = d.mark();
+        for c in &counts {
+            let waker = Waker::from(Arc::clone(c));
+            let cx = Context::from_waker(&waker);
+            // Polled twice: registered once.
+            assert!(d.poll_flushed_since(&cx, mark).is_pending());
+            assert!(d.poll_flushed_since(&cx, mark).is_pending());
+        }
+        d.poll_begins();
+        d.flushed();
+        for c in &counts {
+            assert_eq!(c.0.load(Ordering::SeqCst), 1);
+        }
+    }
+}

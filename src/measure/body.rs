@@ -83,6 +83,8 @@ pin_project! {
 struct Sent {
     /// The client connection's flushes; `None` outside a server (all handed counts as sent).
     delivery: Option<Arc<Delivery>>,
+    /// The response goes out on HTTP/2 (see [`Delivery`] for why it matters).
+    http2: bool,
     /// Body bytes handed to the server.
     handed: u64,
     /// Something (the head, at first) was handed over since the last mark.
@@ -108,6 +110,7 @@ impl Sent {
     fn new() -> Sent {
         Sent {
             delivery: None,
+            http2: false,
             handed: 0,
             unmarked: true,
             mark: None,
@@ -124,7 +127,7 @@ impl Sent {
         if std::mem::take(&mut self.unmarked)
             && let Some(delivery) = &self.delivery
         {
-            self.mark = Some((delivery.mark(), self.handed));
+            self.mark = Some((delivery.mark(self.http2), self.handed));
         }
     }
 
@@ -186,9 +189,15 @@ impl<B: Body> MeasuredBody<B> {
         self
     }
 
-    /// What the body hands over is delivered as the client connection flushes it.
-    pub fn with_delivery(mut self, delivery: Option<Arc<Delivery>>) -> MeasuredBody<B> {
+    /// What the body hands over is delivered as the client connection (`http2` or not)
+    /// flushes it.
+    pub fn with_delivery(
+        mut self,
+        delivery: Option<Arc<Delivery>>,
+        http2: bool,
+    ) -> MeasuredBody<B> {
         self.sent.delivery = delivery;
+        self.sent.http2 = http2;
         self
     }
 

@@ -9,13 +9,15 @@
 //! holds an upstream failure back until the connection has flushed what it was given
 //! before, and counts as delivered only the bytes a flush has carried.
 //!
-//! The rule, one for both protocols: a frame handed to the server has left the proxy once
-//! the client connection completed a flush in a poll that *began* after the body was
-//! polled again (by then the server has queued the frame: HTTP/1 writes it to its buffer,
-//! HTTP/2 to the stream's queue, before asking the body for more). A flush that completes
-//! in such a poll has written everything queued to the socket (hyper flushes the I/O only
-//! once its own buffer is empty; h2 once no frame can be sent), or the frame sits in the
-//! HTTP/2 codec ahead of any reset.
+//! When a frame handed to the server has left the proxy:
+//! - HTTP/1: once a flush completed after the body was polled again. The connection and
+//!   the body run in one task, and hyper writes a frame to its buffer before it asks the
+//!   body for more; it flushes its I/O only once that buffer is empty.
+//! - HTTP/2: once a flush completed in a connection poll that *began* after the body was
+//!   polled again. The body runs in a task of its own and queues frames on the stream;
+//!   the connection moves them to its codec in each poll before it flushes, so a flush in
+//!   a poll already under way may have missed the frame. After such a flush the frame is
+//!   on the socket or in the codec, ahead of any reset.
 //!
 //! Per connection poll this costs one counter increment, per completed flush one store
 //! and one load; waiting bodies are woken only when one is waiting.
@@ -34,6 +36,8 @@ use std::{
 pub struct Delivery {
     /// Connection polls begun.
     polls: AtomicU64,
+    /// Flushes completed.
+    flushes: AtomicU64,
     /// The poll in which the last flush completed.
     flushed_in: AtomicU64,
     /// Some body waits for a flush: `flushed` must wake `waiting`.
@@ -44,7 +48,12 @@ pub struct Delivery {
 /// A point in a connection's life: what a body handed over before it is delivered once
 /// [`Delivery::flushed_since`] it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mark(u64);
+pub enum Mark {
+    /// HTTP/1: the flushes completed so far.
+    Flushes(u64),
+    /// HTTP/2: the connection polls begun so far.
+    Polls(u64),
+}
 
 impl Delivery {
     pub fn new() -> Delivery {
@@ -61,19 +70,27 @@ impl Delivery {
     pub fn flushed(&self) {
         self.flushed_in
             .store(self.polls.load(Ordering::Acquire), Ordering::SeqCst);
+        self.flushes.fetch_add(1, Ordering::SeqCst);
         if self.armed.load(Ordering::SeqCst) {
             self.wake_all();
         }
     }
 
     /// Now: call it when the body is polled again after handing a frame over.
-    pub fn mark(&self) -> Mark {
-        Mark(self.polls.load(Ordering::Acquire))
+    pub fn mark(&self, http2: bool) -> Mark {
+        if http2 {
+            Mark::Polls(self.polls.load(Ordering::Acquire))
+        } else {
+            Mark::Flushes(self.flushes.load(Ordering::SeqCst))
+        }
     }
 
-    /// Whether a flush completed in a poll begun after `mark`.
+    /// Whether what was handed over before `mark` has been flushed (see the module doc).
     pub fn flushed_since(&self, mark: Mark) -> bool {
-        self.flushed_in.load(Ordering::SeqCst) > mark.0
+        match mark {
+            Mark::Flushes(n) => self.flushes.load(Ordering::SeqCst) > n,
+            Mark::Polls(p) => self.flushed_in.load(Ordering::SeqCst) > p,
+        }
     }
 
     /// Ready once [`Delivery::flushed_since`] `mark`; until then the task is woken by
@@ -128,13 +145,13 @@ mod tests {
     }
 
     #[test]
-    fn only_a_flush_in_a_poll_begun_after_the_mark_counts() {
+    fn http2_counts_only_a_flush_in_a_poll_begun_after_the_mark() {
         let d = Delivery::new();
         let count = Arc::new(Count::default());
         let waker = Waker::from(Arc::clone(&count));
         let cx = Context::from_waker(&waker);
         d.poll_begins();
-        let mark = d.mark();
+        let mark = d.mark(true);
         // A flush in the poll the mark was taken in may have missed the frame.
         d.flushed();
         assert!(d.poll_flushed_since(&cx, mark).is_pending());
@@ -156,10 +173,22 @@ mod tests {
     }
 
     #[test]
+    fn http1_counts_any_flush_after_the_mark() {
+        let d = Delivery::new();
+        d.poll_begins();
+        d.flushed();
+        let mark = d.mark(false);
+        assert!(!d.flushed_since(mark));
+        // The same poll: connection and body share a task, the frame was buffered first.
+        d.flushed();
+        assert!(d.flushed_since(mark));
+    }
+
+    #[test]
     fn every_waiting_body_is_woken_once() {
         let d = Delivery::new();
         let counts: Vec<_> = (0..3).map(|_| Arc::new(Count::default())).collect();
-        let mark = d.mark();
+        let mark = d.mark(true);
         for c in &counts {
             let waker = Waker::from(Arc::clone(c));
             let cx = Context::from_waker(&waker);

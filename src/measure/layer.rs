@@ -181,10 +181,12 @@ where
             tap.count_text(limit);
         }
         let delivery = parts.extensions.get::<Arc<Delivery>>().cloned();
+        let http2 = parts.version == http::Version::HTTP_2;
         ResponseFuture {
             inner: self.inner.call(Request::from_parts(parts, body)),
             tap: Some(tap),
             delivery,
+            http2,
         }
     }
 }
@@ -198,6 +200,7 @@ pin_project! {
         tap: Option<Tap>,
         // The client connection's flushes, for the response body.
         delivery: Option<Arc<Delivery>>,
+        http2: bool,
     }
 }
 
@@ -246,13 +249,13 @@ where
                     return Poll::Ready(Ok(resp.map(|b| {
                         MeasuredBody::stripping(b, tap, filter)
                             .with_reads(reads)
-                            .with_delivery(this.delivery.take())
+                            .with_delivery(this.delivery.take(), *this.http2)
                     })));
                 }
                 Poll::Ready(Ok(resp.map(|b| {
                     MeasuredBody::new(b, tap)
                         .with_reads(reads)
-                        .with_delivery(this.delivery.take())
+                        .with_delivery(this.delivery.take(), *this.http2)
                 })))
             }
             Err(e) => {

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Acceptance check: the stock OpenAI Python SDK streaming through `goodput serve` gets
-byte-identical responses to a direct connection, and goodput's records agree with the
-simulator's own accounting.
+byte-identical responses to a direct connection, goodput's records agree with the
+simulator's own accounting, and streams the SDK reads to `[DONE]` are complete (`ok`) even
+though the upstream behind the proxy ends each body 400 ms after `[DONE]` (as
+llama-cpp-python's server does) and the SDK has closed the connection by then.
 
 Starts two simulators with the same seed (one behind goodput, one direct), sends the same
 sequence of requests to both, and compares the raw streamed bytes (with the `created`
@@ -9,6 +11,7 @@ timestamps, wall-clock seconds, normalised). Usage: scripts/openai-sdk-check.py 
 (default target/release/goodput). Needs `pip install openai`.
 """
 import json, re, socket, subprocess, sys, time, urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 from openai import OpenAI
 
@@ -45,11 +48,45 @@ def normalise(raw: bytes) -> bytes:
     return re.sub(rb'"created":\d+', b'"created":0', raw)
 
 
+def records_by_prefix(admin, prefix, n):
+    """Waits (up to 10 s) for `n` records whose id starts with `prefix`."""
+    found = []
+    for _ in range(200):
+        recs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{admin}/api/v1/requests?limit=100000"))["requests"]
+        found = [r for r in recs if r["id"].startswith(prefix)]
+        if len(found) >= n:
+            break
+        time.sleep(0.05)
+    return found
+
+
+def check_complete_streams(via, admin, n=40):
+    """The SDK reads each stream to `[DONE]` and closes it while the upstream still holds
+    the body open: every one is a complete stream."""
+    def one(i):
+        for kind in ("usage", "plain"):
+            extra = {"stream_options": {"include_usage": True}} if kind == "usage" else {}
+            stream = via.chat.completions.create(
+                model="sim-model", messages=[{"role": "user", "content": f"complete {i}"}],
+                max_tokens=8, stream=True, extra_headers={"x-request-id": f"complete-{kind}-{i}"}, **extra)
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            assert text, f"stream {i} ({kind}) brought no text"
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(one, range(n // 2)))
+    recs = records_by_prefix(admin, "complete-", n)
+    assert len(recs) == n, f"{len(recs)} of {n} complete streams recorded"
+    bad = [r for r in recs if r["outcome"] != "ok" or r["terminal_event"] is not True]
+    assert not bad, f"{len(bad)} of {n} complete streams not recorded as ok: {bad[:2]}"
+    slowest = max(r["e2e_ms"] for r in recs)
+    print(f"complete streams: {n} of {n} ok with terminal_event (slowest e2e {slowest:.1f} ms)")
+
+
 def main():
     ports = free_ports(("sim_a", "sim_b", "proxy", "admin"))
     sim = ["--ttft", "fixed:20", "--itl", "fixed:2", "--seed", "7"]
     procs = [
-        subprocess.Popen([BIN, "sim", "--listen", f"127.0.0.1:{ports['sim_a']}", *sim]),
+        subprocess.Popen([BIN, "sim", "--listen", f"127.0.0.1:{ports['sim_a']}", *sim,
+                          "--pause-after-done", "400"]),
         subprocess.Popen([BIN, "sim", "--listen", f"127.0.0.1:{ports['sim_b']}", *sim]),
         subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{ports['proxy']}",
                           "--admin", f"127.0.0.1:{ports['admin']}",
@@ -103,6 +140,7 @@ def main():
         assert last["output_tokens"] == 12 and last["output_tokens_source"] == "usage", last
         assert last["outcome"] == "ok" and last["ttft_ms"] >= 20, last
         print(f"SDK stream: {usage.completion_tokens} tokens; record ttft {last['ttft_ms']:.2f} ms, tpot {last['tpot_ms']:.2f} ms")
+        check_complete_streams(via, ports["admin"])
         print("openai-sdk-check: ok")
     finally:
         for p in procs:

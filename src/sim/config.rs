@@ -35,6 +35,10 @@ pub struct SimConfig {
     pub error_rate: f64,
     /// Fraction of streams cut mid-stream, without the terminating chunk.
     pub reset_rate: f64,
+    /// Time between a stream's `[DONE]` and the end of its body. Some servers
+    /// (llama-cpp-python's) end the body a moment after `[DONE]`; clients that stop
+    /// reading at `[DONE]` have gone by then.
+    pub pause_after_done: std::time::Duration,
     /// Seed for the per-request random generators.
     pub seed: u64,
     /// Model name reported when the request names none, and listed by `/v1/models`.
@@ -67,6 +71,7 @@ impl Default for SimConfig {
             slowdown_per_request: 0.02,
             error_rate: 0.0,
             reset_rate: 0.0,
+            pause_after_done: std::time::Duration::ZERO,
             seed: DEFAULT_SEED,
             model: "sim-model".to_owned(),
             max_output_tokens: 4096,
@@ -106,6 +111,10 @@ pub struct SimArgs {
     /// Fraction of streams reset mid-stream.
     #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
     pub reset_rate: f64,
+    /// Milliseconds between a stream's `[DONE]` and the end of its body (as
+    /// llama-cpp-python's server does).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub pause_after_done: u64,
     /// Seed of the per-request random generators.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_SEED)]
     pub seed: u64,
@@ -130,6 +139,7 @@ impl SimArgs {
             slowdown_per_request: self.slowdown,
             error_rate: self.error_rate,
             reset_rate: self.reset_rate,
+            pause_after_done: std::time::Duration::from_millis(self.pause_after_done),
             seed: self.seed,
             model: self.model.clone(),
             max_output_tokens: self.max_output_tokens,

@@ -104,6 +104,8 @@ enum Phase {
     Reset,
     Usage,
     Done,
+    /// After `[DONE]`, before the body ends (`SimConfig::pause_after_done`).
+    Pause,
     Ended,
 }
 
@@ -131,7 +133,7 @@ impl Stream {
         match *this.phase {
             Phase::Ended => return Poll::Ready(None),
             Phase::Usage | Phase::Done => {}
-            Phase::Role | Phase::Content | Phase::Reset => {
+            Phase::Role | Phase::Content | Phase::Reset | Phase::Pause => {
                 let due = *this.next_at;
                 if Instant::now() < due {
                     if this.sleep.deadline() != due {
@@ -188,11 +190,20 @@ impl Stream {
                 })
             }
             Phase::Done => {
-                *this.phase = Phase::Ended;
+                let pause = this.flight.shared().cfg.pause_after_done;
+                *this.phase = if pause.is_zero() {
+                    Phase::Ended
+                } else {
+                    *this.next_at = Instant::now() + pause;
+                    Phase::Pause
+                };
                 this.flight.finish(End::Completed);
                 Bytes::from_static(wire::DONE)
             }
-            Phase::Ended => return Poll::Ready(None),
+            Phase::Pause | Phase::Ended => {
+                *this.phase = Phase::Ended;
+                return Poll::Ready(None);
+            }
         };
         Poll::Ready(Some(Ok(out)))
     }
@@ -313,6 +324,26 @@ mod tests {
         let t = shared.truth.snapshot().pop().unwrap();
         assert!(t.completed && !t.client_gone);
         assert_eq!((t.events, t.completion_tokens), (4, 4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_body_ends_a_pause_after_done() {
+        let shared = Arc::new(Shared::new(SimConfig {
+            itl: Dist::Fixed(10.0),
+            pause_after_done: Duration::from_millis(400),
+            ..SimConfig::default()
+        }));
+        let t0 = Instant::now();
+        let mut b = body(&shared, 2, None);
+        let mut last = Bytes::new();
+        while let Some(frame) = b.frame().await {
+            last = frame.unwrap().into_data().unwrap();
+        }
+        assert_eq!(last, wire::DONE, "nothing follows [DONE]");
+        // [DONE] at 110 ms (first token at 100, the second 10 later), then the pause.
+        assert_eq!((Instant::now() - t0).as_millis(), 510);
+        assert!(b.is_end_stream());
+        assert!(shared.truth.snapshot().pop().unwrap().completed);
     }
 
     #[tokio::test(start_paused = true)]

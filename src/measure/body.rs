@@ -89,10 +89,13 @@ struct Sent {
     handed: u64,
     /// Something (the head, at first) was handed over since the last mark.
     unmarked: bool,
-    /// The latest mark and the bytes handed over before it.
-    mark: Option<(Mark, u64)>,
-    /// Bytes a flush has carried.
+    /// Token events in what was handed over.
+    handed_events: u64,
+    /// The latest mark, and the bytes and token events handed over before it.
+    mark: Option<(Mark, u64, u64)>,
+    /// Bytes and token events a flush has carried.
     delivered: u64,
+    delivered_events: u64,
     /// Bytes handed over up to and including the dialect's terminal event.
     terminal_at: Option<u64>,
     /// An upstream failure waiting for the flush of what came before it.
@@ -113,8 +116,10 @@ impl Sent {
             http2: false,
             handed: 0,
             unmarked: true,
+            handed_events: 0,
             mark: None,
             delivered: 0,
+            delivered_events: 0,
             terminal_at: None,
             failed: None,
         }
@@ -127,23 +132,26 @@ impl Sent {
         if std::mem::take(&mut self.unmarked)
             && let Some(delivery) = &self.delivery
         {
-            self.mark = Some((delivery.mark(self.http2), self.handed));
+            self.mark = Some((delivery.mark(self.http2), self.handed, self.handed_events));
         }
     }
 
     /// Counts as delivered what the latest mark covers, if a flush has passed it.
     fn settle(&mut self) {
         match (&self.delivery, self.mark) {
-            (None, _) => self.delivered = self.handed,
-            (Some(delivery), Some((mark, bytes))) if delivery.flushed_since(mark) => {
+            (None, _) => self.all_delivered(),
+            (Some(delivery), Some((mark, bytes, events))) if delivery.flushed_since(mark) => {
                 self.delivered = self.delivered.max(bytes);
+                self.delivered_events = self.delivered_events.max(events);
             }
             _ => {}
         }
     }
 
-    fn handed(&mut self, bytes: usize, terminal: bool) {
+    /// A frame of `bytes` went to the server; `events` token events have been read so far.
+    fn handed(&mut self, bytes: usize, events: u64, terminal: bool) {
         self.handed += bytes as u64;
+        self.handed_events = events;
         self.unmarked = true;
         if terminal && self.terminal_at.is_none() {
             self.terminal_at = Some(self.handed);
@@ -153,7 +161,7 @@ impl Sent {
     /// Ready once everything handed over (the response head included) has been flushed
     /// to the client.
     fn poll_all_flushed(&mut self, cx: &Context<'_>) -> Poll<()> {
-        if let (Some(delivery), Some((mark, _))) = (&self.delivery, self.mark) {
+        if let (Some(delivery), Some((mark, ..))) = (&self.delivery, self.mark) {
             ready!(delivery.poll_flushed_since(cx, mark));
         }
         self.all_delivered();
@@ -162,11 +170,13 @@ impl Sent {
 
     fn all_delivered(&mut self) {
         self.delivered = self.handed;
+        self.delivered_events = self.handed_events;
     }
 
     fn delivered(&self) -> Delivered {
         Delivered {
             bytes: self.delivered,
+            events: self.delivered_events,
             terminal: self.terminal_at.is_some_and(|t| self.delivered >= t),
         }
     }
@@ -332,7 +342,8 @@ where
             match polled {
                 Some(Ok(frame)) => {
                     let len = frame.data_ref().map_or(0, Bytes::len);
-                    this.sent.handed(len, this.tap.terminal_seen());
+                    this.sent
+                        .handed(len, this.tap.events(), this.tap.terminal_seen());
                     if let Some(at) = ended {
                         // hyper stops polling a body that says it has ended.
                         this.sent.all_delivered();
@@ -585,5 +596,68 @@ mod tests {
         assert_eq!(capture.bytes, 5 * 8192);
         let empty = capture_of(Vec::new()).await;
         assert!(empty.chunks.is_empty() && empty.complete);
+    }
+
+    /// A response body that gives these steps, one per poll: a chunk, or `None` for a
+    /// poll with nothing ready; then nothing ever again.
+    struct Steps(VecDeque<Option<Bytes>>);
+
+    impl Body for Steps {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            match self.0.pop_front() {
+                Some(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+                _ => Poll::Pending,
+            }
+        }
+    }
+
+    #[test]
+    fn a_client_gone_before_a_flush_is_not_counted_as_delivered() {
+        let (recorder, mut rx) = crate::measure::Recorder::new(
+            4,
+            prometheus_client::metrics::counter::Counter::default(),
+            prometheus_client::metrics::gauge::Gauge::default(),
+        );
+        let (_, request) = oneshot::channel();
+        let mut tap = Tap::new(
+            recorder,
+            "r".into(),
+            Instant::now(),
+            crate::decode::Api::ChatCompletions,
+            request,
+            0,
+            crate::measure::HeadInfo::default(),
+        );
+        tap.on_head(200, Some("text/event-stream"), None);
+        let event = |text: &str| {
+            Bytes::from(format!(
+                "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n"
+            ))
+        };
+        let (a, b) = (event("one"), event("two"));
+        let delivery = Arc::new(Delivery::new());
+        let steps = Steps(VecDeque::from([Some(a.clone()), None, Some(b), None]));
+        let mut body =
+            Box::pin(MeasuredBody::new(steps, tap).with_delivery(Some(delivery.clone()), false));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // As hyper does: a frame, polled again (nothing ready), a flush of what it holds.
+        assert!(body.as_mut().poll_frame(&mut cx).is_ready());
+        assert!(body.as_mut().poll_frame(&mut cx).is_pending());
+        delivery.flushed();
+        // The second event is handed over, but the client is gone before the next flush.
+        assert!(body.as_mut().poll_frame(&mut cx).is_ready());
+        assert!(body.as_mut().poll_frame(&mut cx).is_pending());
+        drop(body);
+        let p = rx.try_recv().unwrap();
+        assert_eq!(p.ending, Ending::ClientGone);
+        assert_eq!(p.bytes_out, a.len() as u64, "only the flushed event");
+        assert_eq!(p.timeline.events, 1);
+        assert!(!p.terminal_delivered);
     }
 }

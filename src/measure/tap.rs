@@ -158,6 +158,8 @@ pub struct Tap {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivered {
     pub bytes: u64,
+    /// Token events in those bytes.
+    pub events: u64,
     pub terminal: bool,
 }
 
@@ -282,6 +284,11 @@ impl Tap {
         }
     }
 
+    /// Token events read so far.
+    pub fn events(&self) -> u64 {
+        self.pending.as_ref().map_or(0, |p| p.timeline.events)
+    }
+
     /// Whether the dialect's terminal event has been read.
     pub fn terminal_seen(&self) -> bool {
         self.pending.as_ref().is_some_and(|p| p.timeline.terminal)
@@ -301,6 +308,11 @@ impl Tap {
             Some(d) => {
                 p.bytes_out = d.bytes;
                 p.terminal_delivered = d.terminal;
+                // Events read but never written (the client left first) are not counted;
+                // a complete body's last event may be completed only by its end, below.
+                if ending != Ending::Complete {
+                    p.timeline.events = p.timeline.events.min(d.events);
+                }
             }
             None => p.terminal_delivered = p.timeline.terminal,
         }

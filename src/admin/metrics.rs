@@ -19,6 +19,7 @@ pub mod names {
     pub const ITL: &str = "goodput_inter_token_latency";
     pub const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
     pub const REQUESTS: &str = "goodput_requests";
+    pub const PASSTHROUGH: &str = "goodput_passthrough_requests";
     pub const IN_FLIGHT: &str = "goodput_in_flight_requests";
     pub const DROPPED: &str = "goodput_measurement_dropped";
     pub const DECODE_FAILURES: &str = "goodput_decode_failures";
@@ -97,6 +98,14 @@ pub struct RequestLabels {
     pub class: String,
     /// `met`, `missed`, or `excluded` (client aborts, not counted in attainment).
     pub slo: &'static str,
+}
+
+/// A request that is no generation (`api` = `unknown`, `embeddings`, `upgrade`), passed
+/// through unjudged; `status_class` as on [`RequestLabels`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PassthroughLabels {
+    pub api: &'static str,
+    pub status_class: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -194,6 +203,7 @@ pub struct Metrics {
     pub itl: HistogramFamily<LatencyLabels>,
     pub token_usage: HistogramFamily<TokenLabels>,
     pub requests: Family<RequestLabels, Counter>,
+    pub passthrough: Family<PassthroughLabels, Counter>,
     pub in_flight: Gauge,
     pub dropped: Counter,
     pub decode_failures: Family<ModelApi, Counter>,
@@ -232,6 +242,7 @@ impl Metrics {
             itl: Family::new_with_constructor(|| Histogram::new(ITL_BUCKETS)),
             token_usage: Family::new_with_constructor(|| Histogram::new(TOKEN_BUCKETS)),
             requests: Family::default(),
+            passthrough: Family::default(),
             in_flight: Gauge::default(),
             dropped: Counter::default(),
             decode_failures: Family::default(),
@@ -292,6 +303,11 @@ impl Metrics {
             names::REQUESTS,
             "Finished requests by outcome",
             m.requests.clone(),
+        );
+        registry.register(
+            names::PASSTHROUGH,
+            "Finished requests that are no generation (metrics scrapes, health probes, model lists, embeddings), passed through and kept out of SLO classes, goodput, capacity, drift and profiles",
+            m.passthrough.clone(),
         );
         registry.register(
             names::IN_FLIGHT,

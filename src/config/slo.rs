@@ -104,12 +104,22 @@ impl Matcher {
 }
 
 impl Slo {
-    /// The class a request belongs to: the first that matches, else the default.
-    pub fn class_for(&self, r: &MatchInput<'_>) -> &SloClass {
+    /// The class a request belongs to: the first that matches, else the default. A request
+    /// that is no generation (`unknown`, `embeddings`, `upgrade`) belongs to no class
+    /// (`None`: it passes through unjudged) unless a class names its API explicitly
+    /// (`match = { api = "unknown" }`).
+    pub fn class_for(&self, r: &MatchInput<'_>) -> Option<&SloClass> {
+        if crate::decode::is_generation_label(r.api) {
+            return Some(
+                self.classes
+                    .iter()
+                    .find(|c| c.matcher.matches(r))
+                    .unwrap_or(&self.default),
+            );
+        }
         self.classes
             .iter()
-            .find(|c| c.matcher.matches(r))
-            .unwrap_or(&self.default)
+            .find(|c| c.matcher.api.as_deref() == Some(r.api) && c.matcher.matches(r))
     }
 
     /// Every class, the default last.
@@ -436,23 +446,65 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(
             slo.class_for(&input("llama-3", "chat_completions", Some(10)))
+                .unwrap()
                 .name,
             "short"
         );
         assert_eq!(
             slo.class_for(&input("llama-3", "chat_completions", Some(5000)))
+                .unwrap()
                 .name,
             "llama"
         );
         assert_eq!(
-            slo.class_for(&input("llama-3", "completions", None)).name,
+            slo.class_for(&input("llama-3", "completions", None))
+                .unwrap()
+                .name,
             "llama"
         );
         assert_eq!(
-            slo.class_for(&input("gpt", "chat_completions", None)).name,
+            slo.class_for(&input("gpt", "chat_completions", None))
+                .unwrap()
+                .name,
             "default"
         );
         assert_eq!(slo.default.targets.e2e_ms, Some(60000.0));
+    }
+
+    #[test]
+    fn non_generation_traffic_is_judged_only_by_explicit_opt_in() {
+        let text = r#"
+            [[class]]
+            name = "all"
+            ttft_ms = 500
+        "#;
+        let section: SloSection = toml::from_str(text).unwrap();
+        let slo = validate(&section, "salt", &mut Vec::new());
+        for api in ["unknown", "embeddings", "upgrade"] {
+            assert!(slo.class_for(&input("m", api, None)).is_none(), "{api}");
+        }
+        let text = r#"
+            [[class]]
+            name = "probes"
+            match = { api = "unknown" }
+            e2e_ms = 100
+            [[class]]
+            name = "all"
+            ttft_ms = 500
+        "#;
+        let section: SloSection = toml::from_str(text).unwrap();
+        let slo = validate(&section, "salt", &mut Vec::new());
+        assert_eq!(
+            slo.class_for(&input("m", "unknown", None)).unwrap().name,
+            "probes"
+        );
+        assert!(slo.class_for(&input("m", "embeddings", None)).is_none());
+        assert_eq!(
+            slo.class_for(&input("m", "chat_completions", None))
+                .unwrap()
+                .name,
+            "all"
+        );
     }
 
     #[test]
@@ -464,11 +516,11 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         let acme = MatchInput {
             model: None,
-            api: "x",
+            api: "chat_completions",
             tenant: Some(slo.tenant_hash(b"acme")),
             input_tokens: None,
         };
-        assert_eq!(slo.class_for(&acme).name, "acme");
+        assert_eq!(slo.class_for(&acme).unwrap().name, "acme");
         assert_ne!(tenant_hash("s1", b"acme"), tenant_hash("s2", b"acme"));
     }
 

@@ -71,6 +71,19 @@ impl Outcome {
     }
 }
 
+/// The bounded `status_class` label of a response status: `1xx` .. `5xx`, or `none` when
+/// no response head was sent.
+pub fn status_class(status: Option<u16>) -> &'static str {
+    match status {
+        Some(100..=199) => "1xx",
+        Some(200..=299) => "2xx",
+        Some(300..=399) => "3xx",
+        Some(400..=499) => "4xx",
+        Some(500..=599) => "5xx",
+        _ => "none",
+    }
+}
+
 /// Where a token count came from; the record always says. In order of preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -208,6 +221,23 @@ mod tests {
                 format!("\"{}\"", s.as_str())
             );
         }
+    }
+
+    #[test]
+    fn status_classes_are_bounded() {
+        let got: Vec<&str> = [
+            None,
+            Some(101),
+            Some(200),
+            Some(304),
+            Some(429),
+            Some(503),
+            Some(999),
+        ]
+        .into_iter()
+        .map(status_class)
+        .collect();
+        assert_eq!(got, ["none", "1xx", "2xx", "3xx", "4xx", "5xx", "none"]);
     }
 
     #[test]

@@ -52,14 +52,21 @@ pub fn verdict(r: &RequestRecord, targets: &Targets) -> (Option<bool>, Option<Mi
 }
 
 /// Assigns the record its class and verdict. Per-request override headers (when enabled)
-/// replace the class's targets one by one.
-pub fn judge(r: &mut RequestRecord, slo: &Slo) {
-    let class = slo.class_for(&MatchInput {
+/// replace the class's targets one by one. Returns `false` for a request that belongs to no
+/// class (traffic that is no generation and no class opted in to): it passes through with
+/// an empty class and no verdict, and stays out of every SLO view.
+pub fn judge(r: &mut RequestRecord, slo: &Slo) -> bool {
+    let Some(class) = slo.class_for(&MatchInput {
         model: r.model.as_deref(),
         api: r.api,
         tenant: r.tenant,
         input_tokens: r.input_tokens,
-    });
+    }) else {
+        r.slo_class = String::new();
+        r.slo_met = None;
+        r.slo_miss_reason = None;
+        return false;
+    };
     let o = r.slo_overrides;
     let targets = Targets {
         ttft_ms: o.ttft_ms.or(class.targets.ttft_ms),
@@ -70,6 +77,7 @@ pub fn judge(r: &mut RequestRecord, slo: &Slo) {
     r.slo_class = class.name.clone();
     r.slo_met = met;
     r.slo_miss_reason = reason.map(MissReason::as_str);
+    true
 }
 
 #[cfg(test)]
@@ -162,5 +170,8 @@ mod tests {
         r.slo_overrides.ttft_ms = Some(100.0);
         judge(&mut r, &slo);
         assert_eq!((r.slo_met, r.slo_miss_reason), (Some(false), Some("ttft")));
+        r.api = "unknown";
+        assert!(!judge(&mut r, &slo));
+        assert_eq!((r.slo_class.as_str(), r.slo_met), ("", None));
     }
 }

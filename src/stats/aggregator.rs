@@ -17,10 +17,12 @@ use super::{
     profiling::Profiling,
 };
 use crate::{
-    admin::metrics::{ClassSlo, LatencyLabels, Metrics, ModelApi, RequestLabels, TokenLabels},
+    admin::metrics::{
+        ClassSlo, LatencyLabels, Metrics, ModelApi, PassthroughLabels, RequestLabels, TokenLabels,
+    },
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestRecord, slo},
+    measure::{Pending, RequestRecord, record::status_class, slo},
 };
 
 /// How often in-flight concurrency is sampled for the mean/peak and capacity views.
@@ -131,7 +133,10 @@ impl Aggregator {
         };
         let (mut record, gaps) = pending.finish();
         let config = self.config.load();
-        slo::judge(&mut record, &config.slo);
+        if !slo::judge(&mut record, &config.slo) {
+            self.passthrough(record, config.log.access_log);
+            return;
+        }
         self.profiling.observe(&record, api, body.as_deref());
         let model = self.models.label(record.model.as_deref());
         let api = record.api;
@@ -226,6 +231,22 @@ impl Aggregator {
             totals.observe(&model, &record, &gaps);
         }
         if config.log.access_log {
+            access_log(&record);
+        }
+        self.recent.push(Arc::new(record));
+    }
+
+    /// A request that is no generation and that no class opted in to: counted and kept
+    /// as a record, but out of the SLO views, profiles, drift and calibration.
+    fn passthrough(&mut self, record: RequestRecord, log: bool) {
+        self.metrics
+            .passthrough
+            .get_or_create(&PassthroughLabels {
+                api: record.api,
+                status_class: status_class(record.status),
+            })
+            .inc();
+        if log {
             access_log(&record);
         }
         self.recent.push(Arc::new(record));

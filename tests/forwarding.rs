@@ -715,7 +715,7 @@ async fn upstream_500_passes_through_exactly() {
         assert_eq!(r["bytes_out"], body.len());
     }
     let text = metrics(proxy.admin_addr).await;
-    let series = r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="upstream_error",class="default",slo="missed"}"#;
+    let series = r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="upstream_error",class="default",slo="missed",status_class="5xx"}"#;
     assert_eq!(metric_value(&text, series), Some(2.0), "{text}");
     proxy.shutdown().await;
 }
@@ -1073,7 +1073,7 @@ async fn metrics_and_records_api_agree_with_the_traffic() {
     let labels = r#"{model="test-model",api="chat_completions",class="default"}"#;
     assert_eq!(
         value(
-            r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="ok",class="default",slo="met"}"#
+            r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="ok",class="default",slo="met",status_class="2xx"}"#
         ),
         Some(3.0),
         "{text}"

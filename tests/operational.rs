@@ -12,7 +12,11 @@ mod common;
 use std::{path::Path, time::Duration};
 
 use bytes::Bytes;
-use common::{harness::*, temp::TempDir};
+use common::{
+    fake::{FakeUpstream, Script, WritePlan, openai_chat_events},
+    harness::*,
+    temp::TempDir,
+};
 use goodput::{
     config::{self, Overrides},
     run::Running,
@@ -183,5 +187,111 @@ async fn a_class_may_opt_in_to_unknown_traffic() {
         metric_sum(&text, "goodput_passthrough_requests_total", &[]),
         0.0
     );
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_401_is_the_clients_and_a_429_is_a_rejection_and_a_miss() {
+    let error = br#"{"error":{"message":"no","type":"x"}}"#;
+    let json = [("content-type", "application/json")];
+    let up = FakeUpstream::start_sequence(vec![
+        Script::sse_chunked(
+            &openai_chat_events(5, true),
+            WritePlan::Whole,
+            Duration::ZERO,
+        ),
+        Script::response(401, &json, error),
+        Script::response(429, &json, error),
+        Script::response(503, &json, error),
+        Script::response(500, &json, error),
+    ])
+    .await;
+    let proxy = proxy_with(&up.url(), "[slo]\nwindows = [\"1m\"]\n").await;
+    for want in [200, 401, 429, 503, 500] {
+        assert_eq!(chat(&proxy, 5).await, want);
+    }
+    let recs = wait_records(proxy.admin_addr, 5, T).await;
+    let outcomes: Vec<&str> = recs
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "ok",
+            "client_error",
+            "rejected",
+            "rejected",
+            "upstream_error"
+        ]
+    );
+    assert_eq!(recs[1]["slo_met"], Value::Null);
+    assert_eq!(recs[2]["slo_met"], false);
+    let s = summary(&proxy).await;
+    let o = &s["overall"];
+    assert_eq!(o["requests"], 5, "{s}");
+    // The 401 has no verdict: 1 met of 4 judged.
+    assert_eq!(
+        (o["slo_met"].as_u64(), o["slo_missed"].as_u64()),
+        (Some(1), Some(3))
+    );
+    assert_eq!(o["attainment"], 0.25);
+    assert_eq!(o["rejection_rate"], 0.4);
+    assert_eq!(o["error_rate"], 0.2);
+    assert_eq!(o["client_error_rate"], 0.2);
+    let text = metrics(proxy.admin_addr).await;
+    assert_eq!(
+        metric_sum(
+            &text,
+            "goodput_requests_total",
+            &[
+                "outcome=\"client_error\"",
+                "slo=\"excluded\"",
+                "status_class=\"4xx\""
+            ]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric_sum(
+            &text,
+            "goodput_requests_total",
+            &["outcome=\"rejected\"", "slo=\"missed\""]
+        ),
+        2.0
+    );
+    assert_eq!(
+        metric_sum(&text, "goodput_requests_total", &["status_class=\"2xx\""]),
+        1.0
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn configured_client_error_statuses_and_error_rate_max() {
+    let error = br#"{"error":{"message":"no","type":"x"}}"#;
+    let json = [("content-type", "application/json")];
+    let up = FakeUpstream::start_sequence(vec![
+        Script::response(409, &json, error),
+        Script::response(401, &json, error),
+    ])
+    .await;
+    let toml = "[slo]\nwindows = [\"1m\"]\nclient_error_statuses = [409]\n[slo.default]\nerror_rate_max = 0.1\n";
+    let proxy = proxy_with(&up.url(), toml).await;
+    assert_eq!(chat(&proxy, 5).await, 409);
+    assert_eq!(chat(&proxy, 5).await, 401);
+    let recs = wait_records(proxy.admin_addr, 2, T).await;
+    let outcomes: Vec<&str> = recs
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["client_error", "upstream_error"]);
+    let s = summary(&proxy).await;
+    let default = &s["classes"][0];
+    assert_eq!(default["name"], "default");
+    assert_eq!(default["error_rate"], 0.5);
+    assert_eq!(default["error_rate_max"], 0.1);
+    assert_eq!(default["error_rate_holds"], false);
     proxy.shutdown().await;
 }

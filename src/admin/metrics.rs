@@ -96,8 +96,12 @@ pub struct RequestLabels {
     pub api: &'static str,
     pub outcome: &'static str,
     pub class: String,
-    /// `met`, `missed`, or `excluded` (client aborts, not counted in attainment).
+    /// `met`, `missed`, or `excluded` (client aborts and client errors, not counted in
+    /// attainment).
     pub slo: &'static str,
+    /// The response status's class: `2xx`, `4xx`, `5xx` (`1xx`, `3xx`, or `none` when no
+    /// response head was sent).
+    pub status_class: &'static str,
 }
 
 /// A request that is no generation (`api` = `unknown`, `embeddings`, `upgrade`), passed
@@ -479,6 +483,7 @@ mod tests {
                 outcome: "ok",
                 class: "default".into(),
                 slo: "met",
+                status_class: "2xx",
             })
             .inc();
         let l = LatencyLabels {
@@ -497,7 +502,7 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
         assert!(
             out.contains(
-                "goodput_requests_total{model=\"m\",api=\"chat_completions\",outcome=\"ok\",class=\"default\",slo=\"met\"} 1"
+                "goodput_requests_total{model=\"m\",api=\"chat_completions\",outcome=\"ok\",class=\"default\",slo=\"met\",status_class=\"2xx\"} 1"
             ),
             "{out}"
         );

@@ -24,6 +24,8 @@ pub struct Slo {
     pub input_buckets: Vec<u64>,
     pub history: Duration,
     pub long_input_bytes: u64,
+    /// Upstream 4xx statuses that are the request's own fault (`client_error`).
+    pub client_error_statuses: Vec<u16>,
     /// Configured classes in order.
     pub classes: Vec<SloClass>,
     /// The class of every request no configured class matched.
@@ -36,6 +38,8 @@ pub struct SloClass {
     pub matcher: Matcher,
     pub targets: Targets,
     pub attainment: f64,
+    /// Largest error rate the class tolerates (errors / requests), if set.
+    pub error_rate_max: Option<f64>,
     pub percentiles: Vec<PercentileTarget>,
 }
 
@@ -215,6 +219,14 @@ fn targets(
             "must be in (0, 1], e.g. 0.99",
         ));
     }
+    if let Some(e) = t.error_rate_max
+        && !(0.0..=1.0).contains(&e)
+    {
+        problems.push(Problem::invalid(
+            format!("{key}.error_rate_max"),
+            "must be in [0, 1], e.g. 0.01",
+        ));
+    }
     let mut percentiles = Vec::new();
     for (i, p) in t.percentiles.iter().enumerate() {
         let pkey = format!("{key}.percentiles[{i}]");
@@ -285,6 +297,7 @@ fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) ->
         },
         targets,
         attainment: c.targets.attainment,
+        error_rate_max: c.targets.error_rate_max,
         percentiles,
     }
 }
@@ -354,8 +367,17 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
         matcher: Matcher::default(),
         targets,
         attainment: s.default.attainment,
+        error_rate_max: s.default.error_rate_max,
         percentiles,
     };
+    for &status in &s.client_error_statuses {
+        if !(400..=499).contains(&status) || status == 429 {
+            problems.push(Problem::invalid(
+                "slo.client_error_statuses",
+                format!("{status} is not a client error status (400-499, and 429 is a rejection)"),
+            ));
+        }
+    }
     Slo {
         windows,
         tenant_header,
@@ -365,6 +387,7 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
         input_buckets: s.input_buckets.clone(),
         history: s.history,
         long_input_bytes: s.long_input_bytes,
+        client_error_statuses: s.client_error_statuses.clone(),
         classes,
         default,
     }
@@ -528,10 +551,12 @@ mod tests {
     fn bad_classes_are_all_reported() {
         let text = r#"
             windows = ["soon"]
+            client_error_statuses = [401, 429, 500]
             [[class]]
             name = "default"
             attainment = 1.5
             percentiles = [{ metric = "speed", quantile = 2.0, max_ms = -1 }]
+            error_rate_max = 1.5
             [[class]]
             name = "t"
             match = { tenant = "x" }
@@ -548,6 +573,8 @@ mod tests {
             "quantile",
             "max_ms",
             "tenant_header",
+            "error_rate_max",
+            "client_error_statuses",
         ] {
             assert!(all.contains(needle), "{needle} missing in:\n{all}");
         }

@@ -24,6 +24,11 @@ pub enum Outcome {
     Rejected,
 }
 
+/// Upstream statuses caused by the request itself (bad request, unauthenticated,
+/// forbidden, no such model or route, too large, unprocessable): the default of
+/// `[slo] client_error_statuses`.
+pub const DEFAULT_CLIENT_ERROR_STATUSES: [u16; 6] = [400, 401, 403, 404, 413, 422];
+
 /// Who a failed outcome is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -55,6 +60,19 @@ impl Outcome {
             Outcome::ProxyError => "proxy_error",
             Outcome::ClientError => "client_error",
             Outcome::Rejected => "rejected",
+        }
+    }
+
+    /// The outcome of an upstream error status (≥ 400) by default: 429 and 503 are the
+    /// system refusing the work ([`Outcome::Rejected`]), the 4xx of
+    /// [`DEFAULT_CLIENT_ERROR_STATUSES`] the request's own fault ([`Outcome::ClientError`]),
+    /// every other one an [`Outcome::UpstreamError`]. `[slo] client_error_statuses` changes
+    /// the client list when the request is judged ([`crate::measure::slo::judge`]).
+    pub fn from_status(status: u16) -> Outcome {
+        match status {
+            429 | 503 => Outcome::Rejected,
+            s if DEFAULT_CLIENT_ERROR_STATUSES.contains(&s) => Outcome::ClientError,
+            _ => Outcome::UpstreamError,
         }
     }
 
@@ -221,6 +239,32 @@ mod tests {
                 format!("\"{}\"", s.as_str())
             );
         }
+    }
+
+    #[test]
+    fn error_statuses_map_to_outcomes() {
+        use Outcome::*;
+        let got: Vec<Outcome> = [400, 401, 403, 404, 408, 413, 422, 429, 500, 502, 503, 504]
+            .into_iter()
+            .map(Outcome::from_status)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ClientError,
+                ClientError,
+                ClientError,
+                ClientError,
+                UpstreamError,
+                ClientError,
+                ClientError,
+                Rejected,
+                UpstreamError,
+                UpstreamError,
+                Rejected,
+                UpstreamError
+            ]
+        );
     }
 
     #[test]

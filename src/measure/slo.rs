@@ -51,11 +51,34 @@ pub fn verdict(r: &RequestRecord, targets: &Targets) -> (Option<bool>, Option<Mi
     (Some(true), None)
 }
 
+/// Applies `[slo] client_error_statuses` to an outcome that came from an upstream 4xx
+/// status ([`Outcome::from_status`] used the default list): a listed status is the
+/// request's own fault, an unlisted one an upstream error. 429 stays a rejection.
+fn reclassify_status(r: &mut RequestRecord, client_statuses: &[u16]) {
+    let Some(status) = r.status.filter(|s| (400..=499).contains(s) && *s != 429) else {
+        return;
+    };
+    let listed = client_statuses.contains(&status);
+    match r.outcome {
+        Outcome::UpstreamError if listed => r.outcome = Outcome::ClientError,
+        // Only a default-listed status became `client_error` from the upstream's status;
+        // other client errors are the proxy's own verdict and stay.
+        Outcome::ClientError
+            if !listed
+                && crate::measure::record::DEFAULT_CLIENT_ERROR_STATUSES.contains(&status) =>
+        {
+            r.outcome = Outcome::UpstreamError;
+        }
+        _ => {}
+    }
+}
+
 /// Assigns the record its class and verdict. Per-request override headers (when enabled)
 /// replace the class's targets one by one. Returns `false` for a request that belongs to no
 /// class (traffic that is no generation and no class opted in to): it passes through with
 /// an empty class and no verdict, and stays out of every SLO view.
 pub fn judge(r: &mut RequestRecord, slo: &Slo) -> bool {
+    reclassify_status(r, &slo.client_error_statuses);
     let Some(class) = slo.class_for(&MatchInput {
         model: r.model.as_deref(),
         api: r.api,
@@ -151,6 +174,45 @@ mod tests {
             verdict(&record(Outcome::ClientAbort, Some(1.0), None, 1.0), &T),
             (None, None)
         );
+    }
+
+    #[test]
+    fn configured_client_statuses_decide_client_errors() {
+        let mut slo = crate::config::load(
+            None,
+            &crate::config::Overrides {
+                upstream: Some("http://a".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .slo;
+        let at = |status: u16| {
+            let mut r = record(Outcome::from_status(status), None, None, 1.0);
+            r.status = Some(status);
+            r
+        };
+        let mut r = at(401);
+        judge(&mut r, &slo);
+        assert_eq!((r.outcome, r.slo_met), (Outcome::ClientError, None));
+        let mut r = at(429);
+        judge(&mut r, &slo);
+        assert_eq!((r.outcome, r.slo_met), (Outcome::Rejected, Some(false)));
+        slo.client_error_statuses = vec![409];
+        let mut r = at(409);
+        judge(&mut r, &slo);
+        assert_eq!((r.outcome, r.slo_met), (Outcome::ClientError, None));
+        let mut r = at(401);
+        judge(&mut r, &slo);
+        assert_eq!(
+            (r.outcome, r.slo_met),
+            (Outcome::UpstreamError, Some(false))
+        );
+        // The proxy's own client errors are not the upstream's status.
+        let mut r = at(408);
+        r.outcome = Outcome::ClientError;
+        judge(&mut r, &slo);
+        assert_eq!(r.outcome, Outcome::ClientError);
     }
 
     #[test]

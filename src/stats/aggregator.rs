@@ -154,6 +154,7 @@ impl Aggregator {
                 outcome: record.outcome.as_str(),
                 class: class.clone(),
                 slo,
+                status_class: status_class(record.status),
             })
             .inc();
         if let Some(n) = record.output_tokens {

@@ -41,6 +41,7 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
             .map(|c| engine::ClassConfig {
                 name: c.name.clone(),
                 attainment: c.attainment,
+                error_rate_max: c.error_rate_max,
                 percentile_targets: c
                     .percentiles
                     .iter()

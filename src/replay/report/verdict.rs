@@ -215,6 +215,15 @@ fn miss_reason(c: &crate::replay::measure::ClassStats) -> String {
             c.attainment_target * 100.0
         ));
     }
+    if let Some((max, rate)) = c.error_rate_max.zip(c.error_rate)
+        && rate > max + 1e-9
+    {
+        why.push(format!(
+            "error rate {:.2}% > max {:.2}%",
+            rate * 100.0,
+            max * 100.0
+        ));
+    }
     for t in c
         .percentile_targets
         .iter()

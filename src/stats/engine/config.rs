@@ -68,6 +68,8 @@ pub struct ClassConfig {
     /// Attainment target, e.g. 0.99.
     pub attainment: f64,
     pub percentile_targets: Vec<PercentileTarget>,
+    /// Largest tolerated error rate (`error_rate` of the summary), if set.
+    pub error_rate_max: Option<f64>,
 }
 
 /// E.g. "P95 TTFT ≤ 800 ms".

@@ -169,6 +169,7 @@ impl Engine {
                 name: DEFAULT_CLASS.into(),
                 attainment: 0.99,
                 percentile_targets: Vec::new(),
+                error_rate_max: None,
             });
         }
         let n = lengths.len();

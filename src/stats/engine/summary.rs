@@ -55,6 +55,11 @@ pub struct Group {
     pub rates: Rates,
     pub attainment_target: Option<f64>,
     pub percentile_targets: Vec<TargetStatus>,
+    /// The class's `error_rate_max` target, and whether `error_rate` stays within it
+    /// (`null` without a target or without requests). A class above it fails as it
+    /// does below its attainment target.
+    pub error_rate_max: Option<f64>,
+    pub error_rate_holds: Option<bool>,
     pub ttft_ms: Percentiles,
     pub tpot_ms: Percentiles,
     pub itl_ms: Percentiles,
@@ -72,9 +77,10 @@ pub struct ModelGroup {
     pub rates: Rates,
 }
 
-/// Counters and rates. Attainment = met / (met + missed): client aborts have no verdict.
-/// Error and timeout rates are shares of all requests; errors are `upstream_error`,
-/// `upstream_reset` and `proxy_error`.
+/// Counters and rates. Attainment = met / (met + missed): client aborts and client errors
+/// have no verdict. Error, rejection, client error and timeout rates are shares of all
+/// requests; errors are `upstream_error`, `upstream_reset` and `proxy_error`, rejections
+/// `rejected` (429, 503: the system refused the work).
 #[derive(Debug, Clone, Serialize)]
 pub struct Rates {
     pub requests: u64,
@@ -90,6 +96,8 @@ pub struct Rates {
     pub outcomes: OutcomeCounts,
     pub error_rate: Option<f64>,
     pub timeout_rate: Option<f64>,
+    pub rejection_rate: Option<f64>,
+    pub client_error_rate: Option<f64>,
 }
 
 /// Requests per outcome, keyed by [`Outcome::as_str`], every outcome present.
@@ -149,6 +157,7 @@ struct Spec<'a> {
     name: &'a str,
     target: Option<f64>,
     targets: &'a [PercentileTarget],
+    error_rate_max: Option<f64>,
     max_stable: Option<u32>,
     series: &'a Series,
 }
@@ -189,6 +198,8 @@ impl Rates {
             outcomes: OutcomeCounts(*c),
             error_rate: ratio(errors, c.requests),
             timeout_rate: ratio(c.outcome(Outcome::Timeout), c.requests),
+            rejection_rate: ratio(c.outcome(Outcome::Rejected), c.requests),
+            client_error_rate: ratio(c.outcome(Outcome::ClientError), c.requests),
         }
     }
 }
@@ -256,6 +267,7 @@ impl Engine {
                 name: &class.cfg.name,
                 target: Some(class.cfg.attainment),
                 targets: &class.cfg.percentile_targets,
+                error_rate_max: class.cfg.error_rate_max,
                 max_stable: stable.0.get(ci).copied().flatten(),
                 series: class.series.get(w).unwrap_or(&empty),
             };
@@ -268,6 +280,7 @@ impl Engine {
             name: "overall",
             target,
             targets: &[],
+            error_rate_max: None,
             max_stable: stable.1,
             series: &win.series,
         };
@@ -341,13 +354,21 @@ impl Engine {
             target,
             targets,
             max_stable,
+            error_rate_max,
             ..
         } = spec;
+        let rates = Rates::new(&agg.counts, view.span_s);
+        // Rates compared to targets tolerate float rounding, as attainment's do.
+        let error_rate_holds = error_rate_max
+            .zip(rates.error_rate)
+            .map(|(max, rate)| rate <= max + 1e-9);
         Group {
             name: name.to_owned(),
-            rates: Rates::new(&agg.counts, view.span_s),
+            rates,
             attainment_target: target,
             percentile_targets: targets.iter().map(|t| target_status(t, agg)).collect(),
+            error_rate_max,
+            error_rate_holds,
             ttft_ms: agg.ttft.percentiles(),
             tpot_ms: agg.tpot.percentiles(),
             itl_ms: agg.itl.percentiles(),

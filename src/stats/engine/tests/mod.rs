@@ -25,6 +25,7 @@ pub fn secs(s: f64) -> Duration {
 
 pub fn class(name: &str, attainment: f64, targets: Vec<PercentileTarget>) -> ClassConfig {
     ClassConfig {
+        error_rate_max: None,
         name: name.into(),
         attainment,
         percentile_targets: targets,

@@ -407,3 +407,47 @@ fn json_keeps_the_contract_field_names() {
     );
     assert_eq!(v["classes"][0]["percentile_targets"][0]["metric"], "ttft");
 }
+
+#[test]
+fn rejections_and_client_errors_are_rated_and_error_rate_max_is_checked() {
+    let mut cfg = config();
+    cfg.classes[1].error_rate_max = Some(0.2);
+    let (mut e, base) = engine(cfg);
+    let b = |at, met, outcome| Observation {
+        class: "batch",
+        slo_met: met,
+        outcome,
+        ..ob(base, at)
+    };
+    for o in [
+        b(5.0, Some(true), Outcome::Ok),
+        b(10.0, Some(false), Outcome::Rejected),
+        b(15.0, None, Outcome::ClientError),
+        b(20.0, Some(false), Outcome::UpstreamError),
+    ] {
+        e.observe(&o);
+    }
+    let s = e.summary(MIN, base + MIN).unwrap();
+    let g = group(&s, "batch");
+    assert_close(g.rates.attainment.unwrap(), 1.0 / 3.0);
+    assert_close(g.rates.rejection_rate.unwrap(), 0.25);
+    assert_close(g.rates.client_error_rate.unwrap(), 0.25);
+    assert_close(g.rates.error_rate.unwrap(), 0.25);
+    assert_eq!(
+        (g.error_rate_max, g.error_rate_holds),
+        (Some(0.2), Some(false))
+    );
+    let i = group(&s, "interactive");
+    assert_eq!((i.error_rate_max, i.error_rate_holds), (None, None));
+    let json = serde_json::to_value(&s).unwrap();
+    let batch = &json["classes"][1];
+    for key in [
+        "rejection_rate",
+        "error_rate",
+        "error_rate_max",
+        "error_rate_holds",
+    ] {
+        assert!(batch.get(key).is_some(), "{key} in {batch}");
+    }
+    assert_eq!(batch["outcomes"]["rejected"], 1);
+}

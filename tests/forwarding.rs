@@ -1023,8 +1023,8 @@ async fn unknown_path_passes_bytes_and_records_e2e_and_bytes_only() {
 // ---------------------------------------------------------------------------------------
 
 /// The contract field set of a record (issue 2, "Admin server"), then the fields later
-/// capabilities added (TTFO from the dialects; the SLO verdict).
-const RECORD_FIELDS: [&str; 21] = [
+/// capabilities added (TTFO from the dialects; the SLO verdict; the finish reason).
+const RECORD_FIELDS: [&str; 22] = [
     "id",
     "started_at",
     "model",
@@ -1046,6 +1046,7 @@ const RECORD_FIELDS: [&str; 21] = [
     "slo_class",
     "slo_met",
     "slo_miss_reason",
+    "finish_reason",
 ];
 
 #[tokio::test]

@@ -265,6 +265,29 @@ async fn a_401_is_the_clients_and_a_429_is_a_rejection_and_a_miss() {
         metric_sum(&text, "goodput_requests_total", &["status_class=\"2xx\""]),
         1.0
     );
+    // Why the misses happened, and how the one answer finished.
+    let misses = |reason: &str| {
+        metric_sum(
+            &text,
+            "goodput_slo_misses_total",
+            &["class=\"default\"", &format!("reason=\"{reason}\"")],
+        )
+    };
+    assert_eq!((misses("rejected"), misses("upstream_error")), (2.0, 1.0));
+    assert_eq!(
+        metric_sum(
+            &text,
+            "goodput_finish_reasons_total",
+            &["class=\"default\"", "reason=\"stop\""]
+        ),
+        1.0
+    );
+    assert_eq!(o["miss_reasons"]["rejected"], 2);
+    assert_eq!(o["miss_reasons"]["upstream_error"], 1);
+    assert_eq!(o["finish_reasons"]["stop"], 1);
+    assert_eq!(o["truncation_rate"], 0.0);
+    assert_eq!(recs[0]["finish_reason"], "stop");
+    assert_eq!(o["input_tokens"], 7);
     proxy.shutdown().await;
 }
 

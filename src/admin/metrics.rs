@@ -20,6 +20,8 @@ pub mod names {
     pub const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
     pub const REQUESTS: &str = "goodput_requests";
     pub const PASSTHROUGH: &str = "goodput_passthrough_requests";
+    pub const SLO_MISSES: &str = "goodput_slo_misses";
+    pub const FINISH_REASONS: &str = "goodput_finish_reasons";
     pub const IN_FLIGHT: &str = "goodput_in_flight_requests";
     pub const DROPPED: &str = "goodput_measurement_dropped";
     pub const DECODE_FAILURES: &str = "goodput_decode_failures";
@@ -126,6 +128,15 @@ pub struct ClassSlo {
     pub slo: &'static str,
 }
 
+/// A class and a bounded reason: a miss cause (`ttft`, `tpot`, `e2e`, `rejected`,
+/// `upstream_error`, `upstream_reset`, `timeout`, `proxy_error`) or a finish reason
+/// (`stop`, `length`, `tool_calls`, `content_filter`, `other`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassReason {
+    pub class: String,
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClassWindow {
     pub class: String,
@@ -208,6 +219,8 @@ pub struct Metrics {
     pub token_usage: HistogramFamily<TokenLabels>,
     pub requests: Family<RequestLabels, Counter>,
     pub passthrough: Family<PassthroughLabels, Counter>,
+    pub slo_misses: Family<ClassReason, Counter>,
+    pub finish_reasons: Family<ClassReason, Counter>,
     pub in_flight: Gauge,
     pub dropped: Counter,
     pub decode_failures: Family<ModelApi, Counter>,
@@ -247,6 +260,8 @@ impl Metrics {
             token_usage: Family::new_with_constructor(|| Histogram::new(TOKEN_BUCKETS)),
             requests: Family::default(),
             passthrough: Family::default(),
+            slo_misses: Family::default(),
+            finish_reasons: Family::default(),
             in_flight: Gauge::default(),
             dropped: Counter::default(),
             decode_failures: Family::default(),
@@ -312,6 +327,16 @@ impl Metrics {
             names::PASSTHROUGH,
             "Finished requests that are no generation (metrics scrapes, health probes, model lists, embeddings), passed through and kept out of SLO classes, goodput, capacity, drift and profiles",
             m.passthrough.clone(),
+        );
+        registry.register(
+            names::SLO_MISSES,
+            "Requests that missed their SLO, by why: the latency target broken or the failed outcome",
+            m.slo_misses.clone(),
+        );
+        registry.register(
+            names::FINISH_REASONS,
+            "Judged requests by the finish reason the upstream reported (length = truncated)",
+            m.finish_reasons.clone(),
         );
         registry.register(
             names::IN_FLIGHT,

@@ -146,7 +146,8 @@ pub fn is_generation_label(api: &str) -> bool {
 
 /// Why generation stopped, normalized across dialects so truncation and filtering rates
 /// compare between engines.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     Stop,
     Length,
@@ -156,6 +157,14 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    pub const ALL: [FinishReason; 5] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::ToolCalls,
+        FinishReason::ContentFilter,
+        FinishReason::Other,
+    ];
+
     /// Normalizes a wire value from any supported dialect. Case is ignored because some
     /// engines (Gemini-style gateways) upper-case these.
     pub fn from_wire(s: &str) -> FinishReason {

@@ -402,3 +402,13 @@ fn sse_comments_and_pings_are_not_events_or_content() {
     );
     assert_eq!(events, vec![EventInfo::default()]);
 }
+
+#[test]
+fn finish_reasons_serialize_as_their_labels() {
+    for r in FinishReason::ALL {
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            format!("\"{}\"", r.as_str())
+        );
+    }
+}

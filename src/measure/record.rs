@@ -198,8 +198,8 @@ pub struct RequestRecord {
     /// Request body bytes received from the client; not part of the JSON contract.
     #[serde(skip)]
     pub bytes_in: u64,
-    /// Normalized finish reason when the upstream reported one.
-    #[serde(skip)]
+    /// Normalized finish reason when the upstream reported one (`stop`, `length`,
+    /// `tool_calls`, `content_filter`, `other`).
     pub finish_reason: Option<crate::decode::FinishReason>,
     /// Set when the response could not be decoded; the bytes still flowed.
     #[serde(skip)]

@@ -26,6 +26,64 @@ impl MissReason {
     }
 }
 
+/// Why a request missed, as operators break misses down (`goodput_slo_misses_total`,
+/// `miss_reasons`): the latency target it broke, or the failed outcome. Finer than the
+/// record's `slo_miss_reason`, which says `error` for every failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MissCause {
+    Ttft,
+    Tpot,
+    E2e,
+    Rejected,
+    UpstreamError,
+    UpstreamReset,
+    Timeout,
+    ProxyError,
+}
+
+impl MissCause {
+    pub const ALL: [MissCause; 8] = [
+        MissCause::Ttft,
+        MissCause::Tpot,
+        MissCause::E2e,
+        MissCause::Rejected,
+        MissCause::UpstreamError,
+        MissCause::UpstreamReset,
+        MissCause::Timeout,
+        MissCause::ProxyError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissCause::Ttft => "ttft",
+            MissCause::Tpot => "tpot",
+            MissCause::E2e => "e2e",
+            MissCause::Rejected => "rejected",
+            MissCause::UpstreamError => "upstream_error",
+            MissCause::UpstreamReset => "upstream_reset",
+            MissCause::Timeout => "timeout",
+            MissCause::ProxyError => "proxy_error",
+        }
+    }
+
+    /// The cause of a judged record's miss; `None` when it met its SLO or has no verdict.
+    pub fn of(r: &RequestRecord) -> Option<MissCause> {
+        if r.slo_met != Some(false) {
+            return None;
+        }
+        Some(match (r.slo_miss_reason, r.outcome) {
+            (Some("ttft"), _) => MissCause::Ttft,
+            (Some("tpot"), _) => MissCause::Tpot,
+            (Some("e2e"), _) => MissCause::E2e,
+            (_, Outcome::Rejected) => MissCause::Rejected,
+            (_, Outcome::UpstreamReset) => MissCause::UpstreamReset,
+            (_, Outcome::Timeout) => MissCause::Timeout,
+            (_, Outcome::ProxyError) => MissCause::ProxyError,
+            _ => MissCause::UpstreamError,
+        })
+    }
+}
+
 /// `Some(met)`, or `None` when the request does not count (client abort, client error);
 /// with the reason
 /// when missed.
@@ -213,6 +271,25 @@ mod tests {
         r.outcome = Outcome::ClientError;
         judge(&mut r, &slo);
         assert_eq!(r.outcome, Outcome::ClientError);
+    }
+
+    #[test]
+    fn miss_causes_name_the_target_or_the_failure() {
+        let judged = |outcome, ttft: f64| {
+            let mut r = record(outcome, Some(ttft), None, 1.0);
+            let (met, reason) = verdict(&r, &T);
+            r.slo_met = met;
+            r.slo_miss_reason = reason.map(MissReason::as_str);
+            MissCause::of(&r)
+        };
+        assert_eq!(judged(Outcome::Ok, 1.0), None);
+        assert_eq!(judged(Outcome::Ok, 500.0), Some(MissCause::Ttft));
+        assert_eq!(judged(Outcome::Rejected, 1.0), Some(MissCause::Rejected));
+        assert_eq!(judged(Outcome::Timeout, 1.0), Some(MissCause::Timeout));
+        assert_eq!(judged(Outcome::ClientError, 1.0), None);
+        let labels: std::collections::HashSet<&str> =
+            MissCause::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(labels.len(), MissCause::ALL.len());
     }
 
     #[test]

@@ -18,7 +18,8 @@ use super::{
 };
 use crate::{
     admin::metrics::{
-        ClassSlo, LatencyLabels, Metrics, ModelApi, PassthroughLabels, RequestLabels, TokenLabels,
+        ClassReason, ClassSlo, LatencyLabels, Metrics, ModelApi, PassthroughLabels, RequestLabels,
+        TokenLabels,
     },
     calibrate::ProxyTotals,
     config::Config,
@@ -165,6 +166,23 @@ impl Aggregator {
                 })
                 .inc_by(n);
         }
+        let miss_cause = slo::MissCause::of(&record);
+        if let Some(cause) = miss_cause {
+            m.slo_misses
+                .get_or_create(&ClassReason {
+                    class: class.clone(),
+                    reason: cause.as_str(),
+                })
+                .inc();
+        }
+        if let Some(reason) = record.finish_reason {
+            m.finish_reasons
+                .get_or_create(&ClassReason {
+                    class: class.clone(),
+                    reason: reason.as_str(),
+                })
+                .inc();
+        }
         if record.decode_failed {
             m.decode_failures
                 .get_or_create(&ModelApi {
@@ -225,6 +243,9 @@ impl Aggregator {
             output_tokens: record.output_tokens,
             concurrency_at_start: record.arrival.concurrency,
             long_in_flight_at_start: record.arrival.long_in_flight,
+            miss_cause,
+            finish_reason: record.finish_reason,
+            cached_input_tokens: None,
         });
         if config.calibration.enabled
             && let Some(totals) = &self.calibration

@@ -60,6 +60,9 @@ pub fn capacity(
             output_tokens: r.output_tokens,
             concurrency_at_start: level(s),
             long_in_flight_at_start: false,
+            miss_cause: crate::measure::slo::MissCause::of(r),
+            finish_reason: r.finish_reason,
+            cached_input_tokens: None,
         });
         now = now.max(at(s.ended_s));
     }

@@ -60,8 +60,8 @@ use std::{
 
 pub use capacity::{CAPACITY_SLICES, KNEE_SLOPE_FRACTION};
 pub use config::{
-    ClassConfig, CostConfig, DEFAULT_CLASS, EngineConfig, LatencyMetric, MIN_WINDOW, Observation,
-    PercentileTarget,
+    ClassConfig, CostConfig, DEFAULT_CLASS, EngineConfig, FinishReason, LatencyMetric, MIN_WINDOW,
+    MissCause, Observation, PercentileTarget,
 };
 pub use cost::{CostSummary, HOURS_PER_MONTH};
 pub use curve::{Capacity, Level};
@@ -71,7 +71,8 @@ pub use label::{ParseWindowError, bucket_labels, bucket_of, format_window, parse
 pub use ring::SLICES_PER_WINDOW;
 pub use stability::{MAX_POINTS, PointOut, Stability};
 pub use summary::{
-    ByInput, Group, InFlight, ModelGroup, OutcomeCounts, Overall, Rates, Summary, TargetStatus,
+    ByInput, FinishReasons, Group, InFlight, MissReasons, ModelGroup, OutcomeCounts, Overall,
+    Rates, Summary, TargetStatus,
 };
 
 use capacity::CapSlice;

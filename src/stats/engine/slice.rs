@@ -2,7 +2,7 @@
 //! model (counters only), and for the in-flight samples; and their query-time sums.
 
 use super::{
-    config::Observation,
+    config::{FinishReason, MissCause, Observation},
     hist::{Hist, Merged},
     ring::Slice,
 };
@@ -22,6 +22,28 @@ pub struct Counts {
     pub met_tokens: u64,
     /// Output tokens of requests that missed it (wasted spend).
     pub missed_tokens: u64,
+    /// Input tokens of every request that reported or was counted for them.
+    pub input_tokens: u64,
+    /// Misses by cause, indexed like [`MissCause::ALL`].
+    pub misses: [u64; MissCause::ALL.len()],
+    /// Requests by finish reason, indexed like [`FinishReason::ALL`].
+    pub finishes: [u64; FinishReason::ALL.len()],
+}
+
+fn bump<const N: usize, T: PartialEq>(counts: &mut [u64; N], all: &[T; N], x: &T) {
+    if let Some(n) = all
+        .iter()
+        .position(|a| a == x)
+        .and_then(|i| counts.get_mut(i))
+    {
+        *n = n.saturating_add(1);
+    }
+}
+
+fn add_all<const N: usize>(a: &mut [u64; N], b: &[u64; N]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = x.saturating_add(*y);
+    }
 }
 
 fn outcome_index(o: Outcome) -> usize {
@@ -36,6 +58,15 @@ impl Counts {
             *n = n.saturating_add(1);
         }
         self.output_tokens = self.output_tokens.saturating_add(tokens);
+        self.input_tokens = self
+            .input_tokens
+            .saturating_add(obs.input_tokens.unwrap_or(0));
+        if let Some(c) = obs.miss_cause {
+            bump(&mut self.misses, &MissCause::ALL, &c);
+        }
+        if let Some(r) = obs.finish_reason {
+            bump(&mut self.finishes, &FinishReason::ALL, &r);
+        }
         match obs.slo_met {
             Some(true) => {
                 self.met = self.met.saturating_add(1);
@@ -59,6 +90,19 @@ impl Counts {
         self.output_tokens = self.output_tokens.saturating_add(o.output_tokens);
         self.met_tokens = self.met_tokens.saturating_add(o.met_tokens);
         self.missed_tokens = self.missed_tokens.saturating_add(o.missed_tokens);
+        self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
+        add_all(&mut self.misses, &o.misses);
+        add_all(&mut self.finishes, &o.finishes);
+    }
+
+    pub fn misses(&self, c: MissCause) -> u64 {
+        let i = MissCause::ALL.iter().position(|x| *x == c);
+        i.and_then(|i| self.misses.get(i)).copied().unwrap_or(0)
+    }
+
+    pub fn finishes(&self, r: FinishReason) -> u64 {
+        let i = FinishReason::ALL.iter().position(|x| *x == r);
+        i.and_then(|i| self.finishes.get(i)).copied().unwrap_or(0)
     }
 
     pub fn outcome(&self, o: Outcome) -> u64 {

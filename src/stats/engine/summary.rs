@@ -15,7 +15,7 @@ use serde::{Serialize, Serializer, ser::SerializeMap};
 
 use super::{
     Engine, WindowState,
-    config::{LatencyMetric, PercentileTarget},
+    config::{FinishReason, LatencyMetric, MissCause, PercentileTarget},
     cost::{self, CostSummary},
     hist::{Merged, Percentiles},
     slice::{ClassAgg, Counts, FlightSlice, ratio},
@@ -98,6 +98,56 @@ pub struct Rates {
     pub timeout_rate: Option<f64>,
     pub rejection_rate: Option<f64>,
     pub client_error_rate: Option<f64>,
+    /// Misses by why: `ttft`, `tpot`, `e2e` (the target broken) or the failed outcome
+    /// (`rejected`, `upstream_error`, `upstream_reset`, `timeout`, `proxy_error`); every
+    /// reason present.
+    pub miss_reasons: MissReasons,
+    /// Requests by the finish reason the upstream reported; every reason present.
+    pub finish_reasons: FinishReasons,
+    /// Share of requests with a finish reason that stopped at `length` (truncated).
+    pub truncation_rate: Option<f64>,
+    pub input_tokens: u64,
+    pub input_tokens_per_s: f64,
+}
+
+/// Misses per [`MissCause`], keyed by its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MissReasons(Counts);
+
+impl MissReasons {
+    pub fn get(&self, c: MissCause) -> u64 {
+        self.0.misses(c)
+    }
+}
+
+impl Serialize for MissReasons {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(MissCause::ALL.len()))?;
+        for c in MissCause::ALL {
+            m.serialize_entry(c.as_str(), &self.get(c))?;
+        }
+        m.end()
+    }
+}
+
+/// Requests per [`FinishReason`], keyed by its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinishReasons(Counts);
+
+impl FinishReasons {
+    pub fn get(&self, r: FinishReason) -> u64 {
+        self.0.finishes(r)
+    }
+}
+
+impl Serialize for FinishReasons {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(FinishReason::ALL.len()))?;
+        for r in FinishReason::ALL {
+            m.serialize_entry(r.as_str(), &self.get(r))?;
+        }
+        m.end()
+    }
 }
 
 /// Requests per outcome, keyed by [`Outcome::as_str`], every outcome present.
@@ -200,6 +250,14 @@ impl Rates {
             timeout_rate: ratio(c.outcome(Outcome::Timeout), c.requests),
             rejection_rate: ratio(c.outcome(Outcome::Rejected), c.requests),
             client_error_rate: ratio(c.outcome(Outcome::ClientError), c.requests),
+            miss_reasons: MissReasons(*c),
+            finish_reasons: FinishReasons(*c),
+            truncation_rate: ratio(
+                c.finishes(FinishReason::Length),
+                c.finishes.iter().fold(0u64, |a, b| a.saturating_add(*b)),
+            ),
+            input_tokens: c.input_tokens,
+            input_tokens_per_s: per_s(c.input_tokens, span_s),
         }
     }
 }

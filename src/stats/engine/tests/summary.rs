@@ -451,3 +451,49 @@ fn rejections_and_client_errors_are_rated_and_error_rate_max_is_checked() {
     }
     assert_eq!(batch["outcomes"]["rejected"], 1);
 }
+
+#[test]
+fn misses_by_cause_finish_reasons_and_input_rate() {
+    let (mut e, base) = engine(config());
+    let i = |at, met, cause, finish| Observation {
+        slo_met: met,
+        miss_cause: cause,
+        finish_reason: finish,
+        input_tokens: Some(600),
+        ..ob(base, at)
+    };
+    for o in [
+        i(5.0, Some(true), None, Some(FinishReason::Stop)),
+        i(
+            10.0,
+            Some(false),
+            Some(MissCause::Ttft),
+            Some(FinishReason::Length),
+        ),
+        i(
+            15.0,
+            Some(false),
+            Some(MissCause::Ttft),
+            Some(FinishReason::Stop),
+        ),
+        i(20.0, Some(false), Some(MissCause::Rejected), None),
+    ] {
+        e.observe(&o);
+    }
+    let s = e.summary(MIN, base + MIN).unwrap();
+    let r = &group(&s, "interactive").rates;
+    assert_eq!(r.miss_reasons.get(MissCause::Ttft), 2);
+    assert_eq!(r.miss_reasons.get(MissCause::Rejected), 1);
+    assert_eq!(r.miss_reasons.get(MissCause::Tpot), 0);
+    assert_eq!(r.finish_reasons.get(FinishReason::Stop), 2);
+    assert_close(r.truncation_rate.unwrap(), 1.0 / 3.0);
+    assert_eq!(r.input_tokens, 2400);
+    assert_close(r.input_tokens_per_s, 2400.0 / 60.0);
+    assert_eq!(s.overall.group.rates.miss_reasons.get(MissCause::Ttft), 2);
+    let json = serde_json::to_value(&s).unwrap();
+    let g = &json["classes"][0];
+    assert_eq!(g["miss_reasons"]["ttft"], 2, "{g}");
+    assert_eq!(g["miss_reasons"]["upstream_reset"], 0);
+    assert_eq!(g["finish_reasons"]["length"], 1);
+    assert!(g["input_tokens_per_s"].is_number());
+}

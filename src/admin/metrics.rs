@@ -32,6 +32,7 @@ pub mod names {
     pub const RAW_TPS: &str = "goodput_raw_output_tokens_per_second";
     pub const REQUEST_GOODPUT: &str = "goodput_request_goodput_per_second";
     pub const MAX_STABLE: &str = "goodput_max_stable_concurrency";
+    pub const KNEE: &str = "goodput_knee_concurrency";
     pub const COST_PER_M_EFFECTIVE: &str = "goodput_cost_per_million_effective_tokens";
     pub const COST_PER_HOUR: &str = "goodput_cost_per_hour";
     pub const RELOAD_FAILURES: &str = "goodput_config_reload_failures";
@@ -231,6 +232,7 @@ pub struct Metrics {
     pub raw_tps: Family<ClassWindow, Gauge<f64, AtomicU64>>,
     pub request_goodput: Family<ClassWindow, Gauge<f64, AtomicU64>>,
     pub max_stable: Family<ClassLabel, Gauge>,
+    pub knee: Family<ClassLabel, Gauge>,
     pub cost_per_m_effective: Family<WindowCurrency, Gauge<f64, AtomicU64>>,
     pub cost_per_hour: Family<CurrencyLabel, Gauge<f64, AtomicU64>>,
     pub reload_failures: Counter,
@@ -272,6 +274,7 @@ impl Metrics {
             raw_tps: Family::default(),
             request_goodput: Family::default(),
             max_stable: Family::default(),
+            knee: Family::default(),
             cost_per_m_effective: Family::default(),
             cost_per_hour: Family::default(),
             reload_failures: Counter::default(),
@@ -389,6 +392,11 @@ impl Metrics {
             names::MAX_STABLE,
             "Highest in-flight concurrency at which the class still meets its attainment target",
             m.max_stable.clone(),
+        );
+        registry.register(
+            names::KNEE,
+            "Concurrency where the throughput-latency curve stops paying: the last level before the marginal throughput gain falls below half the initial slope or a percentile target breaks",
+            m.knee.clone(),
         );
         registry.register(
             names::COST_PER_M_EFFECTIVE,

@@ -135,6 +135,19 @@ pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &Metrics, now: Instant) 
             }
         }
     }
+    for (class, value) in g.knee_concurrency.iter().copied() {
+        let labels = ClassLabel {
+            class: class.to_owned(),
+        };
+        match value {
+            Some(v) => {
+                m.knee.get_or_create(&labels).set(i64::from(v));
+            }
+            None => {
+                m.knee.remove(&labels);
+            }
+        }
+    }
     for c in cfg.slo.all_classes() {
         m.attainment_target
             .get_or_create(&ClassLabel {

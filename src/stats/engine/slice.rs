@@ -24,6 +24,8 @@ pub struct Counts {
     pub missed_tokens: u64,
     /// Input tokens of every request that reported or was counted for them.
     pub input_tokens: u64,
+    /// Input tokens the upstream reported as served from its prefix cache.
+    pub cached_input_tokens: u64,
     /// Misses by cause, indexed like [`MissCause::ALL`].
     pub misses: [u64; MissCause::ALL.len()],
     /// Requests by finish reason, indexed like [`FinishReason::ALL`].
@@ -61,6 +63,9 @@ impl Counts {
         self.input_tokens = self
             .input_tokens
             .saturating_add(obs.input_tokens.unwrap_or(0));
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(obs.cached_input_tokens.unwrap_or(0));
         if let Some(c) = obs.miss_cause {
             bump(&mut self.misses, &MissCause::ALL, &c);
         }
@@ -91,6 +96,9 @@ impl Counts {
         self.met_tokens = self.met_tokens.saturating_add(o.met_tokens);
         self.missed_tokens = self.missed_tokens.saturating_add(o.missed_tokens);
         self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(o.cached_input_tokens);
         add_all(&mut self.misses, &o.misses);
         add_all(&mut self.finishes, &o.finishes);
     }
@@ -144,13 +152,25 @@ pub struct ClassSlice {
     pub short_alone: Hist,
     /// TTFT of the input buckets after the first.
     pub ttft_longer: Vec<Hist>,
+    /// E2E per output-length bucket ([`OUTPUT_BUCKETS`]).
+    pub e2e_by_output: Vec<Hist>,
+    /// TTFT of requests the upstream served partly from its prefix cache, and of those it
+    /// reported no cached tokens for (requests it says nothing about are in neither).
+    pub ttft_cache_hit: Hist,
+    pub ttft_cache_miss: Hist,
 }
+
+/// Upper bounds (output tokens) of the buckets E2E is broken down by: a short chat answer,
+/// a long-form answer, a long generation (code, documents), and longer (reasoning runs).
+/// E2E grows with output length, so a percentile over all of them says little.
+pub const OUTPUT_BUCKETS: [u64; 3] = [128, 512, 2048];
 
 impl ClassSlice {
     pub fn new(buckets: usize) -> ClassSlice {
         let longer = buckets.saturating_sub(1);
         ClassSlice {
             ttft_longer: (0..longer).map(|_| Hist::Empty).collect(),
+            e2e_by_output: (0..=OUTPUT_BUCKETS.len()).map(|_| Hist::Empty).collect(),
             ..Default::default()
         }
     }
@@ -175,6 +195,18 @@ impl ClassSlice {
             self.tpot.record_ms(tpot);
         }
         self.e2e.record_ms(obs.e2e_ms);
+        if let Some(n) = obs.output_tokens
+            && let Some(h) = self
+                .e2e_by_output
+                .get_mut(super::label::bucket_of(&OUTPUT_BUCKETS, n))
+        {
+            h.record_ms(obs.e2e_ms);
+        }
+        match (obs.ttft_ms, obs.cached_input_tokens) {
+            (Some(ttft), Some(0)) => self.ttft_cache_miss.record_ms(ttft),
+            (Some(ttft), Some(_)) => self.ttft_cache_hit.record_ms(ttft),
+            _ => {}
+        }
         for &gap in obs.itl_us {
             self.itl.record_us(u64::from(gap));
         }
@@ -188,9 +220,12 @@ impl ClassSlice {
             &self.e2e,
             &self.short_with_long,
             &self.short_alone,
+            &self.ttft_cache_hit,
+            &self.ttft_cache_miss,
         ]
         .into_iter()
         .chain(&self.ttft_longer)
+        .chain(&self.e2e_by_output)
     }
 }
 
@@ -204,13 +239,17 @@ impl Slice for ClassSlice {
             &mut self.e2e,
             &mut self.short_with_long,
             &mut self.short_alone,
+            &mut self.ttft_cache_hit,
+            &mut self.ttft_cache_miss,
         ] {
             h.reset();
         }
         self.ttft_longer.iter_mut().for_each(Hist::reset);
+        self.e2e_by_output.iter_mut().for_each(Hist::reset);
     }
     fn heap_bytes(&self) -> usize {
-        let longer = self.ttft_longer.capacity() * std::mem::size_of::<Hist>();
+        let longer = (self.ttft_longer.capacity() + self.e2e_by_output.capacity())
+            * std::mem::size_of::<Hist>();
         longer + self.hists().map(Hist::heap_bytes).sum::<usize>()
     }
 }
@@ -226,6 +265,9 @@ pub struct ClassAgg {
     pub short_with_long: Merged,
     pub short_alone: Merged,
     pub ttft_longer: Vec<Merged>,
+    pub e2e_by_output: Vec<Merged>,
+    pub ttft_cache_hit: Merged,
+    pub ttft_cache_miss: Merged,
 }
 
 impl ClassAgg {
@@ -233,6 +275,9 @@ impl ClassAgg {
         let longer = buckets.saturating_sub(1);
         ClassAgg {
             ttft_longer: (0..longer).map(|_| Merged::default()).collect(),
+            e2e_by_output: (0..=OUTPUT_BUCKETS.len())
+                .map(|_| Merged::default())
+                .collect(),
             ..Default::default()
         }
     }
@@ -248,6 +293,11 @@ impl ClassAgg {
         for (m, h) in self.ttft_longer.iter_mut().zip(&s.ttft_longer) {
             m.add(h);
         }
+        for (m, h) in self.e2e_by_output.iter_mut().zip(&s.e2e_by_output) {
+            m.add(h);
+        }
+        self.ttft_cache_hit.add(&s.ttft_cache_hit);
+        self.ttft_cache_miss.add(&s.ttft_cache_miss);
     }
 
     pub fn add_agg(&mut self, o: &ClassAgg) {
@@ -261,6 +311,11 @@ impl ClassAgg {
         for (m, h) in self.ttft_longer.iter_mut().zip(&o.ttft_longer) {
             m.add_merged(h);
         }
+        for (m, h) in self.e2e_by_output.iter_mut().zip(&o.e2e_by_output) {
+            m.add_merged(h);
+        }
+        self.ttft_cache_hit.add_merged(&o.ttft_cache_hit);
+        self.ttft_cache_miss.add_merged(&o.ttft_cache_miss);
     }
 }
 

@@ -65,6 +65,11 @@ pub struct Group {
     pub itl_ms: Percentiles,
     pub e2e_ms: Percentiles,
     pub ttft_ms_by_input: ByInput,
+    /// E2E per output-length bucket ("<=128", "<=512", "<=2k", ">2k").
+    pub e2e_ms_by_output: ByInput,
+    /// TTFT of prefix-cache hits (`hit`: the upstream reported cached input tokens) and
+    /// misses (`miss`: it reported none cached).
+    pub ttft_ms_by_cache: ByInput,
     /// From the capacity view (always over the longest window).
     pub max_stable_concurrency: Option<u32>,
     pub stability: Stability,
@@ -108,6 +113,8 @@ pub struct Rates {
     pub truncation_rate: Option<f64>,
     pub input_tokens: u64,
     pub input_tokens_per_s: f64,
+    /// Input tokens the upstream served from its prefix cache, where it reports them.
+    pub cached_input_tokens: u64,
 }
 
 /// Misses per [`MissCause`], keyed by its label.
@@ -258,6 +265,7 @@ impl Rates {
             ),
             input_tokens: c.input_tokens,
             input_tokens_per_s: per_s(c.input_tokens, span_s),
+            cached_input_tokens: c.cached_input_tokens,
         }
     }
 }
@@ -432,6 +440,16 @@ impl Engine {
             itl_ms: agg.itl.percentiles(),
             e2e_ms: agg.e2e.percentiles(),
             ttft_ms_by_input: ByInput(by_input),
+            e2e_ms_by_output: ByInput(
+                super::label::bucket_labels(&super::slice::OUTPUT_BUCKETS)
+                    .into_iter()
+                    .zip(agg.e2e_by_output.iter().map(Merged::percentiles))
+                    .collect(),
+            ),
+            ttft_ms_by_cache: ByInput(vec![
+                ("hit".into(), agg.ttft_cache_hit.percentiles()),
+                ("miss".into(), agg.ttft_cache_miss.percentiles()),
+            ]),
             max_stable_concurrency: max_stable,
             stability,
         }

@@ -497,3 +497,44 @@ fn misses_by_cause_finish_reasons_and_input_rate() {
     assert_eq!(g["finish_reasons"]["length"], 1);
     assert!(g["input_tokens_per_s"].is_number());
 }
+
+#[test]
+fn e2e_by_output_length_and_ttft_by_prefix_cache() {
+    let (mut e, base) = engine(config());
+    let i = |at, out, e2e, cached| Observation {
+        output_tokens: Some(out),
+        e2e_ms: e2e,
+        ttft_ms: Some(if cached == Some(0) { 300.0 } else { 40.0 }),
+        cached_input_tokens: cached,
+        ..ob(base, at)
+    };
+    for o in [
+        i(5.0, 100, 1000.0, Some(0)),
+        i(10.0, 400, 4000.0, Some(512)),
+        i(15.0, 3000, 30000.0, None),
+    ] {
+        e.observe(&o);
+    }
+    let s = e.summary(MIN, base + MIN).unwrap();
+    let g = group(&s, "interactive");
+    let by_out: Vec<(&str, Option<f64>)> = g
+        .e2e_ms_by_output
+        .0
+        .iter()
+        .map(|(k, p)| (k.as_str(), p.p50))
+        .collect();
+    assert_eq!(by_out.len(), 4);
+    assert_eq!(by_out[3].0, ">2k");
+    assert_hdr(by_out[0].1, 1000.0);
+    assert_hdr(by_out[1].1, 4000.0);
+    assert_eq!(by_out[2].1, None);
+    assert_hdr(by_out[3].1, 30000.0);
+    let cache = &g.ttft_ms_by_cache.0;
+    assert_eq!((cache[0].0.as_str(), cache[1].0.as_str()), ("hit", "miss"));
+    assert_hdr(cache[0].1.p50, 40.0);
+    assert_hdr(cache[1].1.p50, 300.0);
+    assert_eq!(g.rates.cached_input_tokens, 512);
+    let json = serde_json::to_value(&s).unwrap();
+    assert!(json["classes"][0]["e2e_ms_by_output"]["<=128"]["p50"].is_number());
+    assert!(json["classes"][0]["ttft_ms_by_cache"]["miss"]["p50"].is_number());
+}

@@ -318,3 +318,80 @@ async fn configured_client_error_statuses_and_error_rate_max() {
     assert_eq!(default["error_rate_holds"], false);
     proxy.shutdown().await;
 }
+
+/// The example config documents every `[slo]` and `[cost]` key, and the commented-out
+/// examples there are valid when uncommented.
+#[test]
+fn the_example_config_documents_every_slo_and_cost_key() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/goodput.example.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let overrides = Overrides::default();
+    config::load_str(&text, "example", &overrides).unwrap();
+    let start = text.find("\n[slo]\n").unwrap();
+    let end = text.find("\n[tokenizer]\n").unwrap();
+    let section = &text[start..end];
+    for key in [
+        "windows",
+        "tenant_header",
+        "tenant_salt",
+        "override_headers",
+        "min_samples",
+        "input_buckets",
+        "history",
+        "long_input_bytes",
+        "client_error_statuses",
+        "[[slo.class]]",
+        "name",
+        "match",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "attainment",
+        "error_rate_max",
+        "percentiles",
+        "[slo.default]",
+        "[cost]",
+        "currency",
+        "per_hour",
+    ] {
+        let documented = section.lines().any(|l| {
+            let l = l.trim_start_matches(['#', ' ']);
+            l.starts_with(&format!("{key} =")) || l == key
+        });
+        assert!(
+            documented,
+            "{key} is not in the example's [slo] / [cost] part"
+        );
+    }
+    // Uncommented, the examples load.
+    let uncommented: String = section
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest) if is_toml_line(rest) => rest,
+            _ => l,
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let with_upstream = Overrides {
+        upstream: Some("http://127.0.0.1:9".into()),
+        ..Overrides::default()
+    };
+    let cfg = config::load_str(&uncommented, "example-slo", &with_upstream).unwrap();
+    assert_eq!(cfg.slo.classes[0].error_rate_max, Some(0.01));
+    assert_eq!(
+        cfg.slo.client_error_statuses,
+        [400, 401, 403, 404, 413, 422]
+    );
+    assert!(cfg.cost.is_some());
+}
+
+/// A commented-out example line: `key = value` or `[section]`.
+fn is_toml_line(l: &str) -> bool {
+    let key = |k: &str| {
+        !k.is_empty()
+            && k.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    (l.starts_with('[') && l.ends_with(']') && !l.contains(' '))
+        || l.split_once(" = ").is_some_and(|(k, _)| key(k))
+}

@@ -715,7 +715,7 @@ async fn upstream_500_passes_through_exactly() {
         assert_eq!(r["bytes_out"], body.len());
     }
     let text = metrics(proxy.admin_addr).await;
-    let series = r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="upstream_error",class="default",slo="missed"}"#;
+    let series = r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="upstream_error",class="default",slo="missed",status_class="5xx"}"#;
     assert_eq!(metric_value(&text, series), Some(2.0), "{text}");
     proxy.shutdown().await;
 }
@@ -1023,8 +1023,9 @@ async fn unknown_path_passes_bytes_and_records_e2e_and_bytes_only() {
 // ---------------------------------------------------------------------------------------
 
 /// The contract field set of a record (issue 2, "Admin server"), then the fields later
-/// capabilities added (TTFO from the dialects; the SLO verdict).
-const RECORD_FIELDS: [&str; 22] = [
+/// capabilities added (TTFO from the dialects; the SLO verdict; the finish reason; whether
+/// the terminal event was delivered).
+const RECORD_FIELDS: [&str; 23] = [
     "id",
     "started_at",
     "model",
@@ -1047,6 +1048,7 @@ const RECORD_FIELDS: [&str; 22] = [
     "slo_class",
     "slo_met",
     "slo_miss_reason",
+    "finish_reason",
 ];
 
 #[tokio::test]
@@ -1074,7 +1076,7 @@ async fn metrics_and_records_api_agree_with_the_traffic() {
     let labels = r#"{model="test-model",api="chat_completions",class="default"}"#;
     assert_eq!(
         value(
-            r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="ok",class="default",slo="met"}"#
+            r#"goodput_requests_total{model="test-model",api="chat_completions",outcome="ok",class="default",slo="met",status_class="2xx"}"#
         ),
         Some(3.0),
         "{text}"

@@ -182,7 +182,7 @@ async fn attainment_goodput_and_cost_equal_hand_computed_values() {
     );
     assert_eq!(
         v(
-            r#"goodput_requests_total{model="slow-model",api="chat_completions",outcome="ok",class="slow",slo="missed"}"#
+            r#"goodput_requests_total{model="slow-model",api="chat_completions",outcome="ok",class="slow",slo="missed",status_class="2xx"}"#
         ),
         Some(4.0)
     );

@@ -194,6 +194,9 @@ fn engine(name: &'static str, cfg: &Config, gaps: Vec<u32>) -> Case {
             output_tokens: Some(100),
             concurrency_at_start: 64,
             long_in_flight_at_start: false,
+            miss_cause: None,
+            finish_reason: None,
+            cached_input_tokens: None,
         });
     })
 }

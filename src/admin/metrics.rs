@@ -19,6 +19,9 @@ pub mod names {
     pub const ITL: &str = "goodput_inter_token_latency";
     pub const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
     pub const REQUESTS: &str = "goodput_requests";
+    pub const PASSTHROUGH: &str = "goodput_passthrough_requests";
+    pub const SLO_MISSES: &str = "goodput_slo_misses";
+    pub const FINISH_REASONS: &str = "goodput_finish_reasons";
     pub const IN_FLIGHT: &str = "goodput_in_flight_requests";
     pub const DROPPED: &str = "goodput_measurement_dropped";
     pub const DECODE_FAILURES: &str = "goodput_decode_failures";
@@ -29,6 +32,7 @@ pub mod names {
     pub const RAW_TPS: &str = "goodput_raw_output_tokens_per_second";
     pub const REQUEST_GOODPUT: &str = "goodput_request_goodput_per_second";
     pub const MAX_STABLE: &str = "goodput_max_stable_concurrency";
+    pub const KNEE: &str = "goodput_knee_concurrency";
     pub const COST_PER_M_EFFECTIVE: &str = "goodput_cost_per_million_effective_tokens";
     pub const COST_PER_HOUR: &str = "goodput_cost_per_hour";
     pub const RELOAD_FAILURES: &str = "goodput_config_reload_failures";
@@ -95,8 +99,20 @@ pub struct RequestLabels {
     pub api: &'static str,
     pub outcome: &'static str,
     pub class: String,
-    /// `met`, `missed`, or `excluded` (client aborts, not counted in attainment).
+    /// `met`, `missed`, or `excluded` (client aborts and client errors, not counted in
+    /// attainment).
     pub slo: &'static str,
+    /// The response status's class: `2xx`, `4xx`, `5xx` (`1xx`, `3xx`, or `none` when no
+    /// response head was sent).
+    pub status_class: &'static str,
+}
+
+/// A request that is no generation (`api` = `unknown`, `embeddings`, `upgrade`), passed
+/// through unjudged; `status_class` as on [`RequestLabels`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PassthroughLabels {
+    pub api: &'static str,
+    pub status_class: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -111,6 +127,15 @@ pub struct TokenLabels {
 pub struct ClassSlo {
     pub class: String,
     pub slo: &'static str,
+}
+
+/// A class and a bounded reason: a miss cause (`ttft`, `tpot`, `e2e`, `rejected`,
+/// `upstream_error`, `upstream_reset`, `timeout`, `proxy_error`) or a finish reason
+/// (`stop`, `length`, `tool_calls`, `content_filter`, `other`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassReason {
+    pub class: String,
+    pub reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -194,6 +219,9 @@ pub struct Metrics {
     pub itl: HistogramFamily<LatencyLabels>,
     pub token_usage: HistogramFamily<TokenLabels>,
     pub requests: Family<RequestLabels, Counter>,
+    pub passthrough: Family<PassthroughLabels, Counter>,
+    pub slo_misses: Family<ClassReason, Counter>,
+    pub finish_reasons: Family<ClassReason, Counter>,
     pub in_flight: Gauge,
     pub dropped: Counter,
     pub decode_failures: Family<ModelApi, Counter>,
@@ -204,6 +232,7 @@ pub struct Metrics {
     pub raw_tps: Family<ClassWindow, Gauge<f64, AtomicU64>>,
     pub request_goodput: Family<ClassWindow, Gauge<f64, AtomicU64>>,
     pub max_stable: Family<ClassLabel, Gauge>,
+    pub knee: Family<ClassLabel, Gauge>,
     pub cost_per_m_effective: Family<WindowCurrency, Gauge<f64, AtomicU64>>,
     pub cost_per_hour: Family<CurrencyLabel, Gauge<f64, AtomicU64>>,
     pub reload_failures: Counter,
@@ -232,6 +261,9 @@ impl Metrics {
             itl: Family::new_with_constructor(|| Histogram::new(ITL_BUCKETS)),
             token_usage: Family::new_with_constructor(|| Histogram::new(TOKEN_BUCKETS)),
             requests: Family::default(),
+            passthrough: Family::default(),
+            slo_misses: Family::default(),
+            finish_reasons: Family::default(),
             in_flight: Gauge::default(),
             dropped: Counter::default(),
             decode_failures: Family::default(),
@@ -242,6 +274,7 @@ impl Metrics {
             raw_tps: Family::default(),
             request_goodput: Family::default(),
             max_stable: Family::default(),
+            knee: Family::default(),
             cost_per_m_effective: Family::default(),
             cost_per_hour: Family::default(),
             reload_failures: Counter::default(),
@@ -294,6 +327,21 @@ impl Metrics {
             m.requests.clone(),
         );
         registry.register(
+            names::PASSTHROUGH,
+            "Finished requests that are no generation (metrics scrapes, health probes, model lists, embeddings), passed through and kept out of SLO classes, goodput, capacity, drift and profiles",
+            m.passthrough.clone(),
+        );
+        registry.register(
+            names::SLO_MISSES,
+            "Requests that missed their SLO, by why: the latency target broken or the failed outcome",
+            m.slo_misses.clone(),
+        );
+        registry.register(
+            names::FINISH_REASONS,
+            "Judged requests by the finish reason the upstream reported (length = truncated)",
+            m.finish_reasons.clone(),
+        );
+        registry.register(
             names::IN_FLIGHT,
             "Requests being served now",
             m.in_flight.clone(),
@@ -344,6 +392,11 @@ impl Metrics {
             names::MAX_STABLE,
             "Highest in-flight concurrency at which the class still meets its attainment target",
             m.max_stable.clone(),
+        );
+        registry.register(
+            names::KNEE,
+            "Concurrency where the throughput-latency curve stops paying: the last level before the marginal throughput gain falls below half the initial slope or a percentile target breaks",
+            m.knee.clone(),
         );
         registry.register(
             names::COST_PER_M_EFFECTIVE,
@@ -463,6 +516,7 @@ mod tests {
                 outcome: "ok",
                 class: "default".into(),
                 slo: "met",
+                status_class: "2xx",
             })
             .inc();
         let l = LatencyLabels {
@@ -481,7 +535,7 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
         assert!(
             out.contains(
-                "goodput_requests_total{model=\"m\",api=\"chat_completions\",outcome=\"ok\",class=\"default\",slo=\"met\"} 1"
+                "goodput_requests_total{model=\"m\",api=\"chat_completions\",outcome=\"ok\",class=\"default\",slo=\"met\",status_class=\"2xx\"} 1"
             ),
             "{out}"
         );

@@ -24,6 +24,8 @@ pub struct Slo {
     pub input_buckets: Vec<u64>,
     pub history: Duration,
     pub long_input_bytes: u64,
+    /// Upstream 4xx statuses that are the request's own fault (`client_error`).
+    pub client_error_statuses: Vec<u16>,
     /// Configured classes in order.
     pub classes: Vec<SloClass>,
     /// The class of every request no configured class matched.
@@ -36,6 +38,8 @@ pub struct SloClass {
     pub matcher: Matcher,
     pub targets: Targets,
     pub attainment: f64,
+    /// Largest error rate the class tolerates (errors / requests), if set.
+    pub error_rate_max: Option<f64>,
     pub percentiles: Vec<PercentileTarget>,
 }
 
@@ -104,12 +108,22 @@ impl Matcher {
 }
 
 impl Slo {
-    /// The class a request belongs to: the first that matches, else the default.
-    pub fn class_for(&self, r: &MatchInput<'_>) -> &SloClass {
+    /// The class a request belongs to: the first that matches, else the default. A request
+    /// that is no generation (`unknown`, `embeddings`, `upgrade`) belongs to no class
+    /// (`None`: it passes through unjudged) unless a class names its API explicitly
+    /// (`match = { api = "unknown" }`).
+    pub fn class_for(&self, r: &MatchInput<'_>) -> Option<&SloClass> {
+        if crate::decode::is_generation_label(r.api) {
+            return Some(
+                self.classes
+                    .iter()
+                    .find(|c| c.matcher.matches(r))
+                    .unwrap_or(&self.default),
+            );
+        }
         self.classes
             .iter()
-            .find(|c| c.matcher.matches(r))
-            .unwrap_or(&self.default)
+            .find(|c| c.matcher.api.as_deref() == Some(r.api) && c.matcher.matches(r))
     }
 
     /// Every class, the default last.
@@ -205,6 +219,14 @@ fn targets(
             "must be in (0, 1], e.g. 0.99",
         ));
     }
+    if let Some(e) = t.error_rate_max
+        && !(0.0..=1.0).contains(&e)
+    {
+        problems.push(Problem::invalid(
+            format!("{key}.error_rate_max"),
+            "must be in [0, 1], e.g. 0.01",
+        ));
+    }
     let mut percentiles = Vec::new();
     for (i, p) in t.percentiles.iter().enumerate() {
         let pkey = format!("{key}.percentiles[{i}]");
@@ -275,6 +297,7 @@ fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) ->
         },
         targets,
         attainment: c.targets.attainment,
+        error_rate_max: c.targets.error_rate_max,
         percentiles,
     }
 }
@@ -344,8 +367,17 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
         matcher: Matcher::default(),
         targets,
         attainment: s.default.attainment,
+        error_rate_max: s.default.error_rate_max,
         percentiles,
     };
+    for &status in &s.client_error_statuses {
+        if !(400..=499).contains(&status) || status == 429 {
+            problems.push(Problem::invalid(
+                "slo.client_error_statuses",
+                format!("{status} is not a client error status (400-499, and 429 is a rejection)"),
+            ));
+        }
+    }
     Slo {
         windows,
         tenant_header,
@@ -355,6 +387,7 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
         input_buckets: s.input_buckets.clone(),
         history: s.history,
         long_input_bytes: s.long_input_bytes,
+        client_error_statuses: s.client_error_statuses.clone(),
         classes,
         default,
     }
@@ -436,23 +469,65 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(
             slo.class_for(&input("llama-3", "chat_completions", Some(10)))
+                .unwrap()
                 .name,
             "short"
         );
         assert_eq!(
             slo.class_for(&input("llama-3", "chat_completions", Some(5000)))
+                .unwrap()
                 .name,
             "llama"
         );
         assert_eq!(
-            slo.class_for(&input("llama-3", "completions", None)).name,
+            slo.class_for(&input("llama-3", "completions", None))
+                .unwrap()
+                .name,
             "llama"
         );
         assert_eq!(
-            slo.class_for(&input("gpt", "chat_completions", None)).name,
+            slo.class_for(&input("gpt", "chat_completions", None))
+                .unwrap()
+                .name,
             "default"
         );
         assert_eq!(slo.default.targets.e2e_ms, Some(60000.0));
+    }
+
+    #[test]
+    fn non_generation_traffic_is_judged_only_by_explicit_opt_in() {
+        let text = r#"
+            [[class]]
+            name = "all"
+            ttft_ms = 500
+        "#;
+        let section: SloSection = toml::from_str(text).unwrap();
+        let slo = validate(&section, "salt", &mut Vec::new());
+        for api in ["unknown", "embeddings", "upgrade"] {
+            assert!(slo.class_for(&input("m", api, None)).is_none(), "{api}");
+        }
+        let text = r#"
+            [[class]]
+            name = "probes"
+            match = { api = "unknown" }
+            e2e_ms = 100
+            [[class]]
+            name = "all"
+            ttft_ms = 500
+        "#;
+        let section: SloSection = toml::from_str(text).unwrap();
+        let slo = validate(&section, "salt", &mut Vec::new());
+        assert_eq!(
+            slo.class_for(&input("m", "unknown", None)).unwrap().name,
+            "probes"
+        );
+        assert!(slo.class_for(&input("m", "embeddings", None)).is_none());
+        assert_eq!(
+            slo.class_for(&input("m", "chat_completions", None))
+                .unwrap()
+                .name,
+            "all"
+        );
     }
 
     #[test]
@@ -464,11 +539,11 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         let acme = MatchInput {
             model: None,
-            api: "x",
+            api: "chat_completions",
             tenant: Some(slo.tenant_hash(b"acme")),
             input_tokens: None,
         };
-        assert_eq!(slo.class_for(&acme).name, "acme");
+        assert_eq!(slo.class_for(&acme).unwrap().name, "acme");
         assert_ne!(tenant_hash("s1", b"acme"), tenant_hash("s2", b"acme"));
     }
 
@@ -476,10 +551,12 @@ mod tests {
     fn bad_classes_are_all_reported() {
         let text = r#"
             windows = ["soon"]
+            client_error_statuses = [401, 429, 500]
             [[class]]
             name = "default"
             attainment = 1.5
             percentiles = [{ metric = "speed", quantile = 2.0, max_ms = -1 }]
+            error_rate_max = 1.5
             [[class]]
             name = "t"
             match = { tenant = "x" }
@@ -496,6 +573,8 @@ mod tests {
             "quantile",
             "max_ms",
             "tenant_header",
+            "error_rate_max",
+            "client_error_statuses",
         ] {
             assert!(all.contains(needle), "{needle} missing in:\n{all}");
         }

@@ -29,6 +29,9 @@ pub struct SloSection {
     /// A request whose body is at least this many bytes counts as long-input when asking
     /// whether long requests slow down short ones (≈ 4 bytes per token).
     pub long_input_bytes: u64,
+    /// Upstream 4xx statuses caused by the request itself: outcome `client_error`,
+    /// excluded from attainment. 429 is always a rejection.
+    pub client_error_statuses: Vec<u16>,
     /// The classes, first match wins.
     pub class: Vec<ClassSection>,
     /// Targets of the class that takes every request no other class matched.
@@ -46,6 +49,7 @@ impl Default for SloSection {
             input_buckets: vec![1024, 4096, 16384, 65536],
             history: Duration::from_secs(6 * 3600),
             long_input_bytes: 64 * 1024,
+            client_error_statuses: crate::measure::record::DEFAULT_CLIENT_ERROR_STATUSES.to_vec(),
             class: Vec::new(),
             default: TargetsSection::default(),
         }
@@ -83,6 +87,9 @@ pub struct TargetsSection {
     pub e2e_ms: Option<f64>,
     /// Share of requests that must meet the targets, e.g. 0.99.
     pub attainment: f64,
+    /// Largest share of requests that may end in an upstream or proxy error
+    /// (`upstream_error`, `upstream_reset`, `proxy_error`); the class fails above it.
+    pub error_rate_max: Option<f64>,
     /// Percentile targets, e.g. `[{ metric = "ttft", quantile = 0.95, max_ms = 800 }]`.
     pub percentiles: Vec<PercentileSection>,
 }
@@ -94,6 +101,7 @@ impl Default for TargetsSection {
             tpot_ms: None,
             e2e_ms: None,
             attainment: 0.99,
+            error_rate_max: None,
             percentiles: Vec::new(),
         }
     }

@@ -24,7 +24,8 @@ pub struct BodyInfo {
 pub fn parse_response_body(api: Api, body: &[u8]) -> Option<BodyInfo> {
     let body = body.trim_ascii();
     match api {
-        Api::ChatCompletions | Api::Completions => openai::parse_body(body),
+        // An embeddings body shares the OpenAI `usage` shape (`prompt_tokens` only).
+        Api::ChatCompletions | Api::Completions | Api::Embeddings => openai::parse_body(body),
         Api::Responses => responses::parse_body(body),
         Api::Messages => anthropic::parse_body(body),
         Api::TgiGenerate { .. } => tgi::parse_body(body),
@@ -44,7 +45,7 @@ pub fn response_body_text(api: Api, body: &[u8], limit: usize) -> Option<TextBuf
         Api::TgiGenerate { .. } => paths::TGI_BODY,
         Api::LlamaCppCompletion => paths::LLAMACPP_BODY,
         Api::OllamaChat | Api::OllamaGenerate => paths::OLLAMA,
-        Api::Unknown => return None,
+        Api::Embeddings | Api::Unknown => return None,
     };
     let mut buf = TextBuf::new(limit);
     text::collect(body.trim_ascii(), paths, &mut buf);

@@ -61,15 +61,18 @@ pub enum Api {
     /// Text Generation Inference native `/generate` and `/generate_stream`. The two share one
     /// label; `stream_endpoint` remembers which path it was, because `/generate_stream`
     /// always streams whatever the request body says.
-    TgiGenerate {
-        stream_endpoint: bool,
-    },
+    TgiGenerate { stream_endpoint: bool },
     /// llama.cpp server native `/completion` (singular; `/completions` is OpenAI's).
     LlamaCppCompletion,
     /// Ollama `/api/chat`.
     OllamaChat,
     /// Ollama `/api/generate`.
     OllamaGenerate,
+    /// OpenAI embeddings (`/embeddings`): measured (e2e, input tokens) but not a
+    /// generation, so never judged unless a class opts in and never part of goodput.
+    Embeddings,
+    /// No known dialect (`/metrics`, `/health`, `/v1/models`, ...): passed through, kept
+    /// as a record, never judged unless a class opts in.
     Unknown,
 }
 
@@ -88,6 +91,7 @@ impl Api {
             ("/completion", Api::LlamaCppCompletion),
             ("/responses", Api::Responses),
             ("/v1/messages", Api::Messages),
+            ("/embeddings", Api::Embeddings),
             // Before TGI's `/generate`, which it also ends with.
             ("/api/generate", Api::OllamaGenerate),
             ("/api/chat", Api::OllamaChat),
@@ -122,14 +126,28 @@ impl Api {
             Api::LlamaCppCompletion => "llamacpp_completion",
             Api::OllamaChat => "ollama_chat",
             Api::OllamaGenerate => "ollama_generate",
+            Api::Embeddings => "embeddings",
             Api::Unknown => "unknown",
         }
     }
+
+    /// Whether the API generates output. Only generation traffic is judged against SLO
+    /// classes, profiled and replayed (DESIGN.md); the rest passes through.
+    pub fn is_generation(self) -> bool {
+        !matches!(self, Api::Embeddings | Api::Unknown)
+    }
+}
+
+/// [`Api::is_generation`] for an `api` label as records and profiles carry it (`upgrade`
+/// for tunnelled connections is not a generation either).
+pub fn is_generation_label(api: &str) -> bool {
+    !matches!(api, "unknown" | "embeddings" | "upgrade")
 }
 
 /// Why generation stopped, normalized across dialects so truncation and filtering rates
 /// compare between engines.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     Stop,
     Length,
@@ -139,6 +157,14 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    pub const ALL: [FinishReason; 5] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::ToolCalls,
+        FinishReason::ContentFilter,
+        FinishReason::Other,
+    ];
+
     /// Normalizes a wire value from any supported dialect. Case is ignored because some
     /// engines (Gemini-style gateways) upper-case these.
     pub fn from_wire(s: &str) -> FinishReason {

@@ -62,6 +62,8 @@ pub fn inspect_request(api: Api, body: &[u8]) -> Option<RequestInfo> {
             let options = wire.options.0.unwrap_or_default();
             (stream.unwrap_or(true), true, options.num_predict.0)
         }
+        // Embeddings never stream and always report usage.
+        Api::Embeddings => (false, true, None),
     };
     Some(RequestInfo {
         model: wire.model.0,

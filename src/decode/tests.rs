@@ -18,7 +18,9 @@ fn api_from_path() {
         ("/completions", Api::Completions),
         ("/proxy/v1/completions//", Api::Completions),
         ("/v1/chat/completions/chatcmpl-123", Api::Unknown),
-        ("/v1/embeddings", Api::Unknown),
+        ("/v1/embeddings", Api::Embeddings),
+        ("/v1/models", Api::Unknown),
+        ("/metrics", Api::Unknown),
         ("/v1/messages", Api::Messages),
         ("/anthropic/v1/messages/", Api::Messages),
         ("/v1/messages/count_tokens", Api::Unknown),
@@ -71,7 +73,32 @@ fn api_labels() {
     assert_eq!(Api::LlamaCppCompletion.as_str(), "llamacpp_completion");
     assert_eq!(Api::OllamaChat.as_str(), "ollama_chat");
     assert_eq!(Api::OllamaGenerate.as_str(), "ollama_generate");
+    assert_eq!(Api::Embeddings.as_str(), "embeddings");
     assert_eq!(Api::Unknown.as_str(), "unknown");
+}
+
+#[test]
+fn only_generation_apis_are_judged() {
+    for path in [
+        "/v1/chat/completions",
+        "/v1/messages",
+        "/api/generate",
+        "/generate",
+    ] {
+        let api = Api::from_path(path);
+        assert!(
+            api.is_generation() && is_generation_label(api.as_str()),
+            "{path}"
+        );
+    }
+    for path in ["/metrics", "/health", "/v1/models", "/v1/embeddings"] {
+        let api = Api::from_path(path);
+        assert!(
+            !api.is_generation() && !is_generation_label(api.as_str()),
+            "{path}"
+        );
+    }
+    assert!(!is_generation_label("upgrade"));
 }
 
 #[test]
@@ -374,4 +401,14 @@ fn sse_comments_and_pings_are_not_events_or_content() {
         &[b"event: ping\ndata: {\"type\": \"ping\"}\n\n"],
     );
     assert_eq!(events, vec![EventInfo::default()]);
+}
+
+#[test]
+fn finish_reasons_serialize_as_their_labels() {
+    for r in FinishReason::ALL {
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            format!("\"{}\"", r.as_str())
+        );
+    }
 }

@@ -97,8 +97,8 @@ pub fn outcome(
     if let Some(o) = proxy_failure {
         return o;
     }
-    if status.is_some_and(|s| s >= 400) {
-        return Outcome::UpstreamError;
+    if let Some(s) = status.filter(|s| *s >= 400) {
+        return Outcome::from_status(s);
     }
     match ending {
         Ending::ClientGone => Outcome::ClientAbort,

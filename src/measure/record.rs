@@ -24,6 +24,11 @@ pub enum Outcome {
     Rejected,
 }
 
+/// Upstream statuses caused by the request itself (bad request, unauthenticated,
+/// forbidden, no such model or route, too large, unprocessable): the default of
+/// `[slo] client_error_statuses`.
+pub const DEFAULT_CLIENT_ERROR_STATUSES: [u16; 6] = [400, 401, 403, 404, 413, 422];
+
 /// Who a failed outcome is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -58,6 +63,19 @@ impl Outcome {
         }
     }
 
+    /// The outcome of an upstream error status (≥ 400) by default: 429 and 503 are the
+    /// system refusing the work ([`Outcome::Rejected`]), the 4xx of
+    /// [`DEFAULT_CLIENT_ERROR_STATUSES`] the request's own fault ([`Outcome::ClientError`]),
+    /// every other one an [`Outcome::UpstreamError`]. `[slo] client_error_statuses` changes
+    /// the client list when the request is judged ([`crate::measure::slo::judge`]).
+    pub fn from_status(status: u16) -> Outcome {
+        match status {
+            429 | 503 => Outcome::Rejected,
+            s if DEFAULT_CLIENT_ERROR_STATUSES.contains(&s) => Outcome::ClientError,
+            _ => Outcome::UpstreamError,
+        }
+    }
+
     pub fn fault(self) -> Fault {
         match self {
             Outcome::Ok => Fault::None,
@@ -68,6 +86,19 @@ impl Outcome {
             | Outcome::Rejected => Fault::Upstream,
             Outcome::ProxyError => Fault::Proxy,
         }
+    }
+}
+
+/// The bounded `status_class` label of a response status: `1xx` .. `5xx`, or `none` when
+/// no response head was sent.
+pub fn status_class(status: Option<u16>) -> &'static str {
+    match status {
+        Some(100..=199) => "1xx",
+        Some(200..=299) => "2xx",
+        Some(300..=399) => "3xx",
+        Some(400..=499) => "4xx",
+        Some(500..=599) => "5xx",
+        _ => "none",
     }
 }
 
@@ -172,8 +203,8 @@ pub struct RequestRecord {
     /// Request body bytes received from the client; not part of the JSON contract.
     #[serde(skip)]
     pub bytes_in: u64,
-    /// Normalized finish reason when the upstream reported one.
-    #[serde(skip)]
+    /// Normalized finish reason when the upstream reported one (`stop`, `length`,
+    /// `tool_calls`, `content_filter`, `other`).
     pub finish_reason: Option<crate::decode::FinishReason>,
     /// Set when the response could not be decoded; the bytes still flowed.
     #[serde(skip)]
@@ -213,6 +244,49 @@ mod tests {
                 format!("\"{}\"", s.as_str())
             );
         }
+    }
+
+    #[test]
+    fn error_statuses_map_to_outcomes() {
+        use Outcome::*;
+        let got: Vec<Outcome> = [400, 401, 403, 404, 408, 413, 422, 429, 500, 502, 503, 504]
+            .into_iter()
+            .map(Outcome::from_status)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ClientError,
+                ClientError,
+                ClientError,
+                ClientError,
+                UpstreamError,
+                ClientError,
+                ClientError,
+                Rejected,
+                UpstreamError,
+                UpstreamError,
+                Rejected,
+                UpstreamError
+            ]
+        );
+    }
+
+    #[test]
+    fn status_classes_are_bounded() {
+        let got: Vec<&str> = [
+            None,
+            Some(101),
+            Some(200),
+            Some(304),
+            Some(429),
+            Some(503),
+            Some(999),
+        ]
+        .into_iter()
+        .map(status_class)
+        .collect();
+        assert_eq!(got, ["none", "1xx", "2xx", "3xx", "4xx", "5xx", "none"]);
     }
 
     #[test]

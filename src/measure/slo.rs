@@ -26,6 +26,64 @@ impl MissReason {
     }
 }
 
+/// Why a request missed, as operators break misses down (`goodput_slo_misses_total`,
+/// `miss_reasons`): the latency target it broke, or the failed outcome. Finer than the
+/// record's `slo_miss_reason`, which says `error` for every failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MissCause {
+    Ttft,
+    Tpot,
+    E2e,
+    Rejected,
+    UpstreamError,
+    UpstreamReset,
+    Timeout,
+    ProxyError,
+}
+
+impl MissCause {
+    pub const ALL: [MissCause; 8] = [
+        MissCause::Ttft,
+        MissCause::Tpot,
+        MissCause::E2e,
+        MissCause::Rejected,
+        MissCause::UpstreamError,
+        MissCause::UpstreamReset,
+        MissCause::Timeout,
+        MissCause::ProxyError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissCause::Ttft => "ttft",
+            MissCause::Tpot => "tpot",
+            MissCause::E2e => "e2e",
+            MissCause::Rejected => "rejected",
+            MissCause::UpstreamError => "upstream_error",
+            MissCause::UpstreamReset => "upstream_reset",
+            MissCause::Timeout => "timeout",
+            MissCause::ProxyError => "proxy_error",
+        }
+    }
+
+    /// The cause of a judged record's miss; `None` when it met its SLO or has no verdict.
+    pub fn of(r: &RequestRecord) -> Option<MissCause> {
+        if r.slo_met != Some(false) {
+            return None;
+        }
+        Some(match (r.slo_miss_reason, r.outcome) {
+            (Some("ttft"), _) => MissCause::Ttft,
+            (Some("tpot"), _) => MissCause::Tpot,
+            (Some("e2e"), _) => MissCause::E2e,
+            (_, Outcome::Rejected) => MissCause::Rejected,
+            (_, Outcome::UpstreamReset) => MissCause::UpstreamReset,
+            (_, Outcome::Timeout) => MissCause::Timeout,
+            (_, Outcome::ProxyError) => MissCause::ProxyError,
+            _ => MissCause::UpstreamError,
+        })
+    }
+}
+
 /// `Some(met)`, or `None` when the request does not count (client abort, client error);
 /// with the reason
 /// when missed.
@@ -51,15 +109,45 @@ pub fn verdict(r: &RequestRecord, targets: &Targets) -> (Option<bool>, Option<Mi
     (Some(true), None)
 }
 
+/// Applies `[slo] client_error_statuses` to an outcome that came from an upstream 4xx
+/// status ([`Outcome::from_status`] used the default list): a listed status is the
+/// request's own fault, an unlisted one an upstream error. 429 stays a rejection.
+fn reclassify_status(r: &mut RequestRecord, client_statuses: &[u16]) {
+    let Some(status) = r.status.filter(|s| (400..=499).contains(s) && *s != 429) else {
+        return;
+    };
+    let listed = client_statuses.contains(&status);
+    match r.outcome {
+        Outcome::UpstreamError if listed => r.outcome = Outcome::ClientError,
+        // Only a default-listed status became `client_error` from the upstream's status;
+        // other client errors are the proxy's own verdict and stay.
+        Outcome::ClientError
+            if !listed
+                && crate::measure::record::DEFAULT_CLIENT_ERROR_STATUSES.contains(&status) =>
+        {
+            r.outcome = Outcome::UpstreamError;
+        }
+        _ => {}
+    }
+}
+
 /// Assigns the record its class and verdict. Per-request override headers (when enabled)
-/// replace the class's targets one by one.
-pub fn judge(r: &mut RequestRecord, slo: &Slo) {
-    let class = slo.class_for(&MatchInput {
+/// replace the class's targets one by one. Returns `false` for a request that belongs to no
+/// class (traffic that is no generation and no class opted in to): it passes through with
+/// an empty class and no verdict, and stays out of every SLO view.
+pub fn judge(r: &mut RequestRecord, slo: &Slo) -> bool {
+    reclassify_status(r, &slo.client_error_statuses);
+    let Some(class) = slo.class_for(&MatchInput {
         model: r.model.as_deref(),
         api: r.api,
         tenant: r.tenant,
         input_tokens: r.input_tokens,
-    });
+    }) else {
+        r.slo_class = String::new();
+        r.slo_met = None;
+        r.slo_miss_reason = None;
+        return false;
+    };
     let o = r.slo_overrides;
     let targets = Targets {
         ttft_ms: o.ttft_ms.or(class.targets.ttft_ms),
@@ -70,6 +158,7 @@ pub fn judge(r: &mut RequestRecord, slo: &Slo) {
     r.slo_class = class.name.clone();
     r.slo_met = met;
     r.slo_miss_reason = reason.map(MissReason::as_str);
+    true
 }
 
 #[cfg(test)]
@@ -146,6 +235,64 @@ mod tests {
     }
 
     #[test]
+    fn configured_client_statuses_decide_client_errors() {
+        let mut slo = crate::config::load(
+            None,
+            &crate::config::Overrides {
+                upstream: Some("http://a".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .slo;
+        let at = |status: u16| {
+            let mut r = record(Outcome::from_status(status), None, None, 1.0);
+            r.status = Some(status);
+            r
+        };
+        let mut r = at(401);
+        judge(&mut r, &slo);
+        assert_eq!((r.outcome, r.slo_met), (Outcome::ClientError, None));
+        let mut r = at(429);
+        judge(&mut r, &slo);
+        assert_eq!((r.outcome, r.slo_met), (Outcome::Rejected, Some(false)));
+        slo.client_error_statuses = vec![409];
+        let mut r = at(409);
+        judge(&mut r, &slo);
+        assert_eq!((r.outcome, r.slo_met), (Outcome::ClientError, None));
+        let mut r = at(401);
+        judge(&mut r, &slo);
+        assert_eq!(
+            (r.outcome, r.slo_met),
+            (Outcome::UpstreamError, Some(false))
+        );
+        // The proxy's own client errors are not the upstream's status.
+        let mut r = at(408);
+        r.outcome = Outcome::ClientError;
+        judge(&mut r, &slo);
+        assert_eq!(r.outcome, Outcome::ClientError);
+    }
+
+    #[test]
+    fn miss_causes_name_the_target_or_the_failure() {
+        let judged = |outcome, ttft: f64| {
+            let mut r = record(outcome, Some(ttft), None, 1.0);
+            let (met, reason) = verdict(&r, &T);
+            r.slo_met = met;
+            r.slo_miss_reason = reason.map(MissReason::as_str);
+            MissCause::of(&r)
+        };
+        assert_eq!(judged(Outcome::Ok, 1.0), None);
+        assert_eq!(judged(Outcome::Ok, 500.0), Some(MissCause::Ttft));
+        assert_eq!(judged(Outcome::Rejected, 1.0), Some(MissCause::Rejected));
+        assert_eq!(judged(Outcome::Timeout, 1.0), Some(MissCause::Timeout));
+        assert_eq!(judged(Outcome::ClientError, 1.0), None);
+        let labels: std::collections::HashSet<&str> =
+            MissCause::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(labels.len(), MissCause::ALL.len());
+    }
+
+    #[test]
     fn overrides_replace_class_targets() {
         let slo = crate::config::load(
             None,
@@ -162,5 +309,8 @@ mod tests {
         r.slo_overrides.ttft_ms = Some(100.0);
         judge(&mut r, &slo);
         assert_eq!((r.slo_met, r.slo_miss_reason), (Some(false), Some("ttft")));
+        r.api = "unknown";
+        assert!(!judge(&mut r, &slo));
+        assert_eq!((r.slo_class.as_str(), r.slo_met), ("", None));
     }
 }

@@ -93,7 +93,14 @@ pub struct ClassStats {
     pub attainment_target: f64,
     pub percentile_targets: Vec<TargetCheck>,
     pub effective_goodput_tokens_per_s: f64,
-    /// Attainment and every percentile target hold (`null` without samples).
+    /// `upstream_error`, `upstream_reset` and `proxy_error` over all requests, as the
+    /// live summary's.
+    pub error_rate: Option<f64>,
+    /// `rejected` (429, 503) over all requests.
+    pub rejection_rate: Option<f64>,
+    pub error_rate_max: Option<f64>,
+    /// Attainment, every percentile target and `error_rate_max` hold (`null` without
+    /// samples).
     pub holds: Option<bool>,
     /// At least `[slo] min_samples` requests with a verdict: enough to say so.
     pub enough_samples: bool,
@@ -259,6 +266,21 @@ fn class_stats(c: &SloClass, all: &[&Sample], duration_s: f64, min_samples: u64)
     let met = met.count() as u64;
     let missed = s.iter().filter(|s| s.record.slo_met == Some(false)).count() as u64;
     let attainment = ratio(met, met + missed);
+    let count = |outcomes: &[Outcome]| {
+        s.iter()
+            .filter(|s| outcomes.contains(&s.record.outcome))
+            .count() as u64
+    };
+    let requests = s.len() as u64;
+    let error_rate = ratio(
+        count(&[
+            Outcome::UpstreamError,
+            Outcome::UpstreamReset,
+            Outcome::ProxyError,
+        ]),
+        requests,
+    );
+    let rejection_rate = ratio(count(&[Outcome::Rejected]), requests);
     let percentile_targets: Vec<TargetCheck> = c
         .percentiles
         .iter()
@@ -282,7 +304,11 @@ fn class_stats(c: &SloClass, all: &[&Sample], duration_s: f64, min_samples: u64)
         .collect();
     // Attainment comparisons tolerate float rounding (99/100 against 0.99), as the engine's.
     let holds = attainment.map(|a| {
-        a + 1e-9 >= c.attainment && percentile_targets.iter().all(|t| t.holds != Some(false))
+        a + 1e-9 >= c.attainment
+            && percentile_targets.iter().all(|t| t.holds != Some(false))
+            && c.error_rate_max
+                .zip(error_rate)
+                .is_none_or(|(max, rate)| rate <= max + 1e-9)
     });
     ClassStats {
         name: c.name.clone(),
@@ -293,6 +319,9 @@ fn class_stats(c: &SloClass, all: &[&Sample], duration_s: f64, min_samples: u64)
         attainment_target: c.attainment,
         percentile_targets,
         effective_goodput_tokens_per_s: per_s(met_tokens, duration_s),
+        error_rate,
+        rejection_rate,
+        error_rate_max: c.error_rate_max,
         holds,
         enough_samples: met + missed >= min_samples.max(1),
     }

@@ -91,8 +91,23 @@ pub enum PlanError {
 
 impl Workload {
     pub fn from_profile(profile: &Profile, model: Option<&str>) -> Result<Workload, PlanError> {
-        let first = profile.entries.first().ok_or(PlanError::Empty)?.at_ms;
+        // Traffic that is no generation (metrics scrapes, probes, model lists, embeddings
+        // recorded by older versions) is not replayed as chat requests.
+        let generation =
+            |l: &&crate::profile::Loaded| crate::decode::is_generation_label(&l.entry.api);
+        let first = profile
+            .entries
+            .iter()
+            .find(generation)
+            .ok_or(PlanError::Empty)?
+            .at_ms;
         let mut notes = Vec::new();
+        let skipped = profile.entries.len() - profile.entries.iter().filter(generation).count();
+        if skipped > 0 {
+            notes.push(format!(
+                "{skipped} request(s) that are no generation (api unknown or embeddings) not replayed"
+            ));
+        }
         let mut sizes: BTreeMap<usize, usize> = BTreeMap::new();
         for f in &profile.files {
             let b = f.header.block;
@@ -116,6 +131,7 @@ impl Workload {
             .entries
             .iter()
             .zip(identities)
+            .filter(|(l, _)| generation(l))
             .map(|(l, ids)| {
                 let e = &l.entry;
                 let blocks: Vec<u64> = ids.iter().map(block_seed).collect();
@@ -144,6 +160,7 @@ impl Workload {
         let mapped = profile
             .entries
             .iter()
+            .filter(generation)
             .filter(|l| !matches!(l.entry.api.as_str(), "chat_completions" | "completions"))
             .count();
         if mapped > 0 {
@@ -260,6 +277,31 @@ mod tests {
         let forced = Workload::from_profile(&p, Some("cand")).unwrap();
         assert_eq!(forced.templates[1].model.as_deref(), Some("cand"));
         assert!(Workload::from_profile(&profile(&[]), None).is_err());
+    }
+
+    #[test]
+    fn traffic_that_is_no_generation_is_not_replayed() {
+        let p = profile(&[
+            r#"{"t_ms":50,"api":"unknown","stream":false,"outcome":"ok","e2e_ms":1}"#,
+            r#"{"t_ms":100,"model":"m","api":"chat_completions","stream":true,"output_tokens":20,"outcome":"ok","e2e_ms":50}"#,
+            r#"{"t_ms":150,"model":"m","api":"embeddings","stream":false,"input_tokens":9,"outcome":"ok","e2e_ms":5}"#,
+            r#"{"t_ms":300,"model":"m","api":"chat_completions","stream":true,"output_tokens":30,"outcome":"ok","e2e_ms":50}"#,
+        ]);
+        let w = Workload::from_profile(&p, None).unwrap();
+        let got: Vec<(f64, u64)> = w
+            .templates
+            .iter()
+            .map(|t| (t.at_ms, t.output_tokens))
+            .collect();
+        assert_eq!(got, [(0.0, 20), (200.0, 30)]);
+        assert!(
+            w.notes.iter().any(|n| n.contains("2 request(s)")),
+            "{:?}",
+            w.notes
+        );
+        let only_probes =
+            profile(&[r#"{"t_ms":50,"api":"unknown","stream":false,"outcome":"ok","e2e_ms":1}"#]);
+        assert!(Workload::from_profile(&only_probes, None).is_err());
     }
 
     #[test]

@@ -17,10 +17,13 @@ use super::{
     profiling::Profiling,
 };
 use crate::{
-    admin::metrics::{ClassSlo, LatencyLabels, Metrics, ModelApi, RequestLabels, TokenLabels},
+    admin::metrics::{
+        ClassReason, ClassSlo, LatencyLabels, Metrics, ModelApi, PassthroughLabels, RequestLabels,
+        TokenLabels,
+    },
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestRecord, slo},
+    measure::{Pending, RequestRecord, record::status_class, slo},
 };
 
 /// How often in-flight concurrency is sampled for the mean/peak and capacity views.
@@ -131,7 +134,10 @@ impl Aggregator {
         };
         let (mut record, gaps) = pending.finish();
         let config = self.config.load();
-        slo::judge(&mut record, &config.slo);
+        if !slo::judge(&mut record, &config.slo) {
+            self.passthrough(record, config.log.access_log);
+            return;
+        }
         self.profiling.observe(&record, api, body.as_deref());
         let model = self.models.label(record.model.as_deref());
         let api = record.api;
@@ -149,6 +155,7 @@ impl Aggregator {
                 outcome: record.outcome.as_str(),
                 class: class.clone(),
                 slo,
+                status_class: status_class(record.status),
             })
             .inc();
         if let Some(n) = record.output_tokens {
@@ -158,6 +165,23 @@ impl Aggregator {
                     slo,
                 })
                 .inc_by(n);
+        }
+        let miss_cause = slo::MissCause::of(&record);
+        if let Some(cause) = miss_cause {
+            m.slo_misses
+                .get_or_create(&ClassReason {
+                    class: class.clone(),
+                    reason: cause.as_str(),
+                })
+                .inc();
+        }
+        if let Some(reason) = record.finish_reason {
+            m.finish_reasons
+                .get_or_create(&ClassReason {
+                    class: class.clone(),
+                    reason: reason.as_str(),
+                })
+                .inc();
         }
         if record.decode_failed {
             m.decode_failures
@@ -219,6 +243,9 @@ impl Aggregator {
             output_tokens: record.output_tokens,
             concurrency_at_start: record.arrival.concurrency,
             long_in_flight_at_start: record.arrival.long_in_flight,
+            miss_cause,
+            finish_reason: record.finish_reason,
+            cached_input_tokens: None,
         });
         if config.calibration.enabled
             && let Some(totals) = &self.calibration
@@ -226,6 +253,22 @@ impl Aggregator {
             totals.observe(&model, &record, &gaps);
         }
         if config.log.access_log {
+            access_log(&record);
+        }
+        self.recent.push(Arc::new(record));
+    }
+
+    /// A request that is no generation and that no class opted in to: counted and kept
+    /// as a record, but out of the SLO views, profiles, drift and calibration.
+    fn passthrough(&mut self, record: RequestRecord, log: bool) {
+        self.metrics
+            .passthrough
+            .get_or_create(&PassthroughLabels {
+                api: record.api,
+                status_class: status_class(record.status),
+            })
+            .inc();
+        if log {
             access_log(&record);
         }
         self.recent.push(Arc::new(record));

@@ -41,6 +41,7 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
             .map(|c| engine::ClassConfig {
                 name: c.name.clone(),
                 attainment: c.attainment,
+                error_rate_max: c.error_rate_max,
                 percentile_targets: c
                     .percentiles
                     .iter()
@@ -131,6 +132,19 @@ pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &Metrics, now: Instant) 
             }
             None => {
                 m.max_stable.remove(&labels);
+            }
+        }
+    }
+    for (class, value) in g.knee_concurrency.iter().copied() {
+        let labels = ClassLabel {
+            class: class.to_owned(),
+        };
+        match value {
+            Some(v) => {
+                m.knee.get_or_create(&labels).set(i64::from(v));
+            }
+            None => {
+                m.knee.remove(&labels);
             }
         }
     }

@@ -44,6 +44,7 @@ pub fn extract(api: Api, body: &Value) -> Prompt<'_> {
             tools(field("functions"), &mut p);
         }
         Api::Completions | Api::LlamaCppCompletion => prompt(field("prompt"), &mut p),
+        Api::Embeddings => prompt(field("input"), &mut p),
         Api::Responses => {
             text(field("instructions"), &mut p);
             match field("input") {

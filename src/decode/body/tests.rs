@@ -90,3 +90,18 @@ fn surrounding_whitespace_is_ignored() {
     let body = b"\n  {\"model\":\"m\",\"response\":\"x\",\"done\":true}\n\n";
     assert!(parse_response_body(Api::OllamaGenerate, body).is_some_and(|b| b.content));
 }
+
+#[test]
+fn embeddings_body_reports_input_tokens_only() {
+    let body = br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,-0.2]}],"model":"e5","usage":{"prompt_tokens":8,"total_tokens":8}}"#;
+    let info = parse_response_body(Api::Embeddings, body).unwrap();
+    assert_eq!(
+        info.usage,
+        Some(Usage {
+            input_tokens: Some(8),
+            output_tokens: None,
+        })
+    );
+    assert!(!info.content && !info.error && info.finish_reason.is_none());
+    assert!(response_body_text(Api::Embeddings, body, 100).is_none());
+}

@@ -60,6 +60,9 @@ pub fn capacity(
             output_tokens: r.output_tokens,
             concurrency_at_start: level(s),
             long_in_flight_at_start: false,
+            miss_cause: crate::measure::slo::MissCause::of(r),
+            finish_reason: r.finish_reason,
+            cached_input_tokens: None,
         });
         now = now.max(at(s.ended_s));
     }
@@ -213,6 +216,15 @@ fn miss_reason(c: &crate::replay::measure::ClassStats) -> String {
             "attainment {:.2}% < target {:.2}%",
             a * 100.0,
             c.attainment_target * 100.0
+        ));
+    }
+    if let Some((max, rate)) = c.error_rate_max.zip(c.error_rate)
+        && rate > max + 1e-9
+    {
+        why.push(format!(
+            "error rate {:.2}% > max {:.2}%",
+            rate * 100.0,
+            max * 100.0
         ));
     }
     for t in c

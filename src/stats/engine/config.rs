@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+pub use crate::decode::FinishReason;
 use crate::measure::Outcome;
+pub use crate::measure::slo::MissCause;
 
 /// Name of the class that takes every request no configured class matched; also where
 /// observations naming an unknown class are counted.
@@ -35,6 +37,11 @@ pub struct Observation<'a> {
     pub concurrency_at_start: u32,
     /// A long-input request was in flight when it arrived.
     pub long_in_flight_at_start: bool,
+    /// Why it missed its SLO (`None` when met or without a verdict).
+    pub miss_cause: Option<MissCause>,
+    pub finish_reason: Option<FinishReason>,
+    /// Input tokens the upstream served from its prefix cache, when it reports them.
+    pub cached_input_tokens: Option<u64>,
 }
 
 /// Runtime configuration of the engine.
@@ -68,6 +75,8 @@ pub struct ClassConfig {
     /// Attainment target, e.g. 0.99.
     pub attainment: f64,
     pub percentile_targets: Vec<PercentileTarget>,
+    /// Largest tolerated error rate (`error_rate` of the summary), if set.
+    pub error_rate_max: Option<f64>,
 }
 
 /// E.g. "P95 TTFT ≤ 800 ms".

@@ -129,6 +129,26 @@ impl Engine {
         (per_class, max_stable_concurrency(&pooled, self.min_samples))
     }
 
+    /// The knee per class (config order) and overall, as [`Engine::capacity`] reports it.
+    /// Latency histograms are merged only for a class with percentile targets (the only
+    /// thing they decide in the knee), so a refresh stays cheap without them.
+    pub fn knees(&self, now: Instant) -> (Vec<Option<u32>>, Option<u32>) {
+        let range = self.cap_range(now);
+        let mut pooled = empty_levels();
+        let per_class = self
+            .classes
+            .iter()
+            .map(|c| {
+                let targets = &c.cfg.percentile_targets;
+                let levels = self.class_levels(c, range, !targets.is_empty());
+                pool(&mut pooled, &levels);
+                knee(&levels, self.min_samples, targets).map(|i| level_bounds(i).0)
+            })
+            .collect();
+        let overall = knee(&pooled, self.min_samples, &[]).map(|i| level_bounds(i).0);
+        (per_class, overall)
+    }
+
     /// The curve of `class`, or of all classes pooled when `None`. `None` when no class
     /// has that name.
     pub fn capacity(&self, class: Option<&str>, now: Instant) -> Option<Capacity> {

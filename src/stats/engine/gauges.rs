@@ -19,6 +19,8 @@ pub struct Gauges<'a> {
     /// `(class, max stable concurrency)` in config order (the capacity window).
     pub max_stable_concurrency: Vec<(&'a str, Option<u32>)>,
     pub overall_max_stable_concurrency: Option<u32>,
+    /// `(class, knee)` in config order, then `("overall", knee)` (the capacity window).
+    pub knee_concurrency: Vec<(&'a str, Option<u32>)>,
     /// The cost currency, when a `[cost]` section is configured.
     pub currency: Option<&'a str>,
 }
@@ -90,7 +92,13 @@ impl Engine {
             })
             .collect();
         let (per_class, overall) = self.stable_levels(now);
+        let (knees, overall_knee) = self.knees(now);
         Gauges {
+            knee_concurrency: self
+                .classes()
+                .zip(knees)
+                .chain(std::iter::once(("overall", overall_knee)))
+                .collect(),
             windows,
             max_stable_concurrency: self.classes().zip(per_class).collect(),
             overall_max_stable_concurrency: overall,

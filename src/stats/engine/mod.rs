@@ -24,14 +24,15 @@
 //! Everything is allocated on first use: a class, model or concurrency level without
 //! traffic costs an empty `Option`. A dense histogram is 13.4 KB; a slice keeps up to 256
 //! raw values (≤ 1 KB) per metric before going dense, so quiet slices stay small.
-//! - Per class and window (13 slots): at most 10 histograms per slot (TTFT, TPOT, ITL, e2e,
-//!   the two short-input TTFT splits, 4 more input buckets) = 1.74 MB; busy streaming
-//!   traffic in two input buckets makes 7 of them dense = 1.2 MB.
+//! - Per class and window (13 slots): at most 16 histograms per slot (TTFT, TPOT, ITL, e2e,
+//!   the two short-input TTFT splits, 4 more input buckets, 4 output buckets of e2e, TTFT
+//!   of prefix-cache hits and misses) = 2.8 MB; busy streaming traffic in two input buckets
+//!   and one output bucket makes 8 of them dense = 1.4 MB.
 //! - Capacity per class (7 slots of the longest window): TTFT + TPOT per busy level,
 //!   dense once a level sees > 256 requests in a slot: 1.5 MB with 8 such levels, 5.4 MB
 //!   if all 29 are.
-//! - 3 windows × 5 classes: ≈ 26 MB when every class is busy enough for everything to be
-//!   dense (5 × (3 × 1.2 + 1.5)); hard ceiling ≈ 53 MB (5 × (3 × 1.74 + 5.4)). Measured
+//! - 3 windows × 5 classes: ≈ 29 MB when every class is busy enough for everything to be
+//!   dense (5 × (3 × 1.4 + 1.5)); hard ceiling ≈ 69 MB (5 × (3 × 2.8 + 5.4)). Measured
 //!   5.9 MB at one 300-token stream per second per class (ITL dense, the rest mostly sparse).
 //! - Models: counters only, ≈ 1 KB per model and window. Stability series: ≈ 70 bytes per
 //!   point; 1m/5m/1h over 6h = 438 points ≈ 30 KB per class.
@@ -60,8 +61,8 @@ use std::{
 
 pub use capacity::{CAPACITY_SLICES, KNEE_SLOPE_FRACTION};
 pub use config::{
-    ClassConfig, CostConfig, DEFAULT_CLASS, EngineConfig, LatencyMetric, MIN_WINDOW, Observation,
-    PercentileTarget,
+    ClassConfig, CostConfig, DEFAULT_CLASS, EngineConfig, FinishReason, LatencyMetric, MIN_WINDOW,
+    MissCause, Observation, PercentileTarget,
 };
 pub use cost::{CostSummary, HOURS_PER_MONTH};
 pub use curve::{Capacity, Level};
@@ -71,7 +72,8 @@ pub use label::{ParseWindowError, bucket_labels, bucket_of, format_window, parse
 pub use ring::SLICES_PER_WINDOW;
 pub use stability::{MAX_POINTS, PointOut, Stability};
 pub use summary::{
-    ByInput, Group, InFlight, ModelGroup, OutcomeCounts, Overall, Rates, Summary, TargetStatus,
+    ByInput, FinishReasons, Group, InFlight, MissReasons, ModelGroup, OutcomeCounts, Overall,
+    Rates, Summary, TargetStatus,
 };
 
 use capacity::CapSlice;
@@ -169,6 +171,7 @@ impl Engine {
                 name: DEFAULT_CLASS.into(),
                 attainment: 0.99,
                 percentile_targets: Vec::new(),
+                error_rate_max: None,
             });
         }
         let n = lengths.len();

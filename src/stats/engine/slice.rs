@@ -2,7 +2,7 @@
 //! model (counters only), and for the in-flight samples; and their query-time sums.
 
 use super::{
-    config::Observation,
+    config::{FinishReason, MissCause, Observation},
     hist::{Hist, Merged},
     ring::Slice,
 };
@@ -22,6 +22,30 @@ pub struct Counts {
     pub met_tokens: u64,
     /// Output tokens of requests that missed it (wasted spend).
     pub missed_tokens: u64,
+    /// Input tokens of every request that reported or was counted for them.
+    pub input_tokens: u64,
+    /// Input tokens the upstream reported as served from its prefix cache.
+    pub cached_input_tokens: u64,
+    /// Misses by cause, indexed like [`MissCause::ALL`].
+    pub misses: [u64; MissCause::ALL.len()],
+    /// Requests by finish reason, indexed like [`FinishReason::ALL`].
+    pub finishes: [u64; FinishReason::ALL.len()],
+}
+
+fn bump<const N: usize, T: PartialEq>(counts: &mut [u64; N], all: &[T; N], x: &T) {
+    if let Some(n) = all
+        .iter()
+        .position(|a| a == x)
+        .and_then(|i| counts.get_mut(i))
+    {
+        *n = n.saturating_add(1);
+    }
+}
+
+fn add_all<const N: usize>(a: &mut [u64; N], b: &[u64; N]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = x.saturating_add(*y);
+    }
 }
 
 fn outcome_index(o: Outcome) -> usize {
@@ -36,6 +60,18 @@ impl Counts {
             *n = n.saturating_add(1);
         }
         self.output_tokens = self.output_tokens.saturating_add(tokens);
+        self.input_tokens = self
+            .input_tokens
+            .saturating_add(obs.input_tokens.unwrap_or(0));
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(obs.cached_input_tokens.unwrap_or(0));
+        if let Some(c) = obs.miss_cause {
+            bump(&mut self.misses, &MissCause::ALL, &c);
+        }
+        if let Some(r) = obs.finish_reason {
+            bump(&mut self.finishes, &FinishReason::ALL, &r);
+        }
         match obs.slo_met {
             Some(true) => {
                 self.met = self.met.saturating_add(1);
@@ -59,6 +95,22 @@ impl Counts {
         self.output_tokens = self.output_tokens.saturating_add(o.output_tokens);
         self.met_tokens = self.met_tokens.saturating_add(o.met_tokens);
         self.missed_tokens = self.missed_tokens.saturating_add(o.missed_tokens);
+        self.input_tokens = self.input_tokens.saturating_add(o.input_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(o.cached_input_tokens);
+        add_all(&mut self.misses, &o.misses);
+        add_all(&mut self.finishes, &o.finishes);
+    }
+
+    pub fn misses(&self, c: MissCause) -> u64 {
+        let i = MissCause::ALL.iter().position(|x| *x == c);
+        i.and_then(|i| self.misses.get(i)).copied().unwrap_or(0)
+    }
+
+    pub fn finishes(&self, r: FinishReason) -> u64 {
+        let i = FinishReason::ALL.iter().position(|x| *x == r);
+        i.and_then(|i| self.finishes.get(i)).copied().unwrap_or(0)
     }
 
     pub fn outcome(&self, o: Outcome) -> u64 {
@@ -100,13 +152,25 @@ pub struct ClassSlice {
     pub short_alone: Hist,
     /// TTFT of the input buckets after the first.
     pub ttft_longer: Vec<Hist>,
+    /// E2E per output-length bucket ([`OUTPUT_BUCKETS`]).
+    pub e2e_by_output: Vec<Hist>,
+    /// TTFT of requests the upstream served partly from its prefix cache, and of those it
+    /// reported no cached tokens for (requests it says nothing about are in neither).
+    pub ttft_cache_hit: Hist,
+    pub ttft_cache_miss: Hist,
 }
+
+/// Upper bounds (output tokens) of the buckets E2E is broken down by: a short chat answer,
+/// a long-form answer, a long generation (code, documents), and longer (reasoning runs).
+/// E2E grows with output length, so a percentile over all of them says little.
+pub const OUTPUT_BUCKETS: [u64; 3] = [128, 512, 2048];
 
 impl ClassSlice {
     pub fn new(buckets: usize) -> ClassSlice {
         let longer = buckets.saturating_sub(1);
         ClassSlice {
             ttft_longer: (0..longer).map(|_| Hist::Empty).collect(),
+            e2e_by_output: (0..=OUTPUT_BUCKETS.len()).map(|_| Hist::Empty).collect(),
             ..Default::default()
         }
     }
@@ -131,6 +195,18 @@ impl ClassSlice {
             self.tpot.record_ms(tpot);
         }
         self.e2e.record_ms(obs.e2e_ms);
+        if let Some(n) = obs.output_tokens
+            && let Some(h) = self
+                .e2e_by_output
+                .get_mut(super::label::bucket_of(&OUTPUT_BUCKETS, n))
+        {
+            h.record_ms(obs.e2e_ms);
+        }
+        match (obs.ttft_ms, obs.cached_input_tokens) {
+            (Some(ttft), Some(0)) => self.ttft_cache_miss.record_ms(ttft),
+            (Some(ttft), Some(_)) => self.ttft_cache_hit.record_ms(ttft),
+            _ => {}
+        }
         for &gap in obs.itl_us {
             self.itl.record_us(u64::from(gap));
         }
@@ -144,9 +220,12 @@ impl ClassSlice {
             &self.e2e,
             &self.short_with_long,
             &self.short_alone,
+            &self.ttft_cache_hit,
+            &self.ttft_cache_miss,
         ]
         .into_iter()
         .chain(&self.ttft_longer)
+        .chain(&self.e2e_by_output)
     }
 }
 
@@ -160,13 +239,17 @@ impl Slice for ClassSlice {
             &mut self.e2e,
             &mut self.short_with_long,
             &mut self.short_alone,
+            &mut self.ttft_cache_hit,
+            &mut self.ttft_cache_miss,
         ] {
             h.reset();
         }
         self.ttft_longer.iter_mut().for_each(Hist::reset);
+        self.e2e_by_output.iter_mut().for_each(Hist::reset);
     }
     fn heap_bytes(&self) -> usize {
-        let longer = self.ttft_longer.capacity() * std::mem::size_of::<Hist>();
+        let longer = (self.ttft_longer.capacity() + self.e2e_by_output.capacity())
+            * std::mem::size_of::<Hist>();
         longer + self.hists().map(Hist::heap_bytes).sum::<usize>()
     }
 }
@@ -182,6 +265,9 @@ pub struct ClassAgg {
     pub short_with_long: Merged,
     pub short_alone: Merged,
     pub ttft_longer: Vec<Merged>,
+    pub e2e_by_output: Vec<Merged>,
+    pub ttft_cache_hit: Merged,
+    pub ttft_cache_miss: Merged,
 }
 
 impl ClassAgg {
@@ -189,6 +275,9 @@ impl ClassAgg {
         let longer = buckets.saturating_sub(1);
         ClassAgg {
             ttft_longer: (0..longer).map(|_| Merged::default()).collect(),
+            e2e_by_output: (0..=OUTPUT_BUCKETS.len())
+                .map(|_| Merged::default())
+                .collect(),
             ..Default::default()
         }
     }
@@ -204,6 +293,11 @@ impl ClassAgg {
         for (m, h) in self.ttft_longer.iter_mut().zip(&s.ttft_longer) {
             m.add(h);
         }
+        for (m, h) in self.e2e_by_output.iter_mut().zip(&s.e2e_by_output) {
+            m.add(h);
+        }
+        self.ttft_cache_hit.add(&s.ttft_cache_hit);
+        self.ttft_cache_miss.add(&s.ttft_cache_miss);
     }
 
     pub fn add_agg(&mut self, o: &ClassAgg) {
@@ -217,6 +311,11 @@ impl ClassAgg {
         for (m, h) in self.ttft_longer.iter_mut().zip(&o.ttft_longer) {
             m.add_merged(h);
         }
+        for (m, h) in self.e2e_by_output.iter_mut().zip(&o.e2e_by_output) {
+            m.add_merged(h);
+        }
+        self.ttft_cache_hit.add_merged(&o.ttft_cache_hit);
+        self.ttft_cache_miss.add_merged(&o.ttft_cache_miss);
     }
 }
 

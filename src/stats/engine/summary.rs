@@ -15,7 +15,7 @@ use serde::{Serialize, Serializer, ser::SerializeMap};
 
 use super::{
     Engine, WindowState,
-    config::{LatencyMetric, PercentileTarget},
+    config::{FinishReason, LatencyMetric, MissCause, PercentileTarget},
     cost::{self, CostSummary},
     hist::{Merged, Percentiles},
     slice::{ClassAgg, Counts, FlightSlice, ratio},
@@ -55,11 +55,21 @@ pub struct Group {
     pub rates: Rates,
     pub attainment_target: Option<f64>,
     pub percentile_targets: Vec<TargetStatus>,
+    /// The class's `error_rate_max` target, and whether `error_rate` stays within it
+    /// (`null` without a target or without requests). A class above it fails as it
+    /// does below its attainment target.
+    pub error_rate_max: Option<f64>,
+    pub error_rate_holds: Option<bool>,
     pub ttft_ms: Percentiles,
     pub tpot_ms: Percentiles,
     pub itl_ms: Percentiles,
     pub e2e_ms: Percentiles,
     pub ttft_ms_by_input: ByInput,
+    /// E2E per output-length bucket ("<=128", "<=512", "<=2k", ">2k").
+    pub e2e_ms_by_output: ByInput,
+    /// TTFT of prefix-cache hits (`hit`: the upstream reported cached input tokens) and
+    /// misses (`miss`: it reported none cached).
+    pub ttft_ms_by_cache: ByInput,
     /// From the capacity view (always over the longest window).
     pub max_stable_concurrency: Option<u32>,
     pub stability: Stability,
@@ -72,9 +82,10 @@ pub struct ModelGroup {
     pub rates: Rates,
 }
 
-/// Counters and rates. Attainment = met / (met + missed): client aborts have no verdict.
-/// Error and timeout rates are shares of all requests; errors are `upstream_error`,
-/// `upstream_reset` and `proxy_error`.
+/// Counters and rates. Attainment = met / (met + missed): client aborts and client errors
+/// have no verdict. Error, rejection, client error and timeout rates are shares of all
+/// requests; errors are `upstream_error`, `upstream_reset` and `proxy_error`, rejections
+/// `rejected` (429, 503: the system refused the work).
 #[derive(Debug, Clone, Serialize)]
 pub struct Rates {
     pub requests: u64,
@@ -90,6 +101,60 @@ pub struct Rates {
     pub outcomes: OutcomeCounts,
     pub error_rate: Option<f64>,
     pub timeout_rate: Option<f64>,
+    pub rejection_rate: Option<f64>,
+    pub client_error_rate: Option<f64>,
+    /// Misses by why: `ttft`, `tpot`, `e2e` (the target broken) or the failed outcome
+    /// (`rejected`, `upstream_error`, `upstream_reset`, `timeout`, `proxy_error`); every
+    /// reason present.
+    pub miss_reasons: MissReasons,
+    /// Requests by the finish reason the upstream reported; every reason present.
+    pub finish_reasons: FinishReasons,
+    /// Share of requests with a finish reason that stopped at `length` (truncated).
+    pub truncation_rate: Option<f64>,
+    pub input_tokens: u64,
+    pub input_tokens_per_s: f64,
+    /// Input tokens the upstream served from its prefix cache, where it reports them.
+    pub cached_input_tokens: u64,
+}
+
+/// Misses per [`MissCause`], keyed by its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MissReasons(Counts);
+
+impl MissReasons {
+    pub fn get(&self, c: MissCause) -> u64 {
+        self.0.misses(c)
+    }
+}
+
+impl Serialize for MissReasons {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(MissCause::ALL.len()))?;
+        for c in MissCause::ALL {
+            m.serialize_entry(c.as_str(), &self.get(c))?;
+        }
+        m.end()
+    }
+}
+
+/// Requests per [`FinishReason`], keyed by its label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinishReasons(Counts);
+
+impl FinishReasons {
+    pub fn get(&self, r: FinishReason) -> u64 {
+        self.0.finishes(r)
+    }
+}
+
+impl Serialize for FinishReasons {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(FinishReason::ALL.len()))?;
+        for r in FinishReason::ALL {
+            m.serialize_entry(r.as_str(), &self.get(r))?;
+        }
+        m.end()
+    }
 }
 
 /// Requests per outcome, keyed by [`Outcome::as_str`], every outcome present.
@@ -149,6 +214,7 @@ struct Spec<'a> {
     name: &'a str,
     target: Option<f64>,
     targets: &'a [PercentileTarget],
+    error_rate_max: Option<f64>,
     max_stable: Option<u32>,
     series: &'a Series,
 }
@@ -189,6 +255,17 @@ impl Rates {
             outcomes: OutcomeCounts(*c),
             error_rate: ratio(errors, c.requests),
             timeout_rate: ratio(c.outcome(Outcome::Timeout), c.requests),
+            rejection_rate: ratio(c.outcome(Outcome::Rejected), c.requests),
+            client_error_rate: ratio(c.outcome(Outcome::ClientError), c.requests),
+            miss_reasons: MissReasons(*c),
+            finish_reasons: FinishReasons(*c),
+            truncation_rate: ratio(
+                c.finishes(FinishReason::Length),
+                c.finishes.iter().fold(0u64, |a, b| a.saturating_add(*b)),
+            ),
+            input_tokens: c.input_tokens,
+            input_tokens_per_s: per_s(c.input_tokens, span_s),
+            cached_input_tokens: c.cached_input_tokens,
         }
     }
 }
@@ -256,6 +333,7 @@ impl Engine {
                 name: &class.cfg.name,
                 target: Some(class.cfg.attainment),
                 targets: &class.cfg.percentile_targets,
+                error_rate_max: class.cfg.error_rate_max,
                 max_stable: stable.0.get(ci).copied().flatten(),
                 series: class.series.get(w).unwrap_or(&empty),
             };
@@ -268,6 +346,7 @@ impl Engine {
             name: "overall",
             target,
             targets: &[],
+            error_rate_max: None,
             max_stable: stable.1,
             series: &win.series,
         };
@@ -341,18 +420,36 @@ impl Engine {
             target,
             targets,
             max_stable,
+            error_rate_max,
             ..
         } = spec;
+        let rates = Rates::new(&agg.counts, view.span_s);
+        // Rates compared to targets tolerate float rounding, as attainment's do.
+        let error_rate_holds = error_rate_max
+            .zip(rates.error_rate)
+            .map(|(max, rate)| rate <= max + 1e-9);
         Group {
             name: name.to_owned(),
-            rates: Rates::new(&agg.counts, view.span_s),
+            rates,
             attainment_target: target,
             percentile_targets: targets.iter().map(|t| target_status(t, agg)).collect(),
+            error_rate_max,
+            error_rate_holds,
             ttft_ms: agg.ttft.percentiles(),
             tpot_ms: agg.tpot.percentiles(),
             itl_ms: agg.itl.percentiles(),
             e2e_ms: agg.e2e.percentiles(),
             ttft_ms_by_input: ByInput(by_input),
+            e2e_ms_by_output: ByInput(
+                super::label::bucket_labels(&super::slice::OUTPUT_BUCKETS)
+                    .into_iter()
+                    .zip(agg.e2e_by_output.iter().map(Merged::percentiles))
+                    .collect(),
+            ),
+            ttft_ms_by_cache: ByInput(vec![
+                ("hit".into(), agg.ttft_cache_hit.percentiles()),
+                ("miss".into(), agg.ttft_cache_miss.percentiles()),
+            ]),
             max_stable_concurrency: max_stable,
             stability,
         }

@@ -51,6 +51,11 @@ fn finds_the_knee_and_max_stable_concurrency_at_8() {
     assert_eq!(cap.window, "1h");
     assert_eq!(cap.max_stable_concurrency, Some(8));
     assert_eq!(cap.knee, Some(8));
+    // The gauges' knee is the curve's, and separate from max stable concurrency.
+    let g = e.gauges(now);
+    assert!(g.knee_concurrency.contains(&("interactive", Some(8))));
+    let overall = e.capacity(None, now).unwrap().knee;
+    assert!(g.knee_concurrency.contains(&("overall", overall)));
     let level = |c: u32| cap.levels.iter().find(|l| l.concurrency == c).unwrap();
     assert_close(level(4).throughput_tokens_per_s.unwrap(), 200.0);
     assert_close(level(10).throughput_tokens_per_s.unwrap(), 400.0);
@@ -119,6 +124,9 @@ fn the_knee_follows_throughput_when_latency_holds() {
     let cap = e.capacity(Some("flat"), base + secs(100.0)).unwrap();
     assert_eq!(cap.knee, Some(4));
     assert_eq!(cap.max_stable_concurrency, Some(8));
+    let g = e.gauges(base + secs(100.0));
+    assert!(g.knee_concurrency.contains(&("flat", Some(4))), "{g:?}");
+    assert!(g.max_stable_concurrency.contains(&("flat", Some(8))));
     assert_eq!(e.capacity(Some(DEFAULT_CLASS), base).unwrap().knee, None);
 }
 

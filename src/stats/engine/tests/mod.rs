@@ -25,6 +25,7 @@ pub fn secs(s: f64) -> Duration {
 
 pub fn class(name: &str, attainment: f64, targets: Vec<PercentileTarget>) -> ClassConfig {
     ClassConfig {
+        error_rate_max: None,
         name: name.into(),
         attainment,
         percentile_targets: targets,
@@ -90,6 +91,9 @@ pub fn ob(base: Instant, at_s: f64) -> Observation<'static> {
         output_tokens: Some(100),
         concurrency_at_start: 1,
         long_in_flight_at_start: false,
+        miss_cause: None,
+        finish_reason: Some(FinishReason::Stop),
+        cached_input_tokens: None,
     }
 }
 

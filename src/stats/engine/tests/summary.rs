@@ -407,3 +407,134 @@ fn json_keeps_the_contract_field_names() {
     );
     assert_eq!(v["classes"][0]["percentile_targets"][0]["metric"], "ttft");
 }
+
+#[test]
+fn rejections_and_client_errors_are_rated_and_error_rate_max_is_checked() {
+    let mut cfg = config();
+    cfg.classes[1].error_rate_max = Some(0.2);
+    let (mut e, base) = engine(cfg);
+    let b = |at, met, outcome| Observation {
+        class: "batch",
+        slo_met: met,
+        outcome,
+        ..ob(base, at)
+    };
+    for o in [
+        b(5.0, Some(true), Outcome::Ok),
+        b(10.0, Some(false), Outcome::Rejected),
+        b(15.0, None, Outcome::ClientError),
+        b(20.0, Some(false), Outcome::UpstreamError),
+    ] {
+        e.observe(&o);
+    }
+    let s = e.summary(MIN, base + MIN).unwrap();
+    let g = group(&s, "batch");
+    assert_close(g.rates.attainment.unwrap(), 1.0 / 3.0);
+    assert_close(g.rates.rejection_rate.unwrap(), 0.25);
+    assert_close(g.rates.client_error_rate.unwrap(), 0.25);
+    assert_close(g.rates.error_rate.unwrap(), 0.25);
+    assert_eq!(
+        (g.error_rate_max, g.error_rate_holds),
+        (Some(0.2), Some(false))
+    );
+    let i = group(&s, "interactive");
+    assert_eq!((i.error_rate_max, i.error_rate_holds), (None, None));
+    let json = serde_json::to_value(&s).unwrap();
+    let batch = &json["classes"][1];
+    for key in [
+        "rejection_rate",
+        "error_rate",
+        "error_rate_max",
+        "error_rate_holds",
+    ] {
+        assert!(batch.get(key).is_some(), "{key} in {batch}");
+    }
+    assert_eq!(batch["outcomes"]["rejected"], 1);
+}
+
+#[test]
+fn misses_by_cause_finish_reasons_and_input_rate() {
+    let (mut e, base) = engine(config());
+    let i = |at, met, cause, finish| Observation {
+        slo_met: met,
+        miss_cause: cause,
+        finish_reason: finish,
+        input_tokens: Some(600),
+        ..ob(base, at)
+    };
+    for o in [
+        i(5.0, Some(true), None, Some(FinishReason::Stop)),
+        i(
+            10.0,
+            Some(false),
+            Some(MissCause::Ttft),
+            Some(FinishReason::Length),
+        ),
+        i(
+            15.0,
+            Some(false),
+            Some(MissCause::Ttft),
+            Some(FinishReason::Stop),
+        ),
+        i(20.0, Some(false), Some(MissCause::Rejected), None),
+    ] {
+        e.observe(&o);
+    }
+    let s = e.summary(MIN, base + MIN).unwrap();
+    let r = &group(&s, "interactive").rates;
+    assert_eq!(r.miss_reasons.get(MissCause::Ttft), 2);
+    assert_eq!(r.miss_reasons.get(MissCause::Rejected), 1);
+    assert_eq!(r.miss_reasons.get(MissCause::Tpot), 0);
+    assert_eq!(r.finish_reasons.get(FinishReason::Stop), 2);
+    assert_close(r.truncation_rate.unwrap(), 1.0 / 3.0);
+    assert_eq!(r.input_tokens, 2400);
+    assert_close(r.input_tokens_per_s, 2400.0 / 60.0);
+    assert_eq!(s.overall.group.rates.miss_reasons.get(MissCause::Ttft), 2);
+    let json = serde_json::to_value(&s).unwrap();
+    let g = &json["classes"][0];
+    assert_eq!(g["miss_reasons"]["ttft"], 2, "{g}");
+    assert_eq!(g["miss_reasons"]["upstream_reset"], 0);
+    assert_eq!(g["finish_reasons"]["length"], 1);
+    assert!(g["input_tokens_per_s"].is_number());
+}
+
+#[test]
+fn e2e_by_output_length_and_ttft_by_prefix_cache() {
+    let (mut e, base) = engine(config());
+    let i = |at, out, e2e, cached| Observation {
+        output_tokens: Some(out),
+        e2e_ms: e2e,
+        ttft_ms: Some(if cached == Some(0) { 300.0 } else { 40.0 }),
+        cached_input_tokens: cached,
+        ..ob(base, at)
+    };
+    for o in [
+        i(5.0, 100, 1000.0, Some(0)),
+        i(10.0, 400, 4000.0, Some(512)),
+        i(15.0, 3000, 30000.0, None),
+    ] {
+        e.observe(&o);
+    }
+    let s = e.summary(MIN, base + MIN).unwrap();
+    let g = group(&s, "interactive");
+    let by_out: Vec<(&str, Option<f64>)> = g
+        .e2e_ms_by_output
+        .0
+        .iter()
+        .map(|(k, p)| (k.as_str(), p.p50))
+        .collect();
+    assert_eq!(by_out.len(), 4);
+    assert_eq!(by_out[3].0, ">2k");
+    assert_hdr(by_out[0].1, 1000.0);
+    assert_hdr(by_out[1].1, 4000.0);
+    assert_eq!(by_out[2].1, None);
+    assert_hdr(by_out[3].1, 30000.0);
+    let cache = &g.ttft_ms_by_cache.0;
+    assert_eq!((cache[0].0.as_str(), cache[1].0.as_str()), ("hit", "miss"));
+    assert_hdr(cache[0].1.p50, 40.0);
+    assert_hdr(cache[1].1.p50, 300.0);
+    assert_eq!(g.rates.cached_input_tokens, 512);
+    let json = serde_json::to_value(&s).unwrap();
+    assert!(json["classes"][0]["e2e_ms_by_output"]["<=128"]["p50"].is_number());
+    assert!(json["classes"][0]["ttft_ms_by_cache"]["miss"]["p50"].is_number());
+}

@@ -106,6 +106,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     rt.block_on(async {
+        // Before the start-up line: a signal sent once it is logged stops the proxy.
+        let stop = run::shutdown_signal();
         let running = match run::start_from(cfg, source).await {
             Ok(r) => r,
             Err(e) => {
@@ -116,7 +118,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         if let Some(reloader) = running.reloader.clone() {
             tokio::spawn(reload_on_sighup(reloader));
         }
-        run::shutdown_signal().await;
+        stop.await;
         running.shutdown().await;
         ExitCode::SUCCESS
     })

@@ -1038,8 +1038,7 @@ fn sigterm_stops_serve_with_exit_code_0() {
         let _ = child.kill();
         panic!("goodput serve never said it was serving");
     }
-    // The signal handlers are installed right after the start-up line.
-    std::thread::sleep(Duration::from_millis(300));
+    // The signal handlers are installed before the start-up line.
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -241,26 +241,35 @@ async fn until(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not
+/// when the future is first polled: a signal sent any time after the call is seen.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let int = signal(SignalKind::interrupt());
+        let term = signal(SignalKind::terminate());
+        async move {
+            let recv = |s: std::io::Result<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = recv(int) => tracing::info!("SIGINT received"),
+                () = recv(term) => tracing::info!("SIGTERM received"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::info!("SIGINT received");
+        } else {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
     }
 }

@@ -100,6 +100,8 @@ struct Sent {
     terminal_at: Option<u64>,
     /// An upstream failure waiting for the flush of what came before it.
     failed: Option<Failed>,
+    /// The mark the connection was last nudged for (HTTP/2, see [`Delivery::nudge`]).
+    nudged: Option<Mark>,
 }
 
 #[derive(Debug)]
@@ -122,6 +124,7 @@ impl Sent {
             delivered_events: 0,
             terminal_at: None,
             failed: None,
+            nudged: None,
         }
     }
 
@@ -162,7 +165,13 @@ impl Sent {
     /// to the client.
     fn poll_all_flushed(&mut self, cx: &Context<'_>) -> Poll<()> {
         if let (Some(delivery), Some((mark, ..))) = (&self.delivery, self.mark) {
-            ready!(delivery.poll_flushed_since(cx, mark));
+            let flushed = delivery.poll_flushed_since(cx, mark);
+            // Once per mark: on HTTP/1 the connection flushes in this very task.
+            if flushed.is_pending() && self.http2 && self.nudged != Some(mark) {
+                self.nudged = Some(mark);
+                delivery.nudge();
+            }
+            ready!(flushed);
         }
         self.all_delivered();
         Poll::Ready(())

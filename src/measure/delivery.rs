@@ -43,6 +43,8 @@ pub struct Delivery {
     /// Some body waits for a flush: `flushed` must wake `waiting`.
     armed: AtomicBool,
     waiting: Mutex<Vec<Waker>>,
+    /// The connection's task, for an HTTP/2 body that needs one more poll of it.
+    connection: Mutex<Option<Waker>>,
 }
 
 /// A point in a connection's life: what a body handed over before it is delivered once
@@ -63,6 +65,27 @@ impl Delivery {
     /// The connection is about to be polled.
     pub fn poll_begins(&self) {
         self.polls.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The task that polls the connection (set when it changes, not per poll).
+    pub fn connection_task(&self, waker: Waker) {
+        *self
+            .connection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(waker);
+    }
+
+    /// Has the connection polled once more. An HTTP/2 body that waits for a flush in a
+    /// poll begun after its mark needs one: the poll that carried its frame may have begun
+    /// just before the mark, and nothing else may wake the connection.
+    pub fn nudge(&self) {
+        if let Some(task) = &*self
+            .connection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            task.wake_by_ref();
+        }
     }
 
     /// The connection's I/O completed a flush: everything the server had queued before
@@ -182,6 +205,16 @@ mod tests {
         // The same poll: connection and body share a task, the frame was buffered first.
         d.flushed();
         assert!(d.flushed_since(mark));
+    }
+
+    #[test]
+    fn a_nudge_wakes_the_connection_task() {
+        let d = Delivery::new();
+        d.nudge();
+        let count = Arc::new(Count::default());
+        d.connection_task(Waker::from(Arc::clone(&count)));
+        d.nudge();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
+    task::Waker,
     time::{Duration, Instant},
 };
 
@@ -191,6 +192,7 @@ impl Proxy {
         // again only once draining has started: not on each of the connection's wakes,
         // i.e. each streamed event (`tokio::select!` would poll both every time).
         let (mut armed, mut shutting_down) = (false, false);
+        let mut task: Option<Waker> = None;
         let ended = poll_fn(|cx| {
             if !shutting_down && (!armed || self.drain_started.load(Ordering::Acquire)) {
                 armed = true;
@@ -198,6 +200,13 @@ impl Proxy {
                     shut_down(connection.as_mut());
                     shutting_down = true;
                 }
+            }
+            if !task
+                .as_ref()
+                .is_some_and(|t: &Waker| t.will_wake(cx.waker()))
+            {
+                task = Some(cx.waker().clone());
+                delivery.connection_task(cx.waker().clone());
             }
             delivery.poll_begins();
             connection.as_mut().poll(cx)

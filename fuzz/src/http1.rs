@@ -292,7 +292,15 @@ pub fn received_responses(mut bytes: &[u8], sent: &[SentRequest], closed: bool) 
             bytes = rest;
             continue;
         }
-        let Some(framing) = framing(resp.headers) else {
+        // A response without a body is framed by the request or the status alone; its
+        // `Content-Length` is only informative (and passed on as the upstream wrote it).
+        let no_body = req.head || status == 204 || status == 304;
+        let framing = if no_body {
+            Some(Framing::Length(0))
+        } else {
+            framing(resp.headers)
+        };
+        let Some(framing) = framing else {
             panic!(
                 "the proxy wrote ambiguous framing headers: {:?}",
                 resp.headers
@@ -301,9 +309,7 @@ pub fn received_responses(mut bytes: &[u8], sent: &[SentRequest], closed: bool) 
                     .collect::<Vec<_>>()
             );
         };
-        let no_body = req.head || status == 204 || status == 304;
         let (body, used, complete) = match framing {
-            _ if no_body => (Vec::new(), 0, true),
             Framing::Length(n) => {
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
                 let take = n.min(rest.len());

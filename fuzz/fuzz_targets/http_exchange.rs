@@ -276,12 +276,13 @@ fn run(data: &[u8]) {
     // Nothing runs between here and the next `block_on`: the counts are a snapshot.
     assert_eq!(w.in_flight.get(), 0, "more measurements ended than started");
     assert_eq!(w.dropped.get(), 0, "records were dropped");
-    check_records(w);
+    let (records, seen) = check_records(w);
 
     let responses = http1::received_responses(&received, &sent.requests, closed);
     if w.trace {
         eprintln!(
-            "requests {}, responses {:?}, closed {closed}, client got:\n{}",
+            "requests {}, records {records}, upstream saw {seen}, responses {:?}, closed \
+             {closed}, client got:\n{}",
             sent.requests.len(),
             responses
                 .iter()
@@ -310,17 +311,21 @@ fn from_upstream(r: &Received, upstream_status: u16) -> bool {
 }
 
 /// Every request the upstream saw has a record: records minus requests, per id, never
-/// below zero once no measurement is open.
-fn check_records(w: &World) {
+/// below zero once no measurement is open. Returns how many records and upstream requests
+/// this input added.
+fn check_records(w: &World) -> (usize, usize) {
     let mut state = lock(&w.state);
     let state = &mut *state;
     state.inputs += 1;
     let now = state.inputs;
+    let (mut records, mut seen) = (0, 0);
     while let Ok(p) = state.records.try_recv() {
+        records += 1;
         let e = state.balance.entry(p.id).or_insert((0, now));
         *e = (e.0 + 1, now);
     }
     for id in std::mem::take(&mut lock(&w.upstream).seen) {
+        seen += 1;
         let e = state.balance.entry(id).or_insert((0, now));
         *e = (e.0 - 1, now);
     }
@@ -330,6 +335,7 @@ fn check_records(w: &World) {
     state
         .balance
         .retain(|_, (n, at)| *n > 0 && now - *at < KEEP_UNMATCHED);
+    (records, seen)
 }
 
 fuzz_target!(|data: &[u8]| run(data));

@@ -56,6 +56,34 @@ request_seeds=(
   '{"model":"m","system":"s","prompt":"p","options":{"num_predict":4}}'
 )
 
+# Exchanges for `http_exchange`: client bytes, the separator, upstream bytes
+# (fuzz/src/http1.rs). printf %b expands the escapes.
+sep='\n--upstream--\n'
+chat='{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+post="POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+post_cl="${post}content-length: ${#chat}\r\n\r\n$chat"
+ok="HTTP/1.1 200 OK\r\n"
+sse="${ok}content-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+sse+='16\r\ndata: {"choices":[]}\n\n\r\n'
+sse+='e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n'
+json='{"choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":1}}'
+exchange_seeds=(
+  "$post_cl$sep$sse"
+  "$post_cl$sep${ok}content-type: application/json\r\ncontent-length: ${#json}\r\n\r\n$json"
+  "$post_cl$sep${ok}content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n2\r\n:1\r\n1\r\n}\r\n0\r\n\r\n"
+  "$post_cl$sep${ok}transfer-encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nworld\r\n0\r\n\r\n"
+  "$post_cl$sep${ok}content-length: 5\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+  "${post}content-length: 2\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n$sep${ok}content-length: 2\r\n\r\nok"
+  "${post}transfer-encoding: chunked\r\n\r\n$(printf %x ${#chat})\r\n$chat\r\n0\r\n\r\n$sep$sse"
+  "$post_cl$sep${ok}content-type: text/event-stream\r\n\r\ndata: {}\n\ndata: [DONE]\n\n"
+  "$post_cl$sep${ok}content-length: 100\r\n\r\ncut short"
+  "GET /v1/models HTTP/1.1\r\nhost: t\r\n\r\nHEAD /v1/models HTTP/1.1\r\nhost: t\r\n\r\n$sep${ok}content-length: 2\r\n\r\n{}"
+  "${post}expect: 100-continue\r\ncontent-length: ${#chat}\r\n\r\n$chat$sep$sse"
+  "GET /ws HTTP/1.1\r\nhost: t\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\nping${sep}HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\npong"
+  "$post_cl$sep"
+  "$post_cl${sep}HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n"
+)
+
 # Seeds: request-side targets take the body as is, openai_scan the fixture as is (it
 # checks every line); the others read a header byte first
 # (fuzz/src/lib.rs): 0x00 feeds the fixture whole, 0x11 0x07 in 7-byte chunks with the
@@ -68,6 +96,14 @@ seed() {
       for i in "${!request_seeds[@]}"; do
         printf '%s' "${request_seeds[$i]}" >"$dir/seed-$i"
       done
+      ;;
+    http_exchange)
+      for i in "${!exchange_seeds[@]}"; do
+        printf '%b' "${exchange_seeds[$i]}" >"$dir/seed-$i"
+      done
+      # A real stream, unframed (it runs to the close).
+      { printf '%b' "$post_cl$sep${ok}content-type: text/event-stream\r\n\r\n"
+        cat "$fixtures/openai_chat_stream.sse"; } >"$dir/seed-openai-stream"
       ;;
     openai_scan)
       for f in $(fixtures_for "$target"); do

@@ -9,6 +9,11 @@
 //!
 //! Each target decodes the payload fed whole and fed in those chunks and asserts the two
 //! agree: the decoders promise the same result whatever the chunking.
+//!
+//! [`http1`] is the exception: the `http_exchange` target's input is raw HTTP/1 bytes, and
+//! that module splits and reads them.
+
+pub mod http1;
 
 use goodput::decode::{
     Api, EventInfo, NdjsonFramer, SseFramer, StreamDecoder, StreamKind, TextBuf,

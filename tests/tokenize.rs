@@ -255,6 +255,49 @@ async fn without_a_configured_tokenizer_the_estimate_is_o200k() {
 }
 
 #[tokio::test]
+async fn one_token_per_event_without_a_tokenizer_counts_the_events() {
+    // As vLLM and llama.cpp stream: one word-sized token per event. The estimate is near
+    // the event count, which is exact here.
+    let generated = text(60, 5);
+    let words: Vec<String> = generated
+        .split_inclusive([' ', '\n'])
+        .map(str::to_owned)
+        .collect();
+    // The role chunk, a chunk per word, then the finish chunk and [DONE].
+    let mut events = chat_events("", 1);
+    let done = events.split_off(1);
+    for w in &words {
+        events.push(
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c", "object": "chat.completion.chunk", "model": "test-model",
+                       "choices": [{"index": 0, "delta": {"content": w}}]})
+            )
+            .into_bytes(),
+        );
+    }
+    events.extend(done);
+    let fake = FakeUpstream::start(Script::sse_chunked(
+        &events,
+        WritePlan::Whole,
+        Duration::ZERO,
+    ))
+    .await;
+    let proxy = start_proxy(&fake.url()).await;
+    let r = one_stream(&proxy, "words").await;
+    assert_eq!(r["events"].as_u64(), Some(words.len() as u64), "{r}");
+    let estimate = o200k(&generated);
+    assert!(
+        estimate * 4 <= words.len() as u64 * 5,
+        "{estimate} for {} words",
+        words.len()
+    );
+    assert_eq!(r["output_tokens_source"], "events", "{r}");
+    assert_eq!(r["output_tokens"].as_u64(), Some(words.len() as u64), "{r}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn longer_texts_are_counted_within_one_percent_of_the_truth() {
     let (_dir, path) = write_tokenizer();
     let generated = text(6000, 42);

@@ -6,8 +6,8 @@ use std::{net::SocketAddr, path::Path, sync::Arc};
 use http::{Uri, uri::Scheme};
 
 use super::{
-    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, Upstream,
-    calibration, counting, file::FileConfig, profile_file, slo, tls,
+    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, ServerLimits,
+    Upstream, calibration, counting, file::FileConfig, profile_file, slo, tls,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -71,6 +71,9 @@ fn socket_addr(key: &str, value: &str, problems: &mut Vec<Problem>) -> Option<So
     }
 }
 
+/// The smallest request-head limit: hyper's HTTP/1 server reads with at least 8 KiB.
+const MIN_HEADER_BYTES: usize = 8192;
+
 fn positive(key: &str, value: u64, problems: &mut Vec<Problem>) {
     if value == 0 {
         problems.push(Problem::invalid(key, "must be greater than zero"));
@@ -123,7 +126,39 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
         s.header_read_timeout.as_millis() as u64,
         &mut problems,
     );
+    positive(
+        "server.max_connections",
+        s.max_connections as u64,
+        &mut problems,
+    );
+    positive(
+        "server.http2_max_concurrent_streams",
+        u64::from(s.http2_max_concurrent_streams),
+        &mut problems,
+    );
+    positive(
+        "server.request_body_timeout",
+        s.request_body_timeout.as_millis() as u64,
+        &mut problems,
+    );
+    // hyper's HTTP/1 read buffer cannot be smaller; h2 takes a u32.
+    if !(MIN_HEADER_BYTES..=u32::MAX as usize).contains(&s.max_request_header_bytes) {
+        problems.push(Problem::invalid(
+            "server.max_request_header_bytes",
+            format!("must be between {MIN_HEADER_BYTES} and {}", u32::MAX),
+        ));
+    }
     let u = &file.upstream;
+    positive(
+        "upstream.max_connections",
+        u.max_connections as u64,
+        &mut problems,
+    );
+    positive(
+        "upstream.pool_wait_timeout",
+        u.pool_wait_timeout.as_millis() as u64,
+        &mut problems,
+    );
     positive(
         "upstream.connect_timeout",
         u.connect_timeout.as_millis() as u64,
@@ -181,6 +216,12 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                     header_read_timeout: s.header_read_timeout,
                     drain_timeout: s.drain_timeout,
                     http2: s.http2,
+                    limits: ServerLimits {
+                        max_connections: s.max_connections,
+                        http2_max_concurrent_streams: s.http2_max_concurrent_streams,
+                        max_request_header_bytes: s.max_request_header_bytes,
+                        request_body_timeout: s.request_body_timeout,
+                    },
                 },
                 upstream,
                 admin,
@@ -281,6 +322,8 @@ fn upstream(
         idle_timeout: u.idle_timeout,
         pool_idle_timeout: u.pool_idle_timeout,
         pool_max_idle_per_host: u.pool_max_idle_per_host,
+        max_connections: u.max_connections,
+        pool_wait_timeout: u.pool_wait_timeout,
     })
 }
 

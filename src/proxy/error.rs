@@ -4,7 +4,10 @@
 use std::error::Error as _;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
+use http::{
+    HeaderValue, Response, StatusCode,
+    header::{CONTENT_TYPE, RETRY_AFTER},
+};
 
 use super::body::UpstreamBody;
 use crate::{
@@ -25,6 +28,14 @@ pub enum ProxyError {
     UpstreamFailed(#[source] BoxError),
     #[error("cannot build the upstream request: {0}")]
     BadTarget(#[source] http::Error),
+    #[error("no upstream connection free within {0:?} (upstream.max_connections in use)")]
+    UpstreamBusy(std::time::Duration),
+    #[error("request body not received within {0:?}")]
+    BodyTimeout(std::time::Duration),
+    #[error("malformed or incomplete request body: {0}")]
+    BadBody(#[source] BoxError),
+    #[error("{0}")]
+    BadHost(&'static str),
 }
 
 impl ProxyError {
@@ -54,6 +65,10 @@ impl ProxyError {
             ProxyError::HeaderTimeout(_) => "upstream_header_timeout",
             ProxyError::UpstreamFailed(_) => "upstream_failed",
             ProxyError::BadTarget(_) => "bad_target",
+            ProxyError::UpstreamBusy(_) => "upstream_busy",
+            ProxyError::BodyTimeout(_) => "request_body_timeout",
+            ProxyError::BadBody(_) => "bad_request_body",
+            ProxyError::BadHost(_) => "bad_host",
         }
     }
 
@@ -63,7 +78,11 @@ impl ProxyError {
                 StatusCode::GATEWAY_TIMEOUT
             }
             ProxyError::Unreachable(_) | ProxyError::UpstreamFailed(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::BadTarget(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BadTarget(_) | ProxyError::BadBody(_) | ProxyError::BadHost(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            ProxyError::UpstreamBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -72,13 +91,22 @@ impl ProxyError {
             ProxyError::ConnectTimeout(_) | ProxyError::HeaderTimeout(_) => Outcome::Timeout,
             ProxyError::Unreachable(_) | ProxyError::UpstreamFailed(_) => Outcome::UpstreamError,
             ProxyError::BadTarget(_) => Outcome::ProxyError,
+            ProxyError::UpstreamBusy(_) => Outcome::Rejected,
+            ProxyError::BodyTimeout(_) | ProxyError::BadBody(_) | ProxyError::BadHost(_) => {
+                Outcome::ClientError
+            }
         }
     }
 
     /// The response the client gets: OpenAI-style error JSON so SDKs surface the cause.
     pub fn into_response(self) -> Response<UpstreamBody> {
         let detail = full_chain(&self);
-        tracing::warn!(code = self.code(), error = %detail, "proxy answered with an error");
+        if self.outcome() == Outcome::ClientError {
+            // Any client can cause these at will: not worth an operator's attention.
+            tracing::debug!(code = self.code(), error = %detail, "request refused");
+        } else {
+            tracing::warn!(code = self.code(), error = %detail, "proxy answered with an error");
+        }
         let body = serde_json::json!({
             "error": {
                 "message": detail,
@@ -90,6 +118,10 @@ impl ProxyError {
         *resp.status_mut() = self.status();
         resp.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let ProxyError::UpstreamBusy(_) = self {
+            resp.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         resp.extensions_mut().insert(ProxyFailure(self.outcome()));
         resp
     }

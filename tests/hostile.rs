@@ -281,7 +281,18 @@ struct ServeProcess {
     child: Child,
     proxy: SocketAddr,
     admin: SocketAddr,
-    _lines: mpsc::Receiver<String>,
+    /// The log lines up to "goodput serving".
+    start_up: Vec<String>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl ServeProcess {
+    /// Every log line so far.
+    fn log(&self) -> Vec<String> {
+        let mut all = self.start_up.clone();
+        all.extend(self.lines.try_iter());
+        all
+    }
 }
 
 impl Drop for ServeProcess {
@@ -291,12 +302,12 @@ impl Drop for ServeProcess {
     }
 }
 
-/// Starts `goodput serve` in front of `upstream` under a soft open-files limit of
-/// `soft_nofile` (the hard limit is left as it is), and waits until it serves.
-fn serve_with_soft_nofile(upstream: &str, soft_nofile: u32) -> ServeProcess {
+/// Starts `goodput serve` in front of `upstream` after `ulimit {ulimit}` (e.g. `-Sn 1024`
+/// for the soft open-files limit alone), and waits until it serves.
+fn serve_with_ulimit(upstream: &str, ulimit: &str) -> ServeProcess {
     let mut child = Command::new("sh")
         .arg("-c")
-        .arg(format!("ulimit -Sn {soft_nofile} && exec \"$0\" \"$@\""))
+        .arg(format!("ulimit {ulimit} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_goodput"))
         .args(["serve", "--upstream", upstream])
         .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
@@ -320,10 +331,12 @@ fn serve_with_soft_nofile(upstream: &str, soft_nofile: u32) -> ServeProcess {
             .and_then(|a| a.parse().ok())
     };
     let started = std::time::Instant::now();
+    let mut start_up = Vec::new();
     while started.elapsed() < WAIT {
         let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) else {
             continue;
         };
+        start_up.push(line.clone());
         if line.contains("goodput serving")
             && let (Some(proxy), Some(admin)) = (addr(&line, "proxy="), addr(&line, "admin="))
         {
@@ -331,7 +344,8 @@ fn serve_with_soft_nofile(upstream: &str, soft_nofile: u32) -> ServeProcess {
                 child,
                 proxy,
                 admin,
-                _lines: rx,
+                start_up,
+                lines: rx,
             };
         }
     }
@@ -351,7 +365,7 @@ async fn silent_connections_under_a_low_soft_fd_limit_do_not_lock_out_a_new_clie
         return;
     }
     let up = FakeUpstream::start(ok_json()).await;
-    let serve = serve_with_soft_nofile(&up.url(), 1024);
+    let serve = serve_with_ulimit(&up.url(), "-Sn 1024");
     let mut silent = Vec::with_capacity(SILENT);
     for _ in 0..SILENT {
         silent.push(TcpStream::connect(serve.proxy).await.unwrap());
@@ -361,6 +375,46 @@ async fn silent_connections_under_a_low_soft_fd_limit_do_not_lock_out_a_new_clie
     assert_eq!(status, 200);
     let (status, _) = admin_get(serve.admin, "/healthz").await;
     assert_eq!(status, 200);
+    // Both limits are logged.
+    let log = serve.log();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("open-files limit") && l.contains("soft_was=1024")),
+        "{log:#?}"
+    );
+    drop(silent);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_a_low_hard_fd_limit_excess_connections_are_closed_and_admin_answers() {
+    const SILENT: usize = 1_100;
+    let have = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0);
+    if have < 3 * SILENT as u64 {
+        eprintln!("skipped: the open-files limit ({have}) is too low for this test");
+        return;
+    }
+    let up = FakeUpstream::start(ok_json()).await;
+    // Soft and hard: nothing to raise, so max_connections is held to 512.
+    let serve = serve_with_ulimit(&up.url(), "-n 1024");
+    let mut silent = Vec::with_capacity(SILENT);
+    for _ in 0..SILENT {
+        silent.push(TcpStream::connect(serve.proxy).await.unwrap());
+    }
+    let series = "goodput_limit_rejections_total{limit=\"server.max_connections\"}";
+    let rejected = wait_metric(serve.admin, series, (SILENT - 512) as f64).await;
+    assert_eq!(rejected, (SILENT - 512) as f64);
+    // A new client is told at once (closed), not left in the listen queue.
+    let mut late = TcpStream::connect(serve.proxy).await.unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(WAIT, late.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+    let (status, _) = admin_get(serve.admin, "/healthz").await;
+    assert_eq!(status, 200);
+    // The log says why, once; no storm of accept failures.
+    let lines = serve.log();
+    let said = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
+    assert_eq!(said("using the lower number"), 1, "{lines:#?}");
+    assert!(said("accept failed") <= 1, "{lines:#?}");
     drop(silent);
 }
 
@@ -406,6 +460,21 @@ async fn an_oversized_request_head_is_a_431() {
     );
     let (status, _) = raw_status(proxy.proxy_addr, request.as_bytes()).await;
     assert_eq!(status, 200);
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_http2_header_list_is_a_431() {
+    let up = FakeUpstream::start(ok_json()).await;
+    let proxy = start_proxy(&up.url()).await;
+    let mut send = h2_connect(proxy.proxy_addr).await;
+    let mut req = h2_post(proxy.proxy_addr, "{}");
+    let big = http::HeaderValue::from_str(&"x".repeat(100 << 10)).unwrap();
+    req.headers_mut().insert("x-big", big);
+    let answer = send.send_request(req).await;
+    let status = answer.as_ref().map(|r| r.status().as_u16());
+    assert!(matches!(status, Ok(431)), "{answer:?}");
+    assert_eq!(up.connections(), 0);
     proxy.shutdown().await;
 }
 

@@ -283,21 +283,27 @@ impl AcceptErrors {
         counter: &prometheus_client::metrics::counter::Counter,
     ) {
         counter.inc();
+        if let Some(failed) = self.warn_now(Instant::now()) {
+            tracing::warn!(
+                error = %e,
+                failed,
+                every = ?ACCEPT_WARN_EVERY,
+                "accept failed (out of file descriptors?); backing off, warning at most once per interval"
+            );
+        }
+    }
+
+    /// One more failure at `now`: the number to warn about, if a warning is due.
+    fn warn_now(&mut self, now: Instant) -> Option<u64> {
         self.since += 1;
         if self
             .last_warning
-            .is_some_and(|at| at.elapsed() < ACCEPT_WARN_EVERY)
+            .is_some_and(|at| now.saturating_duration_since(at) < ACCEPT_WARN_EVERY)
         {
-            return;
+            return None;
         }
-        tracing::warn!(
-            error = %e,
-            failed = self.since,
-            every = ?ACCEPT_WARN_EVERY,
-            "accept failed (out of file descriptors?); backing off, warning at most once per interval"
-        );
-        self.last_warning = Some(Instant::now());
-        self.since = 0;
+        self.last_warning = Some(now);
+        Some(std::mem::take(&mut self.since))
     }
 }
 
@@ -410,5 +416,25 @@ async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open:
         }
         Ok(Err(e)) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
         Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_accepts_warn_once_per_interval_with_the_count() {
+        let mut errors = AcceptErrors::default();
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert_eq!(errors.warn_now(at(0)), Some(1));
+        // 20 a second for the next ten seconds: silent...
+        let warned: Vec<_> = (1..200)
+            .filter_map(|i| errors.warn_now(at(i * 50)))
+            .collect();
+        assert!(warned.is_empty(), "{warned:?}");
+        // ...then one warning that counts them all.
+        assert_eq!(errors.warn_now(at(10_000)), Some(200));
     }
 }

@@ -426,6 +426,43 @@ mod tests {
     }
 
     #[test]
+    fn limits_have_defaults_and_are_checked() {
+        let o = Overrides {
+            upstream: Some("http://a".into()),
+            ..Default::default()
+        };
+        let cfg = parse("", &o).unwrap();
+        let l = cfg.server.limits;
+        assert_eq!(l.max_connections, 10_000);
+        assert_eq!(l.http2_max_concurrent_streams, 128);
+        assert_eq!(l.max_request_header_bytes, 65_536);
+        assert_eq!(l.request_body_timeout.as_secs(), 60);
+        assert_eq!(cfg.upstream.max_connections, 1024);
+        assert_eq!(cfg.upstream.pool_wait_timeout.as_secs(), 10);
+        let text = r#"
+            [server]
+            max_connections = 0
+            http2_max_concurrent_streams = 0
+            max_request_header_bytes = 4096
+            request_body_timeout = "0s"
+            [upstream]
+            max_connections = 0
+            pool_wait_timeout = "0s"
+        "#;
+        let msg = parse(text, &o).unwrap_err().to_string();
+        for key in [
+            "server.max_connections",
+            "server.http2_max_concurrent_streams",
+            "server.max_request_header_bytes",
+            "server.request_body_timeout",
+            "upstream.max_connections",
+            "upstream.pool_wait_timeout",
+        ] {
+            assert!(msg.contains(key), "{key} missing from:\n{msg}");
+        }
+    }
+
+    #[test]
     fn admin_must_not_share_the_data_port() {
         let o = Overrides {
             upstream: Some("http://a".into()),

@@ -188,6 +188,44 @@ async fn a_request_that_finds_no_free_upstream_connection_gets_503_after_the_wai
     proxy.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http2_upstream_is_bounded_by_requests_in_flight() {
+    // hyper's pooled client (h2c): the budget counts requests, each held until its
+    // response body ends. The first token is far off next to the pool wait, so whichever
+    // request comes third finds both slots taken.
+    let (_sim, url) = start_sim(fast_sim(1_000.0, 1.0)).await;
+    let mut cfg = test_config(&url);
+    cfg.upstream.http2 = true;
+    cfg.upstream.max_connections = 2;
+    cfg.upstream.pool_wait_timeout = Duration::from_millis(100);
+    let proxy = start_proxy_with(cfg).await;
+    let target = format!("http://{}{CHAT}", proxy.proxy_addr);
+    let mut set = JoinSet::new();
+    for _ in 0..3 {
+        let target = target.clone();
+        set.spawn(async move { post_collect(&client(), &target, chat_body(true, 3, false)).await });
+    }
+    let mut answers = Vec::new();
+    while let Some(answer) = set.join_next().await {
+        answers.push(answer.unwrap());
+    }
+    answers.sort_by_key(|(status, _)| *status);
+    let statuses: Vec<u16> = answers.iter().map(|(s, _)| *s).collect();
+    assert_eq!(statuses, [200, 200, 503]);
+    assert_eq!(error_code(&answers[2].1), "upstream_busy");
+    // Both slots came back with their response bodies' ends.
+    let (status, _) = post_collect(&client(), &target, chat_body(true, 3, false)).await;
+    assert_eq!(status, 200);
+    let records = wait_records(proxy.admin_addr, 4, WAIT).await;
+    let mut outcomes: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["outcome"].as_str())
+        .collect();
+    outcomes.sort_unstable();
+    assert_eq!(outcomes, ["ok", "ok", "ok", "rejected"]);
+    proxy.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------------
 // HTTP/2 settings: `server.http2_max_concurrent_streams`, `server.max_request_header_bytes`.
 

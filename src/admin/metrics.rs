@@ -202,8 +202,17 @@ pub struct LimitMetrics {
     pub accept_errors: Counter,
 }
 
+/// Every `limit` label value, exported from the start (at 0) so that a rate over them is
+/// defined before the first rejection.
+pub const LIMITS: [&str; 4] = [
+    "server.max_connections",
+    "server.max_request_header_bytes",
+    "server.request_body_timeout",
+    "upstream.max_connections",
+];
+
 impl LimitMetrics {
-    /// One more piece of work turned away by `limit` (a config key).
+    /// One more piece of work turned away by `limit` (a config key, one of [`LIMITS`]).
     pub fn rejected(&self, limit: &'static str) {
         self.rejections.get_or_create(&LimitLabel { limit }).inc();
     }
@@ -452,6 +461,9 @@ impl Metrics {
             "1 when the last scrape of the engine's metrics succeeded",
             m.calibration_up.clone(),
         );
+        for limit in LIMITS {
+            let _ = m.limits.rejections.get_or_create(&LimitLabel { limit });
+        }
         registry.register(
             names::LIMIT_REJECTIONS,
             "Connections or requests turned away by a configured bound, by its config key",
@@ -541,5 +553,9 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("goodput_measurement_dropped_total"), "{out}");
+        assert!(
+            out.contains("goodput_limit_rejections_total{limit=\"upstream.max_connections\"} 0"),
+            "{out}"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The accept loop and connection handling: TLS termination, HTTP/1.1 with upgrades and
 //! HTTP/2 (h2c prior knowledge or ALPN), hyper's header-read timeout wired to a real timer,
-//! and graceful shutdown: stop accepting, let in-flight streams finish until the drain
-//! deadline, then cut what is left (recorded as such).
+//! and graceful shutdown: stop accepting, close connections that have not sent anything
+//! yet, let in-flight streams finish until the drain deadline, then cut what is left
+//! (recorded as such).
 //!
 //! Client connections are bounded (`server.max_connections`): past it a new connection is
 //! closed as soon as it is accepted, so that the ones served keep their descriptors and a
@@ -160,6 +161,13 @@ impl Proxy {
             connections: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
             limits,
         }
+    }
+
+    /// Resolves once draining has started (at once if it already has).
+    async fn drain_started(&self) {
+        let mut draining = self.draining.subscribe();
+        // Err only if the sender is gone, i.e. the proxy itself: stop all the same.
+        let _ = draining.wait_for(|d| *d).await;
     }
 
     /// A place for a newly accepted connection, if one is free.
@@ -400,22 +408,36 @@ pub async fn serve(
 async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open: Open) {
     let Some(acceptor) = proxy.tls.as_ref().map(|t| TlsAcceptor::from(t.load_full())) else {
         let conn = ConnInfo { remote, tls: false };
+        // A connection that has sent nothing yet when draining starts has nothing to
+        // finish: closed, rather than holding the drain until its header timeout.
+        let opened = tokio::select! {
+            opened = opening(&stream, proxy.handshake_timeout) => opened,
+            () = proxy.drain_started() => Opening::Gone,
+        };
         // The other paths are boxed: this task's future is as large as its largest path,
         // and every plaintext HTTP/1 connection would pay for TLS's (docs/PERFORMANCE.md).
-        return match opening(&stream, proxy.handshake_timeout).await {
+        return match opened {
             Opening::Http1 => Arc::clone(&proxy).http1(stream, conn).await,
             Opening::Http2 => Box::pin(Arc::clone(&proxy).connection(stream, conn)).await,
             Opening::Gone => tracing::debug!(%remote, "client sent no request head in time"),
         };
     };
-    let handshake = Box::pin(acceptor.accept(stream));
-    match tokio::time::timeout(proxy.handshake_timeout, handshake).await {
-        Ok(Ok(tls)) => {
+    let handshake = Box::pin(async {
+        tokio::select! {
+            shaken = tokio::time::timeout(proxy.handshake_timeout, acceptor.accept(stream)) => {
+                Some(shaken)
+            }
+            () = proxy.drain_started() => None,
+        }
+    });
+    match handshake.await {
+        Some(Ok(Ok(tls))) => {
             let conn = ConnInfo { remote, tls: true };
             Box::pin(proxy.connection(tls, conn)).await;
         }
-        Ok(Err(e)) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
-        Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+        Some(Ok(Err(e))) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
+        Some(Err(_)) => tracing::debug!(%remote, "TLS handshake timed out"),
+        None => tracing::debug!(%remote, "draining: TLS handshake abandoned"),
     }
 }
 

@@ -25,7 +25,7 @@ use anyhow::{Context as _, anyhow, bail, ensure};
 use bytes::Bytes;
 use common::{
     fake::{FakeUpstream, SSE_COMMENT, Script, WritePlan, openai_chat_events},
-    harness::{chat_body, fast_sim, metric_value, start_proxy, start_proxy_with, start_sim},
+    harness::{self, chat_body, fast_sim, metric_value, start_proxy, start_proxy_with, start_sim},
     temp::TempDir,
 };
 use goodput::config::{self, Config, Overrides};
@@ -1244,9 +1244,14 @@ fn five_hundred_streams_multiplexed_on_one_h2_connection_all_reach_the_upstream_
     exclusive(async {
         // Every response starts and then stalls, so every stream stays open: the only way
         // fewer than N requests reach the upstream is a concurrency limit on the way, which
-        // would hold the rest back in the client, before t_arrival, unmeasured.
+        // would hold the rest back in the client, before t_arrival, unmeasured. The
+        // default bounds (128 streams per connection, 1024 upstream connections) are
+        // raised to let N through: an operator's choice (tests/hostile.rs holds them).
         let upstream = FakeUpstream::start(Script::stall_after_head()).await;
-        let proxy = start_proxy(&upstream.url()).await;
+        let mut cfg = harness::test_config(&upstream.url());
+        cfg.server.limits.http2_max_concurrent_streams = N as u32;
+        cfg.upstream.max_connections = N;
+        let proxy = start_proxy_with(cfg).await;
         let tcp = TcpStream::connect(proxy.proxy_addr).await.unwrap();
         let (sender, conn) =
             hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))

@@ -49,6 +49,9 @@ pub mod names {
     pub const CALIBRATION_SCRAPES: &str = "goodput_calibration_scrapes";
     pub const CALIBRATION_RESETS: &str = "goodput_calibration_engine_resets";
     pub const CALIBRATION_UP: &str = "goodput_calibration_up";
+    pub const LIMIT_REJECTIONS: &str = "goodput_limit_rejections";
+    pub const CLIENT_CONNECTIONS: &str = "goodput_client_connections";
+    pub const ACCEPT_ERRORS: &str = "goodput_accept_errors";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -208,6 +211,38 @@ pub struct ScrapeResultLabel {
     pub result: &'static str,
 }
 
+/// The bound that turned work away, named by its config key: `server.max_connections`,
+/// `server.max_request_header_bytes`, `server.request_body_timeout`,
+/// `upstream.max_connections`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabel {
+    pub limit: &'static str,
+}
+
+/// What the proxy's resource bounds count (README "Limits").
+#[derive(Clone, Debug, Default)]
+pub struct LimitMetrics {
+    pub rejections: Family<LimitLabel, Counter>,
+    pub client_connections: Gauge,
+    pub accept_errors: Counter,
+}
+
+/// Every `limit` label value, exported from the start (at 0) so that a rate over them is
+/// defined before the first rejection.
+pub const LIMITS: [&str; 4] = [
+    "server.max_connections",
+    "server.max_request_header_bytes",
+    "server.request_body_timeout",
+    "upstream.max_connections",
+];
+
+impl LimitMetrics {
+    /// One more piece of work turned away by `limit` (a config key, one of [`LIMITS`]).
+    pub fn rejected(&self, limit: &'static str) {
+        self.rejections.get_or_create(&LimitLabel { limit }).inc();
+    }
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The handles the proxy and the aggregator update.
@@ -249,6 +284,7 @@ pub struct Metrics {
     pub calibration_scrapes: Family<ScrapeResultLabel, Counter>,
     pub calibration_resets: Counter,
     pub calibration_up: Gauge,
+    pub limits: LimitMetrics,
 }
 
 impl Metrics {
@@ -291,6 +327,7 @@ impl Metrics {
             calibration_scrapes: Family::default(),
             calibration_resets: Counter::default(),
             calibration_up: Gauge::default(),
+            limits: LimitMetrics::default(),
         };
         registry.register_with_unit(
             names::TTFT,
@@ -477,6 +514,24 @@ impl Metrics {
             "1 when the last scrape of the engine's metrics succeeded",
             m.calibration_up.clone(),
         );
+        for limit in LIMITS {
+            let _ = m.limits.rejections.get_or_create(&LimitLabel { limit });
+        }
+        registry.register(
+            names::LIMIT_REJECTIONS,
+            "Connections or requests turned away by a configured bound, by its config key",
+            m.limits.rejections.clone(),
+        );
+        registry.register(
+            names::CLIENT_CONNECTIONS,
+            "Client connections open now (bounded by server.max_connections)",
+            m.limits.client_connections.clone(),
+        );
+        registry.register(
+            names::ACCEPT_ERRORS,
+            "Failed accepts on the proxy port (e.g. out of file descriptors); the loop backs off and goes on",
+            m.limits.accept_errors.clone(),
+        );
         m
     }
 }
@@ -552,5 +607,9 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("goodput_measurement_dropped_total"), "{out}");
+        assert!(
+            out.contains("goodput_limit_rejections_total{limit=\"upstream.max_connections\"} 0"),
+            "{out}"
+        );
     }
 }

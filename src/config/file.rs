@@ -46,6 +46,15 @@ pub struct ServerSection {
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
     pub http2: bool,
+    /// Client connections served at once; more are closed at once on accept.
+    pub max_connections: usize,
+    /// HTTP/2 streams a client may have open on one connection (SETTINGS).
+    pub http2_max_concurrent_streams: u32,
+    /// Largest request head (start line and header fields) accepted; more -> 431.
+    pub max_request_header_bytes: usize,
+    /// Time from the request head to the end of its body; exceeded -> 408.
+    #[serde(with = "humantime_serde")]
+    pub request_body_timeout: Duration,
 }
 
 impl Default for ServerSection {
@@ -56,6 +65,13 @@ impl Default for ServerSection {
             header_read_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
             http2: true,
+            max_connections: 10_000,
+            // nginx's http2_max_concurrent_streams.
+            http2_max_concurrent_streams: 128,
+            // Envoy's max_request_headers_kb is 60 KiB; nginx's large_client_header_buffers 32.
+            max_request_header_bytes: 64 << 10,
+            // nginx's client_body_timeout.
+            request_body_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -83,6 +99,11 @@ pub struct UpstreamSection {
     #[serde(with = "humantime_serde")]
     pub pool_idle_timeout: Duration,
     pub pool_max_idle_per_host: usize,
+    /// Upstream connections (HTTP/2: requests) in use at once.
+    pub max_connections: usize,
+    /// How long a request waits for one of them; exceeded -> 503.
+    #[serde(with = "humantime_serde")]
+    pub pool_wait_timeout: Duration,
 }
 
 impl Default for UpstreamSection {
@@ -99,6 +120,9 @@ impl Default for UpstreamSection {
             idle_timeout: Duration::from_secs(300),
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 256,
+            // Envoy's circuit-breaker default (max_connections, max_requests).
+            max_connections: 1024,
+            pool_wait_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -57,6 +57,17 @@ pub struct Server {
     pub header_read_timeout: Duration,
     pub drain_timeout: Duration,
     pub http2: bool,
+    /// Bounds on what clients may hold (see README "Limits").
+    pub limits: ServerLimits,
+}
+
+/// What one client, or all of them together, may hold of the proxy.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    pub max_connections: usize,
+    pub http2_max_concurrent_streams: u32,
+    pub max_request_header_bytes: usize,
+    pub request_body_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -74,6 +85,10 @@ pub struct Upstream {
     pub idle_timeout: Duration,
     pub pool_idle_timeout: Duration,
     pub pool_max_idle_per_host: usize,
+    /// Upstream connections in use at once (for an HTTP/2 upstream: requests).
+    pub max_connections: usize,
+    /// How long a request waits for a free upstream connection before its 503.
+    pub pool_wait_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@ use std::{net::SocketAddr, path::Path, sync::Arc};
 use http::{Uri, uri::Scheme};
 
 use super::{
-    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, Upstream,
-    calibration, counting, file::FileConfig, profile_file, slo, tls,
+    Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, ServerLimits,
+    Upstream, calibration, counting, file::FileConfig, profile_file, slo, tls,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -71,6 +71,9 @@ fn socket_addr(key: &str, value: &str, problems: &mut Vec<Problem>) -> Option<So
     }
 }
 
+/// The smallest request-head limit: hyper's HTTP/1 server reads with at least 8 KiB.
+const MIN_HEADER_BYTES: usize = 8192;
+
 fn positive(key: &str, value: u64, problems: &mut Vec<Problem>) {
     if value == 0 {
         problems.push(Problem::invalid(key, "must be greater than zero"));
@@ -123,7 +126,39 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
         s.header_read_timeout.as_millis() as u64,
         &mut problems,
     );
+    positive(
+        "server.max_connections",
+        s.max_connections as u64,
+        &mut problems,
+    );
+    positive(
+        "server.http2_max_concurrent_streams",
+        u64::from(s.http2_max_concurrent_streams),
+        &mut problems,
+    );
+    positive(
+        "server.request_body_timeout",
+        s.request_body_timeout.as_millis() as u64,
+        &mut problems,
+    );
+    // hyper's HTTP/1 read buffer cannot be smaller; h2 takes a u32.
+    if !(MIN_HEADER_BYTES..=u32::MAX as usize).contains(&s.max_request_header_bytes) {
+        problems.push(Problem::invalid(
+            "server.max_request_header_bytes",
+            format!("must be between {MIN_HEADER_BYTES} and {}", u32::MAX),
+        ));
+    }
     let u = &file.upstream;
+    positive(
+        "upstream.max_connections",
+        u.max_connections as u64,
+        &mut problems,
+    );
+    positive(
+        "upstream.pool_wait_timeout",
+        u.pool_wait_timeout.as_millis() as u64,
+        &mut problems,
+    );
     positive(
         "upstream.connect_timeout",
         u.connect_timeout.as_millis() as u64,
@@ -181,6 +216,12 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                     header_read_timeout: s.header_read_timeout,
                     drain_timeout: s.drain_timeout,
                     http2: s.http2,
+                    limits: ServerLimits {
+                        max_connections: s.max_connections,
+                        http2_max_concurrent_streams: s.http2_max_concurrent_streams,
+                        max_request_header_bytes: s.max_request_header_bytes,
+                        request_body_timeout: s.request_body_timeout,
+                    },
                 },
                 upstream,
                 admin,
@@ -281,6 +322,8 @@ fn upstream(
         idle_timeout: u.idle_timeout,
         pool_idle_timeout: u.pool_idle_timeout,
         pool_max_idle_per_host: u.pool_max_idle_per_host,
+        max_connections: u.max_connections,
+        pool_wait_timeout: u.pool_wait_timeout,
     })
 }
 
@@ -380,6 +423,43 @@ mod tests {
             msg.contains("/nonexistent/c.pem") && msg.contains("/nonexistent/k.pem"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn limits_have_defaults_and_are_checked() {
+        let o = Overrides {
+            upstream: Some("http://a".into()),
+            ..Default::default()
+        };
+        let cfg = parse("", &o).unwrap();
+        let l = cfg.server.limits;
+        assert_eq!(l.max_connections, 10_000);
+        assert_eq!(l.http2_max_concurrent_streams, 128);
+        assert_eq!(l.max_request_header_bytes, 65_536);
+        assert_eq!(l.request_body_timeout.as_secs(), 60);
+        assert_eq!(cfg.upstream.max_connections, 1024);
+        assert_eq!(cfg.upstream.pool_wait_timeout.as_secs(), 10);
+        let text = r#"
+            [server]
+            max_connections = 0
+            http2_max_concurrent_streams = 0
+            max_request_header_bytes = 4096
+            request_body_timeout = "0s"
+            [upstream]
+            max_connections = 0
+            pool_wait_timeout = "0s"
+        "#;
+        let msg = parse(text, &o).unwrap_err().to_string();
+        for key in [
+            "server.max_connections",
+            "server.http2_max_concurrent_streams",
+            "server.max_request_header_bytes",
+            "server.request_body_timeout",
+            "upstream.max_connections",
+            "upstream.pool_wait_timeout",
+        ] {
+            assert!(msg.contains(key), "{key} missing from:\n{msg}");
+        }
     }
 
     #[test]

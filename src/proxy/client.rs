@@ -10,10 +10,11 @@ use hyper_util::{
     rt::{TokioExecutor, TokioTimer},
 };
 
-use super::inject::ForwardBody;
+use super::{inject::ForwardBody, request_body::ClientBody};
 use crate::{config::Upstream, measure::RequestTap};
 
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, ForwardBody<RequestTap<Incoming>>>;
+pub type UpstreamClient =
+    Client<HttpsConnector<HttpConnector>, ForwardBody<ClientBody<RequestTap<Incoming>>>>;
 
 pub fn build(cfg: &Upstream) -> UpstreamClient {
     let mut http = HttpConnector::new();

@@ -4,7 +4,10 @@
 use std::error::Error as _;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header::CONTENT_TYPE};
+use http::{
+    HeaderValue, Response, StatusCode,
+    header::{CONTENT_TYPE, RETRY_AFTER},
+};
 
 use super::body::UpstreamBody;
 use crate::{
@@ -27,6 +30,17 @@ pub enum ProxyError {
     BadTarget(#[source] http::Error),
     #[error("upstream response is malformed: {0}")]
     BadResponse(&'static str),
+    #[error("no upstream connection free within {0:?} (upstream.max_connections in use)")]
+    UpstreamBusy(std::time::Duration),
+    #[error("request body not received within {0:?}")]
+    BodyTimeout(std::time::Duration),
+    #[error("malformed or incomplete request body: {0}")]
+    BadBody(#[source] BoxError),
+    #[error("{0}")]
+    BadHost(&'static str),
+    /// The proxy's own descriptors ran out: not the upstream's fault.
+    #[error("out of file descriptors while connecting upstream: {0}")]
+    OutOfFiles(#[source] BoxError),
 }
 
 impl ProxyError {
@@ -39,9 +53,12 @@ impl ProxyError {
         }
     }
 
-    /// Sorts a connect failure into a timeout or an unreachable upstream.
+    /// Sorts a connect failure into a timeout, the proxy's own lack of descriptors, or an
+    /// unreachable upstream.
     pub fn connect(e: BoxError) -> ProxyError {
-        if chain_has_timeout(&*e) {
+        if chain_has_out_of_files(&*e) {
+            ProxyError::OutOfFiles(e)
+        } else if chain_has_timeout(&*e) {
             ProxyError::ConnectTimeout(e)
         } else {
             ProxyError::Unreachable(e)
@@ -57,6 +74,11 @@ impl ProxyError {
             ProxyError::UpstreamFailed(_) => "upstream_failed",
             ProxyError::BadTarget(_) => "bad_target",
             ProxyError::BadResponse(_) => "upstream_bad_response",
+            ProxyError::UpstreamBusy(_) => "upstream_busy",
+            ProxyError::BodyTimeout(_) => "request_body_timeout",
+            ProxyError::BadBody(_) => "bad_request_body",
+            ProxyError::BadHost(_) => "bad_host",
+            ProxyError::OutOfFiles(_) => "proxy_out_of_files",
         }
     }
 
@@ -68,7 +90,13 @@ impl ProxyError {
             ProxyError::Unreachable(_)
             | ProxyError::UpstreamFailed(_)
             | ProxyError::BadResponse(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::BadTarget(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BadTarget(_) | ProxyError::BadBody(_) | ProxyError::BadHost(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            ProxyError::UpstreamBusy(_) | ProxyError::OutOfFiles(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ProxyError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -78,14 +106,23 @@ impl ProxyError {
             ProxyError::Unreachable(_)
             | ProxyError::UpstreamFailed(_)
             | ProxyError::BadResponse(_) => Outcome::UpstreamError,
-            ProxyError::BadTarget(_) => Outcome::ProxyError,
+            ProxyError::BadTarget(_) | ProxyError::OutOfFiles(_) => Outcome::ProxyError,
+            ProxyError::UpstreamBusy(_) => Outcome::Rejected,
+            ProxyError::BodyTimeout(_) | ProxyError::BadBody(_) | ProxyError::BadHost(_) => {
+                Outcome::ClientError
+            }
         }
     }
 
     /// The response the client gets: OpenAI-style error JSON so SDKs surface the cause.
     pub fn into_response(self) -> Response<UpstreamBody> {
         let detail = full_chain(&self);
-        tracing::warn!(code = self.code(), error = %detail, "proxy answered with an error");
+        if self.outcome() == Outcome::ClientError {
+            // Any client can cause these at will: not worth an operator's attention.
+            tracing::debug!(code = self.code(), error = %detail, "request refused");
+        } else {
+            tracing::warn!(code = self.code(), error = %detail, "proxy answered with an error");
+        }
         let body = serde_json::json!({
             "error": {
                 "message": detail,
@@ -97,9 +134,29 @@ impl ProxyError {
         *resp.status_mut() = self.status();
         resp.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let ProxyError::UpstreamBusy(_) | ProxyError::OutOfFiles(_) = self {
+            resp.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         resp.extensions_mut().insert(ProxyFailure(self.outcome()));
         resp
     }
+}
+
+/// `EMFILE` (this process) and `ENFILE` (the system), the same numbers on Linux and the BSDs.
+const OUT_OF_FILES: [i32; 2] = [24, 23];
+
+fn chain_has_out_of_files(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.raw_os_error().is_some_and(|n| OUT_OF_FILES.contains(&n))
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 fn chain_has_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -127,4 +184,23 @@ fn full_chain(e: &ProxyError) -> String {
         cur = err.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_descriptors_is_the_proxys_failure_not_the_upstreams() {
+        let emfile: BoxError = Box::new(std::io::Error::from_raw_os_error(24));
+        let e = ProxyError::connect(emfile);
+        assert_eq!(e.code(), "proxy_out_of_files");
+        assert_eq!(e.outcome(), Outcome::ProxyError);
+        let refused: BoxError =
+            Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            ProxyError::connect(refused).outcome(),
+            Outcome::UpstreamError
+        );
+    }
 }

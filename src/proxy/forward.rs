@@ -1,6 +1,7 @@
 //! The forwarding service: rewrites the request head for the upstream, sends it with the
 //! client's body streaming through, and returns the upstream's response head with its
-//! body untouched. Failures before a response head become 502/504 in one place. The one
+//! body untouched. Failures before a response head become 502/504 in one place, those the
+//! client caused (a bad `Host`, a broken or too slow body) 400/408. The one
 //! exception to "untouched" is opt-in usage injection ([`super::inject`]), decided here
 //! for the requests the measurement layer marked as candidates.
 
@@ -10,6 +11,7 @@ use std::{
     pin::Pin,
     sync::Arc,
     task::{Context, Poll},
+    time::Duration,
 };
 
 use arc_swap::ArcSwap;
@@ -28,15 +30,25 @@ use super::{
     error::ProxyError,
     headers,
     inject::{self, ForwardBody, InjectPlan},
-    inline,
+    inline::{self, Lease},
+    request_body::ClientBody,
+    slots::Slots,
 };
-use crate::{config::Upstream, measure::RequestTap};
+use crate::{admin::metrics::LimitMetrics, config::Upstream, measure::RequestTap};
 
 /// Cheap to clone; the upstream side can be replaced on config reload while requests in
 /// flight keep the client they started with.
 #[derive(Clone)]
 pub struct Forward {
     inner: Arc<ArcSwap<Inner>>,
+    fixed: Arc<Fixed>,
+}
+
+/// What a reload does not change.
+struct Fixed {
+    /// `server.request_body_timeout`.
+    body_timeout: Duration,
+    limits: LimitMetrics,
 }
 
 struct Inner {
@@ -44,19 +56,28 @@ struct Inner {
     client: UpstreamClient,
     /// Plain HTTP/1.1 upstreams (see [`super::inline`]).
     inline: Option<Arc<inline::Pool>>,
+    /// `upstream.max_connections`, shared by `client` and `inline`. A reload starts a new
+    /// budget; requests still on the old client keep theirs until they end.
+    slots: Arc<Slots>,
     upstream: Upstream,
 }
 
 impl Forward {
-    pub fn new(upstream: &Upstream) -> Forward {
+    pub fn new(upstream: &Upstream, body_timeout: Duration, limits: LimitMetrics) -> Forward {
+        let inner = Inner::new(upstream, &limits);
         Forward {
-            inner: Arc::new(ArcSwap::from_pointee(Inner::new(upstream))),
+            inner: Arc::new(ArcSwap::from_pointee(inner)),
+            fixed: Arc::new(Fixed {
+                body_timeout,
+                limits,
+            }),
         }
     }
 
     /// Switches new requests to a freshly built client for `upstream`.
     pub fn replace(&self, upstream: &Upstream) {
-        self.inner.store(Arc::new(Inner::new(upstream)));
+        let inner = Inner::new(upstream, &self.fixed.limits);
+        self.inner.store(Arc::new(inner));
     }
 }
 
@@ -71,20 +92,32 @@ impl Service<Request<RequestTap<Incoming>>> for Forward {
 
     fn call(&mut self, req: Request<RequestTap<Incoming>>) -> Self::Future {
         let inner = self.inner.load_full();
+        let fixed = Arc::clone(&self.fixed);
         Box::pin(async move {
-            Ok(match inner.forward(req).await {
+            Ok(match inner.forward(req, &fixed).await {
                 Ok(resp) => resp,
-                Err(e) => e.into_response(),
+                Err(e) => {
+                    if let ProxyError::BodyTimeout(_) = e {
+                        fixed.limits.rejected("server.request_body_timeout");
+                    }
+                    e.into_response()
+                }
             })
         })
     }
 }
 
 impl Inner {
-    fn new(upstream: &Upstream) -> Inner {
+    fn new(upstream: &Upstream, limits: &LimitMetrics) -> Inner {
+        let slots = Arc::new(Slots::new(
+            upstream.max_connections,
+            upstream.pool_wait_timeout,
+            limits.clone(),
+        ));
         Inner {
             client: client::build(upstream),
-            inline: inline::Pool::for_upstream(upstream),
+            inline: inline::Pool::for_upstream(upstream, Arc::clone(&slots)),
+            slots,
             upstream: upstream.clone(),
         }
     }
@@ -104,10 +137,14 @@ impl Inner {
     async fn forward(
         &self,
         mut req: Request<RequestTap<Incoming>>,
+        fixed: &Fixed,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
+        // Before anything reaches the upstream (RFC 9112 §3.2).
+        headers::check_host(&req).map_err(ProxyError::BadHost)?;
         let upgrade = headers::is_upgrade(&req);
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
+        let (body, fault) = ClientBody::new(body, fixed.body_timeout);
         let conn = parts.extensions.get::<ConnInfo>().cloned();
         let client_authority = parts.uri.authority().map(|a| a.as_str().to_owned());
         headers::prepare_request(
@@ -127,6 +164,10 @@ impl Inner {
             Some(plan) => inject::prepare(&plan, &mut parts.headers, body).await,
             None => (ForwardBody::stream(body), None),
         };
+        if let Some(e) = fault.take() {
+            // The body failed while it was read ahead: the upstream never hears of it.
+            return Err(e);
+        }
 
         let timeout = self.upstream.response_header_timeout;
         let request = Request::from_parts(parts, body);
@@ -136,15 +177,21 @@ impl Inner {
                     .send(request)
                     .await
                     .map(|(resp, lease)| (resp, Some(lease))),
-                _ => match self.client.request(request).await {
-                    Ok(resp) => Ok((resp, None)),
-                    Err(e) => Err(ProxyError::from_client(e)),
-                },
+                _ => {
+                    let slot = self.slots.take().await?;
+                    match self.client.request(request).await {
+                        Ok(resp) => Ok((resp, Some(Lease::slot(slot)))),
+                        Err(e) => Err(ProxyError::from_client(e)),
+                    }
+                }
             }
         };
         let (resp, mut lease) = match tokio::time::timeout(timeout, sent).await {
-            Err(_) => return Err(ProxyError::HeaderTimeout(timeout)),
-            Ok(result) => result?,
+            // A body that failed or timed out fails the upstream request with it: the
+            // client's doing, whatever the upstream client made of it.
+            Err(_) => return Err(fault.take().unwrap_or(ProxyError::HeaderTimeout(timeout))),
+            Ok(Err(e)) => return Err(fault.take().unwrap_or(e)),
+            Ok(Ok(sent)) => sent,
         };
 
         let (mut parts, body) = resp.into_parts();
@@ -165,9 +212,10 @@ impl Inner {
             let (mut parts, _) = upstream_resp.into_parts();
             headers::prepare_response(&mut parts.headers, true);
             parts.extensions = http::Extensions::new();
+            // The tunnel holds the upstream connection, and its slot, from now on.
             parts
                 .extensions
-                .insert(Tunnel::spawn(client_upgrade, upstream_upgrade));
+                .insert(Tunnel::spawn(client_upgrade, upstream_upgrade, lease));
             return Ok(Response::from_parts(parts, UpstreamBody::empty()));
         }
         headers::prepare_response(&mut parts.headers, false);
@@ -182,9 +230,9 @@ impl Inner {
                 lease.release();
             }
         }
-        if let Some(lease) = &lease {
+        if let Some(reads) = lease.as_ref().and_then(Lease::reads) {
             // The measured body stamps frames with the time of the read that brought them.
-            parts.extensions.insert(lease.reads());
+            parts.extensions.insert(reads);
         }
         let body = UpstreamBody::open(body, self.upstream.idle_timeout, lease)
             .await

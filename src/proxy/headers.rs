@@ -77,6 +77,19 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
+/// RFC 9112 §3.2: an HTTP/1.1 request has exactly one `Host`; no request has two.
+/// HTTP/2 and HTTP/3 carry the authority in `:authority` and may leave `Host` out.
+pub fn check_host<B>(req: &Request<B>) -> Result<(), &'static str> {
+    let mut hosts = req.headers().get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), Some(_)) => Err("more than one Host header"),
+        (None, _) if req.version() == Version::HTTP_11 => {
+            Err("an HTTP/1.1 request must carry a Host header")
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Prepares the request head for the upstream.
 pub fn prepare_request(
     headers: &mut HeaderMap,
@@ -176,6 +189,23 @@ mod tests {
         strip_hop_by_hop(&mut h, true);
         assert_eq!(h.get(CONNECTION).unwrap(), "upgrade");
         assert_eq!(h.get(UPGRADE).unwrap(), "websocket");
+    }
+
+    #[test]
+    fn host_must_be_there_once_in_http_1_1() {
+        let req = |version, hosts: &[&str]| {
+            let mut b = Request::builder().version(version);
+            for h in hosts {
+                b = b.header(HOST, *h);
+            }
+            b.body(()).unwrap()
+        };
+        assert!(check_host(&req(Version::HTTP_11, &["a"])).is_ok());
+        assert!(check_host(&req(Version::HTTP_11, &[])).is_err());
+        assert!(check_host(&req(Version::HTTP_11, &["a", "b"])).is_err());
+        assert!(check_host(&req(Version::HTTP_10, &[])).is_ok());
+        assert!(check_host(&req(Version::HTTP_2, &[])).is_ok());
+        assert!(check_host(&req(Version::HTTP_2, &["a", "a"])).is_err());
     }
 
     #[test]

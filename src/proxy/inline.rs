@@ -16,6 +16,9 @@
 //! they are being polled makes the poller go round once more instead, and only wakes from
 //! outside (the socket, a timer) reach the task.
 //!
+//! Each connection holds a slot of the upstream budget ([`super::slots`]) from its connect
+//! to its close, idle or not: there are never more than `upstream.max_connections`.
+//!
 //! A connection whose response ended cleanly goes back to a small pool. Nobody polls an
 //! idle connection, so a sweep polls each one every second to notice an upstream that
 //! closed it, and drops those idle for longer than `pool_idle_timeout`. A reused
@@ -44,8 +47,14 @@ use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
 use tokio::net::TcpStream;
 use tower::Service;
 
-use super::{error::ProxyError, inject::ForwardBody};
+use super::{
+    error::ProxyError,
+    inject::ForwardBody,
+    request_body::ClientBody,
+    slots::{Got, Slot, Slots},
+};
 use crate::{
+    BoxError,
     config::Upstream,
     measure::{ReadClock, RequestTap},
 };
@@ -53,7 +62,7 @@ use crate::{
 /// Boxed: hyper's request queue allocates room for 32 requests per connection up front,
 /// and the unboxed body would make that 13 KiB of heap per upstream connection instead of
 /// 8 (resident memory hardly changes: only the slot in use is written).
-pub type ReqBody = UnsyncBoxBody<Bytes, hyper::Error>;
+pub type ReqBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// How often idle connections are checked for closure and age.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -69,6 +78,8 @@ pub struct Pool {
     idle: Mutex<Vec<Idle>>,
     idle_timeout: Duration,
     max_idle: usize,
+    /// The upstream budget, shared with hyper's client.
+    slots: Arc<Slots>,
     sweeper: std::sync::OnceLock<()>,
 }
 
@@ -93,15 +104,18 @@ struct Conn {
     driver: Option<Driver>,
     nudge: Nudge,
     reads: Arc<ReadClock>,
+    /// Given back when the connection is dropped (closed).
+    _slot: Slot,
 }
 
 impl Conn {
-    fn new(send: SendRequest<ReqBody>, driver: Driver, reads: Arc<ReadClock>) -> Conn {
+    fn new(send: SendRequest<ReqBody>, driver: Driver, reads: Arc<ReadClock>, slot: Slot) -> Conn {
         Conn {
             send,
             driver: Some(driver),
             nudge: Nudge::new(),
             reads,
+            _slot: slot,
         }
     }
 
@@ -306,16 +320,38 @@ impl hyper::rt::Write for Stamped {
     }
 }
 
-/// A connection on loan to one response: the body drives it and hands it back.
-pub struct Lease {
-    conn: Conn,
-    pool: Arc<Pool>,
+/// What a response holds of the upstream while its body streams: an inline connection on
+/// loan (the body drives it and hands it back), or, on hyper's client, a slot of the
+/// upstream budget.
+pub struct Lease(Held);
+
+#[expect(
+    clippy::large_enum_variant,
+    reason = "the connection was held inline before the slot variant came; boxing it would \
+              cost an allocation per request to save room only on hyper's client path"
+)]
+enum Held {
+    Conn {
+        conn: Conn,
+        pool: Arc<Pool>,
+    },
+    /// Held only to be given back when dropped.
+    Slot(#[expect(dead_code, reason = "held for its Drop")] Slot),
 }
 
 impl Lease {
-    /// When the connection last read: frames of the response are stamped with it.
-    pub fn reads(&self) -> Arc<ReadClock> {
-        Arc::clone(&self.conn.reads)
+    /// A request on hyper's client: the slot is given back with the response body.
+    pub fn slot(slot: Slot) -> Lease {
+        Lease(Held::Slot(slot))
+    }
+
+    /// When the connection last read (inline connections): frames of the response are
+    /// stamped with it.
+    pub fn reads(&self) -> Option<Arc<ReadClock>> {
+        match &self.0 {
+            Held::Conn { conn, .. } => Some(Arc::clone(&conn.reads)),
+            Held::Slot(_) => None,
+        }
     }
 
     /// Drives the connection, then polls the response body (`then`), so that the body's
@@ -323,17 +359,22 @@ impl Lease {
     pub fn poll_with<T>(
         &mut self,
         cx: &mut Context<'_>,
-        then: impl FnMut(&mut Context<'_>) -> Poll<T>,
+        mut then: impl FnMut(&mut Context<'_>) -> Poll<T>,
     ) -> Poll<T> {
-        self.conn.poll_with(cx, then)
+        match &mut self.0 {
+            Held::Conn { conn, .. } => conn.poll_with(cx, then),
+            Held::Slot(_) => then(cx),
+        }
     }
 
     /// The response body has ended: the connection goes back to the pool if it can carry
-    /// another request, and is closed otherwise.
-    pub fn release(mut self) {
-        self.conn.nudge.forget();
-        if self.conn.reusable() {
-            self.pool.put(self.conn);
+    /// another request, and is closed otherwise; a slot is given back.
+    pub fn release(self) {
+        if let Held::Conn { mut conn, pool } = self.0 {
+            conn.nudge.forget();
+            if conn.reusable() {
+                pool.put(conn);
+            }
         }
     }
 }
@@ -341,7 +382,7 @@ impl Lease {
 impl Pool {
     /// `None` for upstreams this pool does not serve: TLS and HTTP/2 go through hyper's
     /// pooled client.
-    pub fn for_upstream(cfg: &Upstream) -> Option<Arc<Pool>> {
+    pub fn for_upstream(cfg: &Upstream, slots: Arc<Slots>) -> Option<Arc<Pool>> {
         if cfg.http2 || cfg.scheme != http::uri::Scheme::HTTP {
             return None;
         }
@@ -365,6 +406,7 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             idle_timeout: cfg.pool_idle_timeout,
             max_idle: cfg.pool_max_idle_per_host,
+            slots,
             sweeper: std::sync::OnceLock::new(),
         }))
     }
@@ -373,7 +415,7 @@ impl Pool {
     /// new one, and returns the response head with the connection its body runs on.
     pub async fn send(
         self: &Arc<Self>,
-        req: Request<ForwardBody<RequestTap<Incoming>>>,
+        req: Request<ForwardBody<ClientBody<RequestTap<Incoming>>>>,
     ) -> Result<(Response<Incoming>, Lease), ProxyError> {
         let mut req = req.map(BodyExt::boxed_unsync);
         req.headers_mut()
@@ -381,19 +423,21 @@ impl Pool {
             .or_insert_with(|| self.host.clone());
         *req.uri_mut() = origin_form(req.uri());
         loop {
-            let (mut conn, reused) = match self.take() {
-                Some(conn) => (conn, true),
-                None => (self.connect().await?, false),
+            // An idle connection, else a new one; when the budget is spent, whichever
+            // comes first: a connection back in the pool or a slot given back.
+            let (mut conn, reused) = match self.slots.take_or(|| self.take()).await? {
+                Got::Other(conn) => (conn, true),
+                Got::Slot(slot) => (self.connect(slot).await?, false),
             };
             let sent = conn.send.try_send_request(req);
             let mut sent = pin!(sent);
             let result = poll_fn(|cx| conn.poll_with(cx, |cx| sent.as_mut().poll(cx))).await;
             match result {
                 Ok(resp) => {
-                    let lease = Lease {
+                    let lease = Lease(Held::Conn {
                         conn,
                         pool: Arc::clone(self),
-                    };
+                    });
                     return Ok((resp, lease));
                 }
                 Err(mut e) => match e.take_message() {
@@ -424,7 +468,7 @@ impl Pool {
         }
     }
 
-    async fn connect(self: &Arc<Self>) -> Result<Conn, ProxyError> {
+    async fn connect(self: &Arc<Self>, slot: Slot) -> Result<Conn, ProxyError> {
         let io = self
             .connector
             .clone()
@@ -442,7 +486,7 @@ impl Pool {
             .await
             .map_err(|e| ProxyError::Unreachable(Box::new(e)))?;
         self.start_sweeping();
-        Ok(Conn::new(send, driver, reads))
+        Ok(Conn::new(send, driver, reads, slot))
     }
 
     fn put(&self, conn: Conn) {
@@ -452,6 +496,8 @@ impl Pool {
                 conn,
                 since: Instant::now(),
             });
+            drop(idle);
+            self.slots.returned();
         }
     }
 
@@ -620,14 +666,16 @@ mod tests {
             ..Default::default()
         };
         let cfg = crate::config::load(None, &overrides)?;
-        let pool = Pool::for_upstream(&cfg.upstream).ok_or("plain HTTP/1 upstream")?;
+        let slots = Arc::new(Slots::new(8, Duration::from_secs(1), Default::default()));
+        let pool = Pool::for_upstream(&cfg.upstream, slots).ok_or("plain HTTP/1 upstream")?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         rt.block_on(async {
             let mut opened = Vec::new();
             for _ in 0..3 {
-                opened.push(pool.connect().await?);
+                let slot = pool.slots.take().await?;
+                opened.push(pool.connect(slot).await?);
             }
             // The upstream closes the first of the three; the other two wait in its backlog.
             let (closed, _) = upstream.accept()?;

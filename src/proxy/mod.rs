@@ -6,18 +6,22 @@ mod body;
 mod client;
 mod coalesce;
 mod error;
+mod fds;
 mod first_bytes;
 mod forward;
 mod headers;
 pub mod inject;
 mod inline;
+mod request_body;
 mod server;
+mod slots;
 mod tunnel;
 
 use std::net::SocketAddr;
 
 pub use body::{IdleTimeout, UpstreamBody};
 pub use error::ProxyError;
+pub use fds::ClientBudget;
 pub use forward::Forward;
 pub use server::{Proxy, serve};
 pub use tunnel::Tunnel;

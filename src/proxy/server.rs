@@ -1,7 +1,13 @@
 //! The accept loop and connection handling: TLS termination, HTTP/1.1 with upgrades and
 //! HTTP/2 (h2c prior knowledge or ALPN), hyper's header-read timeout wired to a real timer,
-//! and graceful shutdown: stop accepting, let in-flight streams finish until the drain
-//! deadline, then cut what is left (recorded as such).
+//! and graceful shutdown: stop accepting, close connections that have not sent anything
+//! yet, let in-flight streams finish until the drain deadline, then cut what is left
+//! (recorded as such).
+//!
+//! Client connections are bounded (`server.max_connections`): past it a new connection is
+//! closed as soon as it is accepted, so that the ones served keep their descriptors and a
+//! flood of idle connections costs the flood, not the listener. Failed accepts (out of
+//! descriptors) back off and warn at most once per [`ACCEPT_WARN_EVERY`].
 //!
 //! A plaintext connection's first bytes are peeked at, not read: one that does not open
 //! with the HTTP/2 preface goes straight to hyper's HTTP/1 server. hyper-util's `auto`
@@ -9,7 +15,6 @@
 //! buffer on every connection: 8 KiB more per open stream (docs/PERFORMANCE.md).
 
 use std::{
-    fmt::Display,
     future::{Future, poll_fn},
     net::SocketAddr,
     pin::Pin,
@@ -32,7 +37,7 @@ use hyper_util::{
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, TcpStream},
-    sync::watch,
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
     task::JoinSet,
 };
 use tokio_rustls::TlsAcceptor;
@@ -41,17 +46,29 @@ use tower::{Layer, ServiceExt, service_fn};
 use super::{
     ConnInfo, Forward,
     coalesce::Coalesce,
+    fds::ClientBudget,
     first_bytes::{FirstBytes, H2_PREFACE},
 };
 use crate::{
+    BoxError,
+    admin::metrics::LimitMetrics,
     config::Server,
     measure::{Delivery, Measure, MeasureLayer, Recorder},
 };
 
-/// HTTP/2 streams a client may open on one connection. hyper's default (200) would hold a
-/// gateway's or load generator's streams back in the client, before `t_arrival`, where no
-/// measurement sees the wait; the upstream's own limit is what should apply.
-const H2_MAX_CONCURRENT_STREAMS: u32 = 16_384;
+/// Streams an HTTP/2 client may reset before the server has seen them, before the
+/// connection is closed with GOAWAY (the "rapid reset" attack, CVE-2023-44487). h2's
+/// default, stated here so it is documented and kept.
+const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+
+/// Streams the server may reset because the client broke the protocol on them before the
+/// connection is closed (RUSTSEC-2024-0003). hyper's default, stated here likewise.
+const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
+
+/// Failed accepts (out of descriptors) are retried after this pause...
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// ...and warned about at most this often, with the number since the last warning.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Everything a connection needs; shared by all of them.
 pub struct Proxy {
@@ -68,6 +85,21 @@ pub struct Proxy {
     handshake_timeout: Duration,
     drain_timeout: Duration,
     recorder: Recorder,
+    /// Client connections that may be open at once (`server.max_connections`).
+    connections: Arc<Semaphore>,
+    limits: LimitMetrics,
+}
+
+/// An open client connection's place among `server.max_connections`.
+struct Open {
+    _permit: OwnedSemaphorePermit,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
 }
 
 impl Proxy {
@@ -76,22 +108,37 @@ impl Proxy {
         self.tls.clone()
     }
 
+    /// `budget` is how many client connections the descriptors allow
+    /// (see [`super::fds`]).
     pub fn new(
         server: &Server,
         forward: Forward,
         layer: MeasureLayer,
         recorder: Recorder,
+        limits: LimitMetrics,
+        budget: ClientBudget,
     ) -> Proxy {
+        let l = &server.limits;
+        let header_bytes = l.max_request_header_bytes;
         let mut builder = auto::Builder::new(TokioExecutor::new());
+        // hyper-util's HTTP/1 has no separate header limit: the read buffer bounds the
+        // head (at least 8 KiB, checked by validation); a larger head -> 431.
         builder
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(server.header_read_timeout)
+            .max_buf_size(header_bytes)
             .keep_alive(true);
+        // Flood bounds h2 has without settings: one PING answer and one SETTINGS ack
+        // pending at a time (no more frames are read until they are written), CONTINUATION
+        // frames bounded by the header list size. They are not rate limits (README).
         builder
             .http2()
             .timer(TokioTimer::new())
-            .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS);
+            .max_concurrent_streams(l.http2_max_concurrent_streams)
+            .max_header_list_size(u32::try_from(header_bytes).unwrap_or(u32::MAX))
+            .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESET_STREAMS)
+            .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESET_STREAMS);
         if !server.http2 {
             builder = builder.http1_only();
         }
@@ -99,7 +146,9 @@ impl Proxy {
         http1
             .timer(TokioTimer::new())
             .header_read_timeout(server.header_read_timeout)
+            .max_header_size(header_bytes)
             .keep_alive(true);
+        let max_connections = budget.cap(l.max_connections);
         Proxy {
             service: layer.layer(forward),
             builder,
@@ -110,7 +159,27 @@ impl Proxy {
             handshake_timeout: server.header_read_timeout,
             drain_timeout: server.drain_timeout,
             recorder,
+            connections: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
+            limits,
         }
+    }
+
+    /// Resolves once draining has started (at once if it already has).
+    async fn drain_started(&self) {
+        let mut draining = self.draining.subscribe();
+        // Err only if the sender is gone, i.e. the proxy itself: stop all the same.
+        let _ = draining.wait_for(|d| *d).await;
+    }
+
+    /// A place for a newly accepted connection, if one is free.
+    fn admit(&self) -> Option<Open> {
+        let permit = Arc::clone(&self.connections).try_acquire_owned().ok()?;
+        let gauge = self.limits.client_connections.clone();
+        gauge.inc();
+        Some(Open {
+            _permit: permit,
+            gauge,
+        })
     }
 
     /// A TLS or HTTP/2 connection: hyper-util's `auto` server (HTTP/1 or HTTP/2), with
@@ -178,7 +247,7 @@ impl Proxy {
         mut shut_down: impl FnMut(Pin<&mut C>),
     ) where
         C: Future<Output = Result<(), E>>,
-        E: Display,
+        E: Into<BoxError>,
     {
         let mut connection = std::pin::pin!(connection);
         let mut draining = self.draining.subscribe();
@@ -213,8 +282,67 @@ impl Proxy {
         })
         .await;
         if let Err(e) = ended {
+            let e: BoxError = e.into();
+            if head_too_large(&*e) {
+                // hyper answered 431 itself.
+                self.limits.rejected("server.max_request_header_bytes");
+            }
             tracing::debug!(error = %e, "client connection ended with an error");
         }
+    }
+}
+
+/// Whether a connection ended because its request head was over the limit.
+fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_parse_too_large)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Failed accepts since the last warning, to warn about them at most once per
+/// [`ACCEPT_WARN_EVERY`] instead of 20 times a second.
+#[derive(Default)]
+struct AcceptErrors {
+    last_warning: Option<Instant>,
+    since: u64,
+}
+
+impl AcceptErrors {
+    fn failed(
+        &mut self,
+        e: &std::io::Error,
+        counter: &prometheus_client::metrics::counter::Counter,
+    ) {
+        counter.inc();
+        if let Some(failed) = self.warn_now(Instant::now()) {
+            tracing::warn!(
+                error = %e,
+                failed,
+                every = ?ACCEPT_WARN_EVERY,
+                "accept failed (out of file descriptors?); backing off, warning at most once per interval"
+            );
+        }
+    }
+
+    /// One more failure at `now`: the number to warn about, if a warning is due.
+    fn warn_now(&mut self, now: Instant) -> Option<u64> {
+        self.since += 1;
+        if self
+            .last_warning
+            .is_some_and(|at| now.saturating_duration_since(at) < ACCEPT_WARN_EVERY)
+        {
+            return None;
+        }
+        self.last_warning = Some(now);
+        Some(std::mem::take(&mut self.since))
     }
 }
 
@@ -261,6 +389,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let proxy = Arc::new(proxy);
     let mut conns = JoinSet::new();
+    let mut accept_errors = AcceptErrors::default();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -270,13 +399,21 @@ pub async fn serve(
                     Ok(a) => a,
                     Err(e) => {
                         // Out of file descriptors and similar: back off, keep serving.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        accept_errors.failed(&e, &proxy.limits.accept_errors);
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
                         continue;
                     }
                 };
+                let Some(open) = proxy.admit() else {
+                    // Closed at once: the client knows at once, and the connections being
+                    // served keep their descriptors.
+                    proxy.limits.rejected("server.max_connections");
+                    tracing::debug!(%remote, "connection limit reached; closed");
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
-                conns.spawn(accept(proxy.clone(), stream, remote));
+                conns.spawn(accept(proxy.clone(), stream, remote, open));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -299,24 +436,58 @@ pub async fn serve(
     Ok(())
 }
 
-async fn accept(proxy: Arc<Proxy>, stream: tokio::net::TcpStream, remote: SocketAddr) {
+async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open: Open) {
     let Some(acceptor) = proxy.tls.as_ref().map(|t| TlsAcceptor::from(t.load_full())) else {
         let conn = ConnInfo { remote, tls: false };
+        // A connection that has sent nothing yet when draining starts has nothing to
+        // finish: closed, rather than holding the drain until its header timeout.
+        let opened = tokio::select! {
+            opened = opening(&stream, proxy.handshake_timeout) => opened,
+            () = proxy.drain_started() => Opening::Gone,
+        };
         // The other paths are boxed: this task's future is as large as its largest path,
         // and every plaintext HTTP/1 connection would pay for TLS's (docs/PERFORMANCE.md).
-        return match opening(&stream, proxy.handshake_timeout).await {
+        return match opened {
             Opening::Http1 => Arc::clone(&proxy).http1(stream, conn).await,
             Opening::Http2 => Box::pin(Arc::clone(&proxy).connection(stream, conn)).await,
             Opening::Gone => tracing::debug!(%remote, "client sent no request head in time"),
         };
     };
-    let handshake = Box::pin(acceptor.accept(stream));
-    match tokio::time::timeout(proxy.handshake_timeout, handshake).await {
-        Ok(Ok(tls)) => {
+    let handshake = Box::pin(async {
+        tokio::select! {
+            shaken = tokio::time::timeout(proxy.handshake_timeout, acceptor.accept(stream)) => {
+                Some(shaken)
+            }
+            () = proxy.drain_started() => None,
+        }
+    });
+    match handshake.await {
+        Some(Ok(Ok(tls))) => {
             let conn = ConnInfo { remote, tls: true };
             Box::pin(proxy.connection(tls, conn)).await;
         }
-        Ok(Err(e)) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
-        Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
+        Some(Ok(Err(e))) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
+        Some(Err(_)) => tracing::debug!(%remote, "TLS handshake timed out"),
+        None => tracing::debug!(%remote, "draining: TLS handshake abandoned"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_accepts_warn_once_per_interval_with_the_count() {
+        let mut errors = AcceptErrors::default();
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert_eq!(errors.warn_now(at(0)), Some(1));
+        // 20 a second for the next ten seconds: silent...
+        let warned: Vec<_> = (1..200)
+            .filter_map(|i| errors.warn_now(at(i * 50)))
+            .collect();
+        assert!(warned.is_empty(), "{warned:?}");
+        // ...then one warning that counts them all.
+        assert_eq!(errors.warn_now(at(10_000)), Some(200));
     }
 }

@@ -17,6 +17,7 @@ use tokio::{
     sync::oneshot,
 };
 
+use super::inline::Lease;
 use crate::measure::{Ending, Tap};
 
 /// Byte counts of a finished tunnel.
@@ -34,10 +35,12 @@ pub struct Tunnel {
 }
 
 impl Tunnel {
-    /// Starts copying once both sides have switched protocols.
-    pub fn spawn(client: OnUpgrade, upstream: OnUpgrade) -> Tunnel {
+    /// Starts copying once both sides have switched protocols. `held` (the upstream
+    /// budget's slot) is given back when the tunnel closes.
+    pub fn spawn(client: OnUpgrade, upstream: OnUpgrade, held: Option<Lease>) -> Tunnel {
         let (tx, rx) = oneshot::channel();
         tokio::spawn(async move {
+            let _held = held;
             let done = match tokio::try_join!(client, upstream) {
                 Ok((c, u)) => {
                     let mut c = Counted::new(TokioIo::new(c));

@@ -25,7 +25,7 @@ use crate::{
     calibrate::{CalibrationView, Calibrator, ProxyTotals},
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
-    proxy::{self, Forward, Proxy},
+    proxy::{self, ClientBudget, Forward, Proxy},
     stats::{Aggregator, DriftView, Live, Profiling, Recent},
     tokenize::{Fallbacks, Stage},
 };
@@ -116,6 +116,8 @@ fn start_on_from(
     let admin_addr = local_addr("admin", &admin_listener, cfg.admin)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let limits = metrics.limits.clone();
+    let budget = ClientBudget::raise_open_files_limit();
     let reload_counters = (metrics.reloads.clone(), metrics.reload_failures.clone());
     let m = &cfg.measure;
     let (recorder, rx) = Recorder::new(
@@ -151,8 +153,19 @@ fn start_on_from(
     .with_calibration(proxy_totals);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
-    let forward = Forward::new(&cfg.upstream);
-    let proxy = Proxy::new(&cfg.server, forward.clone(), layer, recorder);
+    let forward = Forward::new(
+        &cfg.upstream,
+        cfg.server.limits.request_body_timeout,
+        limits.clone(),
+    );
+    let proxy = Proxy::new(
+        &cfg.server,
+        forward.clone(),
+        layer,
+        recorder,
+        limits,
+        budget,
+    );
     let reloader = source.map(|source| {
         Arc::new(Reloader {
             source,

@@ -70,6 +70,23 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
         old.server.drain_timeout != new.server.drain_timeout,
         "server.drain_timeout",
     );
+    let (o, n) = (&old.server.limits, &new.server.limits);
+    check(
+        o.max_connections != n.max_connections,
+        "server.max_connections",
+    );
+    check(
+        o.http2_max_concurrent_streams != n.http2_max_concurrent_streams,
+        "server.http2_max_concurrent_streams",
+    );
+    check(
+        o.max_request_header_bytes != n.max_request_header_bytes,
+        "server.max_request_header_bytes",
+    );
+    check(
+        o.request_body_timeout != n.request_body_timeout,
+        "server.request_body_timeout",
+    );
     check(
         old.measure.channel_capacity != new.measure.channel_capacity,
         "measure.channel_capacity",

@@ -157,7 +157,7 @@ async fn five_thousand_http2_streams_share_a_bounded_number_of_upstream_connecti
         up.connections()
     );
     let ok = "goodput_requests_total{model=\"unknown\",api=\"chat_completions\",\
-              outcome=\"ok\",class=\"default\",slo=\"met\"}";
+              outcome=\"ok\",class=\"default\",slo=\"met\",status_class=\"2xx\"}";
     let recorded = wait_metric(proxy.admin_addr, ok, streams as f64).await;
     assert_eq!(
         recorded,

@@ -49,6 +49,11 @@ pub mod names {
     pub const CALIBRATION_SCRAPES: &str = "goodput_calibration_scrapes";
     pub const CALIBRATION_RESETS: &str = "goodput_calibration_engine_resets";
     pub const CALIBRATION_UP: &str = "goodput_calibration_up";
+    pub const ATTRIBUTION: &str = "goodput_attribution";
+    pub const ENGINE_KV_CACHE: &str = "goodput_engine_kv_cache_usage";
+    pub const ENGINE_WAITING: &str = "goodput_engine_requests_waiting";
+    pub const ENGINE_RUNNING: &str = "goodput_engine_requests_running";
+    pub const ENGINE_PREEMPTIONS: &str = "goodput_engine_preemptions";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -208,6 +213,20 @@ pub struct ScrapeResultLabel {
     pub result: &'static str,
 }
 
+/// An engine model (`model_name`, `""` when it gives none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineModel {
+    pub model: String,
+}
+
+/// An engine model and where its requests' time went: `queue`, `prefill`, `decode`,
+/// `outside_engine`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelPhase {
+    pub model: String,
+    pub phase: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The handles the proxy and the aggregator update.
@@ -249,6 +268,11 @@ pub struct Metrics {
     pub calibration_scrapes: Family<ScrapeResultLabel, Counter>,
     pub calibration_resets: Counter,
     pub calibration_up: Gauge,
+    pub attribution: Family<ModelPhase, Gauge<f64, AtomicU64>>,
+    pub engine_kv_cache: Family<EngineModel, Gauge<f64, AtomicU64>>,
+    pub engine_waiting: Family<EngineModel, Gauge<f64, AtomicU64>>,
+    pub engine_running: Family<EngineModel, Gauge<f64, AtomicU64>>,
+    pub engine_preemptions: Family<EngineModel, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -291,6 +315,11 @@ impl Metrics {
             calibration_scrapes: Family::default(),
             calibration_resets: Counter::default(),
             calibration_up: Gauge::default(),
+            attribution: Family::default(),
+            engine_kv_cache: Family::default(),
+            engine_waiting: Family::default(),
+            engine_running: Family::default(),
+            engine_preemptions: Family::default(),
         };
         registry.register_with_unit(
             names::TTFT,
@@ -476,6 +505,33 @@ impl Metrics {
             names::CALIBRATION_UP,
             "1 when the last scrape of the engine's metrics succeeded",
             m.calibration_up.clone(),
+        );
+        registry.register_with_unit(
+            names::ATTRIBUTION,
+            "Where the engine's requests spent their time over the latest calibration interval: engine queue, prefill, decode (engine means) and outside the engine (proxy e2e minus engine e2e)",
+            Unit::Seconds,
+            m.attribution.clone(),
+        );
+        registry.register_with_unit(
+            names::ENGINE_KV_CACHE,
+            "Share of the engine's KV cache in use at the latest calibration scrape",
+            Unit::Other("ratio".into()),
+            m.engine_kv_cache.clone(),
+        );
+        registry.register(
+            names::ENGINE_WAITING,
+            "Requests waiting in the engine's queue at the latest calibration scrape",
+            m.engine_waiting.clone(),
+        );
+        registry.register(
+            names::ENGINE_RUNNING,
+            "Requests the engine was executing at the latest calibration scrape",
+            m.engine_running.clone(),
+        );
+        registry.register(
+            names::ENGINE_PREEMPTIONS,
+            "Requests the engine preempted in the latest calibration scrape interval",
+            m.engine_preemptions.clone(),
         );
         m
     }

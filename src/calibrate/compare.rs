@@ -48,6 +48,8 @@ pub struct Status {
     /// The last scrape's result (as in `goodput_calibration_scrapes_total{result}`).
     pub last_result: Option<&'static str>,
     pub comparisons: Vec<Comparison>,
+    /// Where time goes per engine model, with the engine's load (see `attribution`).
+    pub attribution: Vec<super::Attribution>,
 }
 
 /// The latest [`Status`], shared with the admin server.

@@ -206,6 +206,26 @@ async fn engine_and_proxy_agree_up_to_the_time_outside_the_engine() {
         "{ttft}"
     );
     assert!(ttft["engine_samples"].as_u64().unwrap() >= 1);
+
+    // Where the time went, against the simulator's vLLM-style metrics: no engine queue,
+    // prefill and decode from its configuration, a little time outside the engine.
+    let (code, body) = admin_get(proxy.admin_addr, "/api/v1/summary?window=1m").await;
+    assert_eq!(code, 200, "{body}");
+    let summary: Value = serde_json::from_str(&body).unwrap();
+    let a = summary["attribution"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["model"] == "test-model")
+        .unwrap();
+    assert_eq!(a["queue_seconds"], 0.0, "{a}");
+    let prefill = a["prefill_seconds"].as_f64().unwrap();
+    assert!((0.019..0.04).contains(&prefill), "{a}");
+    assert!(a["decode_seconds"].as_f64().unwrap() > 0.0, "{a}");
+    let outside = a["outside_engine_seconds"].as_f64().unwrap();
+    assert!((0.0..0.02).contains(&outside), "{a}");
+    assert_eq!(a["requests_waiting"], 0.0, "{a}");
+    assert!(a["kv_cache_usage"].is_number(), "{a}");
     proxy.shutdown().await;
 }
 
@@ -534,8 +554,16 @@ async fn attribution_says_where_time_goes_and_how_loaded_the_engine_is() {
     assert_eq!(a["model"], "m", "{s}");
     assert_eq!(a["engine_e2e_seconds"], 2.0);
     assert_eq!(a["decode_seconds"], 1.0);
-    assert_eq!(a["kv_cache_usage"], 0.75);
+    assert_eq!(a["engine_requests"], 10);
+    // Over the window: the mean of the scrapes' KV usage (0.5, then 0.75 from then on),
+    // the preemptions of every interval added up.
+    let kv = a["kv_cache_usage"].as_f64().unwrap();
+    assert!((0.625..=0.75).contains(&kv), "{kv}");
     assert_eq!(a["preemptions"], 3.0);
+    // The latest interval, as /api/v1/calibration has it.
+    let latest = &status(&proxy).await["attribution"][0];
+    assert_eq!(latest["kv_cache_usage"], 0.75, "{latest}");
+    assert_eq!(latest["queue_seconds"], 0.5);
     // No traffic through the proxy: the time outside the engine is unknown.
     assert!(a["outside_engine_seconds"].is_null());
     assert!(s["overall"].is_object());

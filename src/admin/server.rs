@@ -131,13 +131,13 @@ impl Admin {
         match engine.summary(window, Instant::now()) {
             Some(summary) => {
                 drop(engine);
-                // Where time goes, from the latest calibration scrape (`[]` without one).
+                // Where time went over the window, from the calibration scrapes (`[]`
+                // without any).
                 let attribution = self
                     .calibration
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .attribution
-                    .clone();
+                    .attribution_over(window, std::time::Instant::now());
                 json(
                     StatusCode::OK,
                     &WithAttribution {

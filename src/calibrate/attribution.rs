@@ -6,7 +6,10 @@
 //! operator who sees attainment drop reads here whether the engine queued, prefilled or
 //! decoded slowly, or the time went elsewhere.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, VecDeque},
+    time::{Duration, Instant},
+};
 
 use serde::Serialize;
 
@@ -104,9 +107,167 @@ pub fn attribute(
         .collect()
 }
 
+/// Scrapes kept for windowed attribution: six hours of 15 s scrapes (the `[slo]` history
+/// default), a few hundred kilobytes at most.
+pub const HISTORY_SCRAPES: usize = 1440;
+
+/// The attribution of each scrape, from the requests the engine finished in its interval
+/// only (not the last known means), for means over a window.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    scrapes: VecDeque<(Instant, Vec<Attribution>)>,
+}
+
+impl History {
+    pub fn push(&mut self, at: Instant, fresh: Vec<Attribution>) {
+        if self.scrapes.len() == HISTORY_SCRAPES {
+            self.scrapes.pop_front();
+        }
+        self.scrapes.push_back((at, fresh));
+    }
+
+    pub fn clear(&mut self) {
+        self.scrapes.clear();
+    }
+
+    /// Per model over the scrapes of the last `window`: phase times as means weighted by
+    /// the requests the engine finished in each interval, load as the mean over scrapes
+    /// (KV-cache usage, waiting, running), preemptions summed, intervals added up.
+    pub fn over(&self, window: Duration, now: Instant) -> Vec<Attribution> {
+        let since = now.checked_sub(window);
+        let mut acc: BTreeMap<&str, Acc> = BTreeMap::new();
+        for (at, scrape) in &self.scrapes {
+            if since.is_some_and(|s| *at < s) {
+                continue;
+            }
+            for a in scrape {
+                acc.entry(a.model.as_str()).or_default().add(a);
+            }
+        }
+        acc.into_iter().map(|(model, a)| a.finish(model)).collect()
+    }
+}
+
+/// Running sums of one model's attributions.
+#[derive(Default)]
+struct Acc {
+    interval: Option<f64>,
+    requests: u64,
+    /// (weighted sum, weight) per time field, in [`Attribution::times`] order.
+    times: [(f64, f64); 6],
+    /// (sum, scrapes) of KV usage, waiting, running.
+    load: [(f64, f64); 3],
+    preemptions: Option<f64>,
+}
+
+impl Attribution {
+    fn times(&self) -> [Option<f64>; 6] {
+        [
+            self.queue_seconds,
+            self.prefill_seconds,
+            self.decode_seconds,
+            self.engine_e2e_seconds,
+            self.proxy_e2e_seconds,
+            self.outside_engine_seconds,
+        ]
+    }
+}
+
+impl Acc {
+    fn add(&mut self, a: &Attribution) {
+        let w = a.engine_requests as f64;
+        if w > 0.0 {
+            self.requests += a.engine_requests;
+            self.interval = Some(self.interval.unwrap_or(0.0) + a.interval_seconds.unwrap_or(0.0));
+            for (slot, v) in self.times.iter_mut().zip(a.times()) {
+                if let Some(v) = v.filter(|v| v.is_finite()) {
+                    *slot = (slot.0 + v * w, slot.1 + w);
+                }
+            }
+        }
+        for (slot, v) in
+            self.load
+                .iter_mut()
+                .zip([a.kv_cache_usage, a.requests_waiting, a.requests_running])
+        {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                *slot = (slot.0 + v, slot.1 + 1.0);
+            }
+        }
+        if let Some(p) = a.preemptions {
+            self.preemptions = Some(self.preemptions.unwrap_or(0.0) + p);
+        }
+    }
+
+    fn finish(self, model: &str) -> Attribution {
+        let mean = |(sum, n): (f64, f64)| (n > 0.0).then(|| sum / n);
+        let [queue, prefill, decode, engine_e2e, proxy_e2e, outside] = self.times.map(mean);
+        let [kv, waiting, running] = self.load.map(mean);
+        Attribution {
+            model: model.to_owned(),
+            interval_seconds: self.interval,
+            engine_requests: self.requests,
+            queue_seconds: queue,
+            prefill_seconds: prefill,
+            decode_seconds: decode,
+            engine_e2e_seconds: engine_e2e,
+            proxy_e2e_seconds: proxy_e2e,
+            outside_engine_seconds: outside,
+            kv_cache_usage: kv,
+            requests_waiting: waiting,
+            requests_running: running,
+            preemptions: self.preemptions,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windowed_means_weigh_intervals_by_engine_requests() {
+        let fresh = |requests: u64, queue: f64, kv: f64, preempted: f64| Attribution {
+            model: "m".into(),
+            interval_seconds: Some(15.0),
+            engine_requests: requests,
+            queue_seconds: (requests > 0).then_some(queue),
+            prefill_seconds: None,
+            decode_seconds: None,
+            engine_e2e_seconds: None,
+            proxy_e2e_seconds: None,
+            outside_engine_seconds: None,
+            kv_cache_usage: Some(kv),
+            requests_waiting: None,
+            requests_running: None,
+            preemptions: Some(preempted),
+        };
+        let t0 = Instant::now();
+        let mut h = History::default();
+        h.push(t0, vec![fresh(10, 9.0, 0.9, 5.0)]);
+        h.push(
+            t0 + Duration::from_secs(600),
+            vec![fresh(10, 1.0, 0.2, 1.0)],
+        );
+        h.push(
+            t0 + Duration::from_secs(615),
+            vec![fresh(30, 3.0, 0.4, 0.0)],
+        );
+        // Idle interval: load counts, times do not.
+        h.push(t0 + Duration::from_secs(630), vec![fresh(0, 0.0, 0.0, 0.0)]);
+        let now = t0 + Duration::from_secs(630);
+        let a = h.over(Duration::from_secs(300), now);
+        assert_eq!(a.len(), 1);
+        let a = &a[0];
+        assert_eq!(a.engine_requests, 40);
+        // (10 × 1 + 30 × 3) / 40.
+        assert_eq!(a.queue_seconds, Some(2.5));
+        assert!((a.kv_cache_usage.unwrap() - 0.2).abs() < 1e-9);
+        assert_eq!(a.preemptions, Some(1.0));
+        assert_eq!(a.interval_seconds, Some(30.0));
+        let all = h.over(Duration::from_secs(3600), now);
+        assert_eq!(all[0].engine_requests, 50);
+    }
 
     fn cmp(model: &str, metric: Quantity, engine: f64, proxy: Option<f64>) -> Comparison {
         Comparison {

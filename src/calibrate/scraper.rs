@@ -131,6 +131,7 @@ struct State {
     /// Cumulative preemptions per model at the previous scrape.
     preemptions_total: std::collections::BTreeMap<String, f64>,
     attribution: Vec<Attribution>,
+    history: attribution::History,
 }
 
 impl Calibrator {
@@ -157,6 +158,7 @@ impl Calibrator {
             warned_models: false,
             preemptions_total: std::collections::BTreeMap::new(),
             attribution: Vec::new(),
+            history: attribution::History::default(),
         };
         loop {
             let config = self.config.load_full();
@@ -241,9 +243,8 @@ impl Calibrator {
             );
         }
         let load = extracted.load;
-        let update = state
-            .tracker
-            .observe(extracted.series, proxy, std::time::Instant::now());
+        let now = std::time::Instant::now();
+        let update = state.tracker.observe(extracted.series, proxy, now);
         self.apply(&update);
         let mut preempted = std::collections::BTreeMap::new();
         for (model, l) in &load {
@@ -257,6 +258,12 @@ impl Calibrator {
             .filter_map(|(m, l)| Some((m.clone(), l.preemptions_total?)))
             .collect();
         state.attribution = attribution::attribute(&state.tracker.comparisons(), &load, &preempted);
+        // Only what this interval measured, so windows do not count an idle engine's last
+        // means again.
+        state.history.push(
+            now,
+            attribution::attribute(&update.changed, &load, &preempted),
+        );
         self.export_attribution(&state.attribution);
         Some(extracted.engine)
     }
@@ -367,6 +374,7 @@ impl Calibrator {
         state.warned_models = false;
         state.preemptions_total.clear();
         state.attribution.clear();
+        state.history.clear();
         self.export_attribution(&[]);
     }
 
@@ -388,6 +396,7 @@ impl Calibrator {
                 .map(ScrapeResult::as_str),
             comparisons: state.tracker.comparisons(),
             attribution: state.attribution.clone(),
+            history: state.history.clone(),
         };
     }
 }

@@ -138,7 +138,17 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
                 let now = std::time::Instant::now();
                 let summary = running.live.lock().summary(SUMMARY_WINDOW, now);
                 match summary {
-                    Some(s) => println!("{}", summary_line(&s)),
+                    Some(s) => {
+                        println!("{}", summary_line(&s));
+                        let status = running
+                            .calibration
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .clone();
+                        for a in &status.attribution {
+                            println!("{}", attribution_line(a));
+                        }
+                    }
                     None => println!("{}", recent_line(&running.recent.since(since), now - since)),
                 }
                 since = now;
@@ -221,6 +231,27 @@ pub fn summary_line(s: &Summary) -> String {
         o.group
             .max_stable_concurrency
             .map_or_else(|| "-".to_owned(), |v| v.to_string()),
+    )
+}
+
+/// `  where time goes (sim-model): queue 0 | prefill 152 | decode 1840 | outside engine 1.2
+/// ms | KV cache 38% | waiting 0 | running 6 | preempted 0`: the engine's own phases (from
+/// its vLLM-style metrics) beside the time the proxy saw outside it.
+pub fn attribution_line(a: &crate::calibrate::Attribution) -> String {
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}", v * 1000.0));
+    let n = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+    format!(
+        "  where time goes ({}): queue {} | prefill {} | decode {} | outside engine {} ms | KV cache {} | waiting {} | running {} | preempted {}",
+        if a.model.is_empty() { "all" } else { &a.model },
+        ms(a.queue_seconds),
+        ms(a.prefill_seconds),
+        ms(a.decode_seconds),
+        ms(a.outside_engine_seconds),
+        a.kv_cache_usage
+            .map_or_else(|| "-".to_owned(), |v| format!("{:.0}%", v * 100.0)),
+        n(a.requests_waiting),
+        n(a.requests_running),
+        n(a.preemptions),
     )
 }
 

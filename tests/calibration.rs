@@ -206,6 +206,26 @@ async fn engine_and_proxy_agree_up_to_the_time_outside_the_engine() {
         "{ttft}"
     );
     assert!(ttft["engine_samples"].as_u64().unwrap() >= 1);
+
+    // Where the time went, against the simulator's vLLM-style metrics: no engine queue,
+    // prefill and decode from its configuration, a little time outside the engine.
+    let (code, body) = admin_get(proxy.admin_addr, "/api/v1/summary?window=1m").await;
+    assert_eq!(code, 200, "{body}");
+    let summary: Value = serde_json::from_str(&body).unwrap();
+    let a = summary["attribution"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["model"] == "test-model")
+        .unwrap();
+    assert_eq!(a["queue_seconds"], 0.0, "{a}");
+    let prefill = a["prefill_seconds"].as_f64().unwrap();
+    assert!((0.019..0.04).contains(&prefill), "{a}");
+    assert!(a["decode_seconds"].as_f64().unwrap() > 0.0, "{a}");
+    let outside = a["outside_engine_seconds"].as_f64().unwrap();
+    assert!((0.0..0.02).contains(&outside), "{a}");
+    assert_eq!(a["requests_waiting"], 0.0, "{a}");
+    assert!(a["kv_cache_usage"].is_number(), "{a}");
     proxy.shutdown().await;
 }
 
@@ -462,5 +482,90 @@ async fn a_reload_turns_calibration_on_and_off() {
     tokio::time::sleep(INTERVAL * 3).await;
     assert!(endpoint.served.load(Ordering::SeqCst) <= served + 1);
     assert_eq!(status(&proxy).await["enabled"], false);
+    proxy.shutdown().await;
+}
+
+const LOAD_PAGE_1: &str = "\
+vllm:e2e_request_latency_seconds_sum{model_name=\"m\"} 10.0
+vllm:e2e_request_latency_seconds_count{model_name=\"m\"} 10.0
+vllm:request_queue_time_seconds_sum{model_name=\"m\"} 1.0
+vllm:request_queue_time_seconds_count{model_name=\"m\"} 10.0
+vllm:request_prefill_time_seconds_sum{model_name=\"m\"} 2.0
+vllm:request_prefill_time_seconds_count{model_name=\"m\"} 10.0
+vllm:request_decode_time_seconds_sum{model_name=\"m\"} 5.0
+vllm:request_decode_time_seconds_count{model_name=\"m\"} 10.0
+vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"0\"} 0.5
+vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 3.0
+vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 6.0
+vllm:num_preemptions_total{model_name=\"m\",engine=\"0\"} 4.0
+";
+
+const LOAD_PAGE_2: &str = "\
+vllm:e2e_request_latency_seconds_sum{model_name=\"m\"} 30.0
+vllm:e2e_request_latency_seconds_count{model_name=\"m\"} 20.0
+vllm:request_queue_time_seconds_sum{model_name=\"m\"} 6.0
+vllm:request_queue_time_seconds_count{model_name=\"m\"} 20.0
+vllm:request_prefill_time_seconds_sum{model_name=\"m\"} 6.0
+vllm:request_prefill_time_seconds_count{model_name=\"m\"} 20.0
+vllm:request_decode_time_seconds_sum{model_name=\"m\"} 15.0
+vllm:request_decode_time_seconds_count{model_name=\"m\"} 20.0
+vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"0\"} 0.75
+vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"1\"} 0.25
+vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 3.0
+vllm:num_requests_waiting{model_name=\"m\",engine=\"1\"} 2.0
+vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 8.0
+vllm:num_preemptions_total{model_name=\"m\",engine=\"0\"} 7.0
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attribution_says_where_time_goes_and_how_loaded_the_engine_is() {
+    let (_sim, sim_url) = start_sim(fast_sim(1.0, 1.0)).await;
+    let endpoint = scripted(vec![(Some(200), LOAD_PAGE_1), (Some(200), LOAD_PAGE_2)]).await;
+    let proxy = start_proxy_with(calibrated(&sim_url, Some(endpoint.url()))).await;
+    let text = wait_metrics(&proxy, "the attribution", |t| {
+        metric_value(
+            t,
+            "goodput_attribution_seconds{model=\"m\",phase=\"decode\"}",
+        ) == Some(1.0)
+    })
+    .await;
+    let v = |series: &str| metric_value(&text, series);
+    // (6 - 1) s over (20 - 10) requests, and so on.
+    assert_eq!(
+        v("goodput_attribution_seconds{model=\"m\",phase=\"queue\"}"),
+        Some(0.5)
+    );
+    assert_eq!(
+        v("goodput_attribution_seconds{model=\"m\",phase=\"prefill\"}"),
+        Some(0.4)
+    );
+    // The engine's ranks: the fullest KV cache, the sum of waiting requests.
+    assert_eq!(
+        v("goodput_engine_kv_cache_usage_ratio{model=\"m\"}"),
+        Some(0.75)
+    );
+    assert_eq!(v("goodput_engine_requests_waiting{model=\"m\"}"), Some(5.0));
+    assert_eq!(v("goodput_engine_requests_running{model=\"m\"}"), Some(8.0));
+    assert_eq!(v("goodput_engine_preemptions{model=\"m\"}"), Some(3.0));
+    let (code, body) = admin_get(proxy.admin_addr, "/api/v1/summary?window=5m").await;
+    assert_eq!(code, 200, "{body}");
+    let s: Value = serde_json::from_str(&body).unwrap();
+    let a = &s["attribution"][0];
+    assert_eq!(a["model"], "m", "{s}");
+    assert_eq!(a["engine_e2e_seconds"], 2.0);
+    assert_eq!(a["decode_seconds"], 1.0);
+    assert_eq!(a["engine_requests"], 10);
+    // Over the window: the mean of the scrapes' KV usage (0.5, then 0.75 from then on),
+    // the preemptions of every interval added up.
+    let kv = a["kv_cache_usage"].as_f64().unwrap();
+    assert!((0.625..=0.75).contains(&kv), "{kv}");
+    assert_eq!(a["preemptions"], 3.0);
+    // The latest interval, as /api/v1/calibration has it.
+    let latest = &status(&proxy).await["attribution"][0];
+    assert_eq!(latest["kv_cache_usage"], 0.75, "{latest}");
+    assert_eq!(latest["queue_seconds"], 0.5);
+    // No traffic through the proxy: the time outside the engine is unknown.
+    assert!(a["outside_engine_seconds"].is_null());
+    assert!(s["overall"].is_object());
     proxy.shutdown().await;
 }

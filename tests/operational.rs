@@ -395,3 +395,55 @@ fn is_toml_line(l: &str) -> bool {
     (l.starts_with('[') && l.ends_with(']') && !l.contains(' '))
         || l.split_once(" = ").is_some_and(|(k, _)| key(k))
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embeddings_are_recognised_measured_and_not_judged() {
+    let body = br#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,0.2]}],"model":"e5","usage":{"prompt_tokens":8,"total_tokens":8}}"#;
+    let up = FakeUpstream::start(Script::response(
+        200,
+        &[("content-type", "application/json")],
+        body,
+    ))
+    .await;
+    let proxy = proxy_with(&up.url(), "[slo]\nwindows = [\"1m\"]\n").await;
+    let req = Request::post(format!("http://{}/v1/embeddings", proxy.proxy_addr))
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"e5","input":"hello"}"#,
+        )))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .as_ref(),
+        body
+    );
+    let recs = wait_records(proxy.admin_addr, 1, T).await;
+    let r = &recs[0];
+    assert_eq!(
+        (r["api"].as_str(), r["model"].as_str()),
+        (Some("embeddings"), Some("e5"))
+    );
+    assert_eq!(
+        (r["input_tokens"].as_u64(), r["output_tokens"].as_u64()),
+        (Some(8), None)
+    );
+    assert_eq!(r["slo_met"], Value::Null);
+    assert_eq!(summary(&proxy).await["overall"]["requests"], 0);
+    let text = metrics(proxy.admin_addr).await;
+    assert_eq!(
+        metric_sum(
+            &text,
+            "goodput_passthrough_requests_total",
+            &["api=\"embeddings\"", "status_class=\"2xx\""]
+        ),
+        1.0,
+        "{text}"
+    );
+    proxy.shutdown().await;
+}

@@ -26,12 +26,16 @@ COUNTERS = {
     "goodput_measurement_dropped_total",
     "goodput_decode_failures_total",
     "goodput_config_reload_failures_total",
+    "goodput_passthrough_requests_total",
+    "goodput_slo_misses_total",
+    "goodput_finish_reasons_total",
 }
 GAUGES = {
     "goodput_slo_attainment_ratio",
     "goodput_effective_output_tokens_per_second",
     "goodput_raw_output_tokens_per_second",
     "goodput_max_stable_concurrency",
+    "goodput_knee_concurrency",
     "goodput_cost_per_million_effective_tokens",
     "goodput_slo_attainment_target_ratio",
     "goodput_cost_per_hour",

@@ -52,6 +52,11 @@ pub mod names {
     pub const LIMIT_REJECTIONS: &str = "goodput_limit_rejections";
     pub const CLIENT_CONNECTIONS: &str = "goodput_client_connections";
     pub const ACCEPT_ERRORS: &str = "goodput_accept_errors";
+    pub const ATTRIBUTION: &str = "goodput_attribution";
+    pub const ENGINE_KV_CACHE: &str = "goodput_engine_kv_cache_usage";
+    pub const ENGINE_WAITING: &str = "goodput_engine_requests_waiting";
+    pub const ENGINE_RUNNING: &str = "goodput_engine_requests_running";
+    pub const ENGINE_PREEMPTIONS: &str = "goodput_engine_preemptions";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -243,6 +248,20 @@ impl LimitMetrics {
     }
 }
 
+/// An engine model (`model_name`, `""` when it gives none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineModel {
+    pub model: String,
+}
+
+/// An engine model and where its requests' time went: `queue`, `prefill`, `decode`,
+/// `outside_engine`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelPhase {
+    pub model: String,
+    pub phase: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The handles the proxy and the aggregator update.
@@ -285,6 +304,11 @@ pub struct Metrics {
     pub calibration_resets: Counter,
     pub calibration_up: Gauge,
     pub limits: LimitMetrics,
+    pub attribution: Family<ModelPhase, Gauge<f64, AtomicU64>>,
+    pub engine_kv_cache: Family<EngineModel, Gauge<f64, AtomicU64>>,
+    pub engine_waiting: Family<EngineModel, Gauge<f64, AtomicU64>>,
+    pub engine_running: Family<EngineModel, Gauge<f64, AtomicU64>>,
+    pub engine_preemptions: Family<EngineModel, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -328,6 +352,11 @@ impl Metrics {
             calibration_resets: Counter::default(),
             calibration_up: Gauge::default(),
             limits: LimitMetrics::default(),
+            attribution: Family::default(),
+            engine_kv_cache: Family::default(),
+            engine_waiting: Family::default(),
+            engine_running: Family::default(),
+            engine_preemptions: Family::default(),
         };
         registry.register_with_unit(
             names::TTFT,
@@ -531,6 +560,33 @@ impl Metrics {
             names::ACCEPT_ERRORS,
             "Failed accepts on the proxy port (e.g. out of file descriptors); the loop backs off and goes on",
             m.limits.accept_errors.clone(),
+        );
+        registry.register_with_unit(
+            names::ATTRIBUTION,
+            "Where the engine's requests spent their time over the latest calibration interval: engine queue, prefill, decode (engine means) and outside the engine (proxy e2e minus engine e2e)",
+            Unit::Seconds,
+            m.attribution.clone(),
+        );
+        registry.register_with_unit(
+            names::ENGINE_KV_CACHE,
+            "Share of the engine's KV cache in use at the latest calibration scrape",
+            Unit::Other("ratio".into()),
+            m.engine_kv_cache.clone(),
+        );
+        registry.register(
+            names::ENGINE_WAITING,
+            "Requests waiting in the engine's queue at the latest calibration scrape",
+            m.engine_waiting.clone(),
+        );
+        registry.register(
+            names::ENGINE_RUNNING,
+            "Requests the engine was executing at the latest calibration scrape",
+            m.engine_running.clone(),
+        );
+        registry.register(
+            names::ENGINE_PREEMPTIONS,
+            "Requests the engine preempted in the latest calibration scrape interval",
+            m.engine_preemptions.clone(),
         );
         m
     }

@@ -103,6 +103,14 @@ impl Admin {
     }
 }
 
+/// The summary document with the calibration's `attribution` beside its keys.
+#[derive(serde::Serialize)]
+struct WithAttribution<'a> {
+    #[serde(flatten)]
+    summary: &'a crate::stats::engine::Summary,
+    attribution: Vec<crate::calibrate::Attribution>,
+}
+
 impl Admin {
     /// `?window=5m` (default: 5m when configured, else the first configured window).
     fn summary(&self, query: Option<&str>) -> Response<Full<Bytes>> {
@@ -121,7 +129,23 @@ impl Admin {
                 .map_or(Duration::from_secs(300), |(_, d)| *d),
         };
         match engine.summary(window, Instant::now()) {
-            Some(summary) => json(StatusCode::OK, &summary),
+            Some(summary) => {
+                drop(engine);
+                // Where time went over the window, from the calibration scrapes (`[]`
+                // without any).
+                let attribution = self
+                    .calibration
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .attribution_over(window, std::time::Instant::now());
+                json(
+                    StatusCode::OK,
+                    &WithAttribution {
+                        summary: &summary,
+                        attribution,
+                    },
+                )
+            }
             None => {
                 let known: Vec<&str> = windows.iter().map(|(l, _)| l.as_str()).collect();
                 json_error(

@@ -48,6 +48,24 @@ pub struct Status {
     /// The last scrape's result (as in `goodput_calibration_scrapes_total{result}`).
     pub last_result: Option<&'static str>,
     pub comparisons: Vec<Comparison>,
+    /// Where time goes per engine model, with the engine's load, over the latest interval
+    /// (see `attribution`).
+    pub attribution: Vec<super::Attribution>,
+    /// Each scrape's attribution, for means over a window ([`Status::attribution_over`]).
+    #[serde(skip)]
+    pub history: super::attribution::History,
+}
+
+impl Status {
+    /// Where time went per engine model over the last `window` (what the summary of that
+    /// window reports).
+    pub fn attribution_over(
+        &self,
+        window: std::time::Duration,
+        now: Instant,
+    ) -> Vec<super::Attribution> {
+        self.history.over(window, now)
+    }
 }
 
 /// The latest [`Status`], shared with the admin server.

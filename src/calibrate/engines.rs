@@ -14,11 +14,18 @@
 //!   releases; one value per request), `sglang:queue_time_seconds`. Label `model_name`
 //!   (some releases label the queue time by `dp_rank` only).
 //!
+//! Load signals (gauges and one counter), for the attribution of where time goes:
+//! - vLLM: `vllm:kv_cache_usage_perc` (V1; `vllm:gpu_cache_usage_perc` before it, both a
+//!   ratio in 0..1 despite the name), `vllm:num_requests_waiting`,
+//!   `vllm:num_requests_running`, `vllm:num_preemptions_total` (counter).
+//! - SGLang: `sglang:token_usage` (KV pool usage, 0..1), `sglang:num_queue_reqs`,
+//!   `sglang:num_running_reqs`. SGLang exports no preemption counter.
+//!
 //! Series of one model that differ in other labels (vLLM's `engine` index for data
 //! parallelism, SGLang's ranks) are added up. A series without `model_name` is kept under
 //! the model `""`, which the comparison matches with the proxy's traffic of all models.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -152,6 +159,66 @@ const FAMILIES: &[(&str, Engine, Quantity, u8)] = &[
     ),
 ];
 
+/// An engine load signal. KV-cache usage of several series of one model (data-parallel
+/// ranks) is their maximum, the request counts and preemptions their sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    KvCacheUsage,
+    Waiting,
+    Running,
+    Preemptions,
+}
+
+const LOAD_FAMILIES: &[(&str, Engine, Signal)] = &[
+    (
+        "vllm:kv_cache_usage_perc",
+        Engine::Vllm,
+        Signal::KvCacheUsage,
+    ),
+    (
+        "vllm:gpu_cache_usage_perc",
+        Engine::Vllm,
+        Signal::KvCacheUsage,
+    ),
+    ("vllm:num_requests_waiting", Engine::Vllm, Signal::Waiting),
+    ("vllm:num_requests_running", Engine::Vllm, Signal::Running),
+    (
+        "vllm:num_preemptions_total",
+        Engine::Vllm,
+        Signal::Preemptions,
+    ),
+    ("sglang:token_usage", Engine::Sglang, Signal::KvCacheUsage),
+    ("sglang:num_queue_reqs", Engine::Sglang, Signal::Waiting),
+    ("sglang:num_running_reqs", Engine::Sglang, Signal::Running),
+];
+
+/// The engine's load at one scrape, per model (`""` where the engine names none).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Load {
+    /// Share of the KV cache in use, 0..1.
+    pub kv_cache_usage: Option<f64>,
+    /// Requests waiting in the engine's queue.
+    pub requests_waiting: Option<f64>,
+    /// Requests being executed.
+    pub requests_running: Option<f64>,
+    /// Preemptions since the engine started (cumulative).
+    pub preemptions_total: Option<f64>,
+}
+
+impl Load {
+    fn add(&mut self, signal: Signal, v: f64) {
+        let sum = |slot: &mut Option<f64>| *slot = Some(slot.unwrap_or(0.0) + v);
+        match signal {
+            Signal::KvCacheUsage => {
+                self.kv_cache_usage = Some(self.kv_cache_usage.map_or(v, |u| u.max(v)));
+            }
+            Signal::Waiting => sum(&mut self.requests_waiting),
+            Signal::Running => sum(&mut self.requests_running),
+            Signal::Preemptions => sum(&mut self.preemptions_total),
+        }
+    }
+}
+
 /// Most distinct engine models tracked; the rest are ignored (and said so once per scrape
 /// in [`Extracted::dropped_models`]) so a misbehaving endpoint cannot grow our label sets.
 pub const MAX_MODELS: usize = 32;
@@ -166,6 +233,8 @@ pub struct Extracted {
     pub series: Series,
     /// Models past [`MAX_MODELS`] that were ignored.
     pub dropped_models: usize,
+    /// Load signals per model (the same models as `series`, plus `""`).
+    pub load: BTreeMap<String, Load>,
 }
 
 /// Why a scrape yielded nothing to compare.
@@ -184,6 +253,7 @@ pub enum ExtractError {
 struct Partial {
     /// (quantity, model) → (preference, cumulative); a better preference replaces.
     series: HashMap<(Quantity, String), (u8, Cumulative)>,
+    load: BTreeMap<String, Load>,
 }
 
 /// Finds the engine's histograms in `text`. Malformed lines are skipped when the rest is a
@@ -203,6 +273,23 @@ pub fn extract(text: &str, kind: EngineKind) -> Result<Extracted, ExtractError> 
             }
         };
         samples += 1;
+        if let Some(&(_, engine, signal)) = LOAD_FAMILIES.iter().find(|(n, ..)| *n == sample.name) {
+            if sample.value.is_finite() && sample.value >= 0.0 {
+                let partial = match engine {
+                    Engine::Vllm => &mut vllm,
+                    Engine::Sglang => &mut sglang,
+                };
+                let model = sample.label(MODEL_LABEL).unwrap_or_default().to_owned();
+                if partial.load.contains_key(&model) || partial.load.len() < MAX_MODELS + 1 {
+                    partial
+                        .load
+                        .entry(model)
+                        .or_default()
+                        .add(signal, sample.value);
+                }
+            }
+            continue;
+        }
         let (family, is_sum) = if let Some(f) = sample.name.strip_suffix("_sum") {
             (f, true)
         } else if let Some(f) = sample.name.strip_suffix("_count") {
@@ -273,10 +360,16 @@ pub fn extract(text: &str, kind: EngineKind) -> Result<Extracted, ExtractError> 
         .filter(|((_, m), _)| kept.binary_search(m).is_ok())
         .map(|(k, (_, c))| (k, c))
         .collect();
+    let load = partial
+        .load
+        .into_iter()
+        .filter(|(m, _)| m.is_empty() || kept.binary_search(m).is_ok())
+        .collect();
     Ok(Extracted {
         engine,
         series,
         dropped_models,
+        load,
     })
 }
 
@@ -307,6 +400,34 @@ vllm:request_success_total{finished_reason="stop",model_name="llama"} 10.0
 
     fn get(e: &Extracted, q: Quantity, model: &str) -> Cumulative {
         e.series[&(q, model.to_owned())]
+    }
+
+    #[test]
+    fn load_signals_per_model_max_kv_and_summed_counts() {
+        let text = "vllm:e2e_request_latency_seconds_count{model_name=\"m\"} 1.0\n\
+            vllm:e2e_request_latency_seconds_sum{model_name=\"m\"} 1.0\n\
+            vllm:gpu_cache_usage_perc{model_name=\"m\",engine=\"0\"} 0.2\n\
+            vllm:gpu_cache_usage_perc{model_name=\"m\",engine=\"1\"} 0.6\n\
+            vllm:num_requests_waiting{model_name=\"m\",engine=\"0\"} 2.0\n\
+            vllm:num_requests_waiting{model_name=\"m\",engine=\"1\"} 3.0\n\
+            vllm:num_preemptions_total{model_name=\"m\"} 9.0\n\
+            vllm:num_requests_running 4.0\n\
+            sglang:token_usage 0.9\n";
+        let e = extract(text, EngineKind::Auto).unwrap();
+        let m = e.load["m"];
+        assert_eq!(m.kv_cache_usage, Some(0.6));
+        assert_eq!(m.requests_waiting, Some(5.0));
+        assert_eq!(m.preemptions_total, Some(9.0));
+        assert_eq!(m.requests_running, None);
+        assert_eq!(e.load[""].requests_running, Some(4.0));
+        // SGLang's gauges are not vLLM's load.
+        assert_eq!(e.load[""].kv_cache_usage, None);
+        let sglang = "sglang:e2e_request_latency_seconds_count 1\n\
+            sglang:e2e_request_latency_seconds_sum 1\n\
+            sglang:token_usage 0.9\nsglang:num_queue_reqs 7\n";
+        let e = extract(sglang, EngineKind::Auto).unwrap();
+        assert_eq!(e.load[""].kv_cache_usage, Some(0.9));
+        assert_eq!(e.load[""].requests_waiting, Some(7.0));
     }
 
     #[test]

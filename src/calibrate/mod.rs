@@ -15,8 +15,11 @@
 //!   extraction of their cumulative sums and counts per model.
 //! - `proxy`: [`ProxyTotals`], the proxy's own cumulative sums and counts.
 //! - `compare`: deltas between scrapes, counter resets, the comparison, the JSON status.
+//! - `attribution`: where time goes per model (queue, prefill, decode, outside the engine)
+//!   beside the engine's load signals.
 //! - `scraper`: [`Calibrator`], the task: HTTP, timing, metrics, logs.
 
+mod attribution;
 mod compare;
 mod engines;
 mod exposition;
@@ -25,6 +28,7 @@ mod scraper;
 
 use serde::Serialize;
 
+pub use attribution::Attribution;
 pub use compare::{CalibrationView, Comparison, Status};
 pub use engines::{Engine, EngineKind};
 pub use proxy::ProxyTotals;

@@ -24,11 +24,15 @@ use tokio::time::Instant;
 
 use super::{
     CalibrationView, ProxyTotals, Quantity,
+    attribution::{self, Attribution},
     compare::{Status, Tracker, Update},
     engines::{self, EngineKind, ExtractError, Extracted},
 };
 use crate::{
-    admin::metrics::{CalibrationLabels, CalibrationSampleLabels, Metrics, ScrapeResultLabel},
+    admin::metrics::{
+        CalibrationLabels, CalibrationSampleLabels, EngineModel, Metrics, ModelPhase,
+        ScrapeResultLabel,
+    },
     config::{Calibration, Config},
 };
 
@@ -124,6 +128,10 @@ struct State {
     client: Option<(ScrapeClient, Arc<rustls::ClientConfig>)>,
     last_result: Option<ScrapeResult>,
     warned_models: bool,
+    /// Cumulative preemptions per model at the previous scrape.
+    preemptions_total: std::collections::BTreeMap<String, f64>,
+    attribution: Vec<Attribution>,
+    history: attribution::History,
 }
 
 impl Calibrator {
@@ -148,6 +156,9 @@ impl Calibrator {
             client: None,
             last_result: None,
             warned_models: false,
+            preemptions_total: std::collections::BTreeMap::new(),
+            attribution: Vec::new(),
+            history: attribution::History::default(),
         };
         loop {
             let config = self.config.load_full();
@@ -231,11 +242,65 @@ impl Calibrator {
                 "calibration: the engine exposes more models than are tracked; the rest are ignored"
             );
         }
-        let update = state
-            .tracker
-            .observe(extracted.series, proxy, std::time::Instant::now());
+        let load = extracted.load;
+        let now = std::time::Instant::now();
+        let update = state.tracker.observe(extracted.series, proxy, now);
         self.apply(&update);
+        let mut preempted = std::collections::BTreeMap::new();
+        for (model, l) in &load {
+            let before = state.preemptions_total.get(model).copied();
+            if let Some(n) = attribution::preemptions_between(before, l.preemptions_total) {
+                preempted.insert(model.clone(), n);
+            }
+        }
+        state.preemptions_total = load
+            .iter()
+            .filter_map(|(m, l)| Some((m.clone(), l.preemptions_total?)))
+            .collect();
+        state.attribution = attribution::attribute(&state.tracker.comparisons(), &load, &preempted);
+        // Only what this interval measured, so windows do not count an idle engine's last
+        // means again.
+        state.history.push(
+            now,
+            attribution::attribute(&update.changed, &load, &preempted),
+        );
+        self.export_attribution(&state.attribution);
         Some(extracted.engine)
+    }
+
+    /// Replaces the exported attribution and load series with `attribution`'s.
+    fn export_attribution(&self, attribution: &[Attribution]) {
+        let m = &self.metrics;
+        m.attribution.clear();
+        m.engine_kv_cache.clear();
+        m.engine_waiting.clear();
+        m.engine_running.clear();
+        m.engine_preemptions.clear();
+        for a in attribution {
+            for (phase, v) in a.phases() {
+                if let Some(v) = v.filter(|v| v.is_finite()) {
+                    m.attribution
+                        .get_or_create(&ModelPhase {
+                            model: a.model.clone(),
+                            phase,
+                        })
+                        .set(v);
+                }
+            }
+            let labels = EngineModel {
+                model: a.model.clone(),
+            };
+            for (family, v) in [
+                (&m.engine_kv_cache, a.kv_cache_usage),
+                (&m.engine_waiting, a.requests_waiting),
+                (&m.engine_running, a.requests_running),
+                (&m.engine_preemptions, a.preemptions),
+            ] {
+                if let Some(v) = v.filter(|v| v.is_finite()) {
+                    family.get_or_create(&labels).set(v);
+                }
+            }
+        }
     }
 
     fn apply(&self, update: &Update) {
@@ -307,6 +372,10 @@ impl Calibrator {
             self.remove(&key);
         }
         state.warned_models = false;
+        state.preemptions_total.clear();
+        state.attribution.clear();
+        state.history.clear();
+        self.export_attribution(&[]);
     }
 
     fn publish(&self, c: &Calibration, state: &State, engine: Option<super::Engine>) {
@@ -326,6 +395,8 @@ impl Calibrator {
                 .filter(|_| c.enabled)
                 .map(ScrapeResult::as_str),
             comparisons: state.tracker.comparisons(),
+            attribution: state.attribution.clone(),
+            history: state.history.clone(),
         };
     }
 }

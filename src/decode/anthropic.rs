@@ -42,9 +42,10 @@ pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serd
     Ok(match kind {
         Kind::MessageStart => {
             let message: Option<StartMessage<'_>> = lenient_object(wire.message);
-            let usage = message.and_then(|m| usage(m.usage, false));
+            let raw = message.and_then(|m| m.usage);
             EventInfo {
-                usage,
+                usage: usage(raw, false),
+                cached_input_tokens: cache_read(raw),
                 ..EventInfo::default()
             }
         }
@@ -73,6 +74,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         finish_reason: wire.stop_reason.map(|r| r.0),
         content: blocks.content,
         error: wire.error.is_some() || wire.kind.is_some_and(|k| k.0 == Kind::Error),
+        cached_input_tokens: cache_read(wire.usage),
     })
 }
 
@@ -107,6 +109,13 @@ fn usage(raw: Option<&RawValue>, with_output: bool) -> Option<Usage> {
         output_tokens: wire.output_tokens.filter(|_| with_output),
     };
     (usage != Usage::default()).then_some(usage)
+}
+
+/// `cache_read_input_tokens`: input served from the prompt cache (cache writes are
+/// prefill work, so they are not counted as cached).
+fn cache_read(raw: Option<&RawValue>) -> Option<u64> {
+    let wire: UsageWire = lenient_object(raw)?;
+    wire.cache_read_input_tokens
 }
 
 #[derive(Deserialize)]

@@ -17,6 +17,8 @@ pub struct BodyInfo {
     pub content: bool,
     /// The body is an error object rather than a completion.
     pub error: bool,
+    /// Input tokens served from the upstream's prefix cache, as in [`super::EventInfo`].
+    pub cached_input_tokens: Option<u64>,
 }
 
 /// Reads a non-streaming response body; `None` when the API has no dialect here or the body

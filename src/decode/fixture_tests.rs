@@ -33,6 +33,10 @@ impl Ev {
         });
         self
     }
+    fn cached(mut self, n: u64) -> Ev {
+        self.0.cached_input_tokens = Some(n);
+        self
+    }
     fn finish(mut self, reason: FinishReason) -> Ev {
         self.0.finish_reason = Some(reason);
         self
@@ -54,6 +58,7 @@ const E: Ev = Ev(EventInfo {
     finish_reason: None,
     terminal: false,
     error: false,
+    cached_input_tokens: None,
 });
 
 fn times(ev: Ev, n: usize) -> impl Iterator<Item = Ev> {
@@ -117,7 +122,11 @@ pub(super) fn streams() -> Vec<Fixture> {
                 .chain(times(E, 5))
                 .chain([a, a, a])
                 .chain(times(E, 3))
-                .chain([E.usage(Some(14), Some(22)).finish(Stop).terminal()]),
+                .chain([E
+                    .usage(Some(14), Some(22))
+                    .cached(0)
+                    .finish(Stop)
+                    .terminal()]),
         ),
         fixture(
             "anthropic_messages_stream.sse",
@@ -125,7 +134,7 @@ pub(super) fn streams() -> Vec<Fixture> {
             Sse,
             include_bytes!("fixtures/anthropic_messages_stream.sse"),
             [
-                E.usage(Some(600), None),
+                E.usage(Some(600), None).cached(128),
                 E,
                 E,
                 r,

@@ -52,6 +52,7 @@ pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serd
         finish_reason: if stop { wire.finish_reason() } else { None },
         terminal: stop,
         error: false,
+        cached_input_tokens: None,
     })
 }
 
@@ -143,6 +144,7 @@ impl Wire<'_> {
             finish_reason: self.finish_reason(),
             content: non_empty(self.content),
             error: self.error.is_some(),
+            cached_input_tokens: None,
         }
     }
 }

@@ -232,6 +232,10 @@ pub struct EventInfo {
     pub terminal: bool,
     /// The stream carried an error object instead of (or in the middle of) output.
     pub error: bool,
+    /// Input tokens the upstream served from its prefix cache, where its usage says
+    /// (OpenAI `usage.prompt_tokens_details.cached_tokens`, Responses
+    /// `usage.input_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`).
+    pub cached_input_tokens: Option<u64>,
 }
 
 /// The framing of a response body, decided from its `Content-Type`.

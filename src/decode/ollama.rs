@@ -40,6 +40,7 @@ pub(crate) fn classify_line(line: &[u8]) -> Result<EventInfo, serde_json::Error>
         finish_reason: if done { wire.finish_reason() } else { None },
         terminal: done,
         error: false,
+        cached_input_tokens: None,
     })
 }
 
@@ -58,6 +59,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         finish_reason: wire.finish_reason(),
         content: wire.output().0,
         error: false,
+        cached_input_tokens: None,
     })
 }
 

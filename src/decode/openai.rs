@@ -95,6 +95,7 @@ fn classify_with_serde(trimmed: &[u8]) -> Result<(EventInfo, EventText<'_>), ser
         finish_reason: choices.finish_reason,
         terminal: false,
         error: wire.is_error(),
+        cached_input_tokens: wire.cached_input_tokens(),
     };
     Ok((info, choices.text))
 }
@@ -108,6 +109,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         finish_reason: choices.finish_reason,
         content: choices.content,
         error: wire.is_error(),
+        cached_input_tokens: wire.cached_input_tokens(),
     })
 }
 
@@ -143,6 +145,12 @@ impl<'a> Wire<'a> {
         };
         (usage != Usage::default()).then_some(usage)
     }
+
+    /// `usage.prompt_tokens_details.cached_tokens` (vLLM with prefix caching, OpenAI).
+    fn cached_input_tokens(&self) -> Option<u64> {
+        let wire: UsageWire = lenient_object(self.usage)?;
+        wire.prompt_tokens_details?.cached_tokens
+    }
 }
 
 #[derive(Deserialize)]
@@ -151,6 +159,15 @@ struct UsageWire {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<CachedDetails>,
+}
+
+/// `prompt_tokens_details` (chat completions) or `input_tokens_details` (Responses).
+#[derive(Deserialize)]
+pub(super) struct CachedDetails {
+    #[serde(default)]
+    pub(super) cached_tokens: Option<u64>,
 }
 
 /// `choices` folded while parsing: no `Vec` of choices is ever built.

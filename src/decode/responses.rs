@@ -65,6 +65,7 @@ pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serd
             };
             EventInfo {
                 usage: response.usage(),
+                cached_input_tokens: response.cached_input_tokens(),
                 finish_reason: response.finish_reason(fallback),
                 terminal: true,
                 error: kind == Kind::Failed || response.error.is_some(),
@@ -86,6 +87,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         finish_reason: status.and_then(|s| wire.finish_reason(s)),
         content: output.content,
         error: wire.error.is_some() || status == Some(Status::Failed),
+        cached_input_tokens: wire.cached_input_tokens(),
     })
 }
 
@@ -192,6 +194,12 @@ impl ResponseWire<'_> {
         (usage != Usage::default()).then_some(usage)
     }
 
+    /// `usage.input_tokens_details.cached_tokens`.
+    fn cached_input_tokens(&self) -> Option<u64> {
+        let wire: UsageWire = lenient_object(self.usage)?;
+        wire.input_tokens_details?.cached_tokens
+    }
+
     /// A completed response that ends in a client-side tool call stopped for it, as
     /// chat completions' `tool_calls` does; an incomplete one says why in its details.
     fn finish_reason(&self, fallback: Status) -> Option<FinishReason> {
@@ -222,6 +230,8 @@ struct UsageWire {
     input_tokens: Option<u64>,
     #[serde(default)]
     output_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<super::openai::CachedDetails>,
 }
 
 /// The `output` items folded while parsed.

@@ -412,3 +412,38 @@ fn finish_reasons_serialize_as_their_labels() {
         );
     }
 }
+
+#[test]
+fn cached_input_tokens_are_read_where_the_dialect_reports_them() {
+    let streamed = |api: Api, text: &str| {
+        let mut d = StreamDecoder::new(api, StreamKind::Sse).unwrap();
+        let mut cached = None;
+        d.feed(text.as_bytes(), |ev| {
+            cached = cached.or(ev.cached_input_tokens);
+        });
+        cached
+    };
+    let openai = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":768}}}\n\ndata: [DONE]\n\n";
+    assert_eq!(streamed(Api::ChatCompletions, openai), Some(768));
+    let anthropic = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":2048,\"cache_creation_input_tokens\":5,\"output_tokens\":1}}}\n\n";
+    assert_eq!(streamed(Api::Messages, anthropic), Some(2048));
+    let responses = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":50,\"output_tokens\":3,\"input_tokens_details\":{\"cached_tokens\":32}}}}\n\n";
+    assert_eq!(streamed(Api::Responses, responses), Some(32));
+    let uncached =
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2}}\n\n";
+    assert_eq!(streamed(Api::ChatCompletions, uncached), None);
+    let body = br#"{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":900,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":512}}}"#;
+    assert_eq!(
+        parse_response_body(Api::ChatCompletions, body)
+            .unwrap()
+            .cached_input_tokens,
+        Some(512)
+    );
+    let body = br#"{"type":"message","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1,"cache_read_input_tokens":64}}"#;
+    assert_eq!(
+        parse_response_body(Api::Messages, body)
+            .unwrap()
+            .cached_input_tokens,
+        Some(64)
+    );
+}

@@ -40,6 +40,7 @@ pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serd
         finish_reason: wire.details.as_ref().and_then(Details::finish_reason),
         terminal: wire.generated_text.is_some() || wire.details.is_some(),
         error: false,
+        cached_input_tokens: None,
     })
 }
 
@@ -58,6 +59,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         finish_reason: wire.details.as_ref().and_then(Details::finish_reason),
         content: non_empty(Some(text)),
         error: false,
+        cached_input_tokens: None,
     })
 }
 

@@ -36,6 +36,9 @@ pub fn samples_of(profile: &Profile) -> Vec<Sample> {
         .entries
         .iter()
         .zip(identities)
+        // Only generation traffic is profiled; older files may hold scrapes and probes
+        // (`api` unknown), which would shift every shape and drift statistic.
+        .filter(|(l, _)| crate::decode::is_generation_label(&l.entry.api))
         .map(|(l, ids)| {
             let reused = ids.iter().filter(|id| !seen.insert(**id)).count();
             let e = &l.entry;

@@ -294,6 +294,8 @@ mod tests {
             .map(|t| (t.at_ms, t.output_tokens))
             .collect();
         assert_eq!(got, [(0.0, 20), (200.0, 30)]);
+        // Nor counted in the profile's shape (rates, mix, drift baselines).
+        assert_eq!(crate::profile::samples_of(&p).len(), 2);
         assert!(
             w.notes.iter().any(|n| n.contains("2 request(s)")),
             "{:?}",

@@ -54,6 +54,8 @@ pub struct Running {
     pub reloader: Option<Arc<Reloader>>,
     /// The windowed SLO, goodput, cost and capacity view.
     pub live: Live,
+    /// The latest self-calibration status, with the attribution of where time goes.
+    pub calibration: CalibrationView,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -185,7 +187,7 @@ fn start_on_from(
         ready: ready.clone(),
         live: slo_view.clone(),
         drift: drift_view,
-        calibration: calibration_view,
+        calibration: calibration_view.clone(),
     };
     let (stop, stopped) = watch::channel(false);
 
@@ -236,6 +238,7 @@ fn start_on_from(
         recent,
         reloader,
         live: slo_view,
+        calibration: calibration_view,
         stop,
         task,
     })

@@ -57,9 +57,12 @@ pub(crate) async fn handle(
         }
         (&Method::GET, "/metrics") => {
             // Untracked, like `/health`: scrapes are not traffic.
-            let text = shared
-                .metrics
-                .render(shared.in_flight.load(Ordering::Relaxed));
+            let running = shared.in_flight.load(Ordering::Relaxed);
+            let mut text = shared.metrics.render(running);
+            text.push_str(&super::metrics::load_lines(
+                running,
+                shared.cfg.concurrency_knee,
+            ));
             return Ok(respond(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",

@@ -14,12 +14,33 @@
 //!   `vllm:request_decode_time_seconds` (first → last event) and
 //!   `vllm:request_inference_time_seconds` (their sum).
 //!
+//! Load gauges as vLLM names them ([`load_lines`]): `vllm:num_requests_waiting` and
+//! `vllm:num_preemptions_total` are 0 (no queue, nothing preempted), and
+//! `vllm:kv_cache_usage_perc` is in-flight requests over the configured concurrency knee
+//! (capped at 1): the simulator's stand-in for a cache that fills as the batch grows.
+//!
 //! One lock per finished request; nothing per token. [`super::Sim::restart_metrics`] zeroes
 //! everything, as an engine restart does.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Mutex, PoisonError};
+
+/// The load gauges of a simulator with `running` requests in flight (see the module doc).
+pub(crate) fn load_lines(running: usize, knee: Option<u32>) -> String {
+    let kv = knee.map_or(0.0, |k| (running as f64 / f64::from(k.max(1))).min(1.0));
+    format!(
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
+         # TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting 0.0\n\
+         # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n\
+         # TYPE vllm:kv_cache_usage_perc gauge\n\
+         vllm:kv_cache_usage_perc {kv}\n\
+         # HELP vllm:num_preemptions_total Cumulative number of preemptions.\n\
+         # TYPE vllm:num_preemptions_total counter\n\
+         vllm:num_preemptions_total 0.0\n"
+    )
+}
 
 /// vLLM's TTFT buckets (seconds).
 const TTFT_BUCKETS: &[f64] = &[
@@ -300,5 +321,15 @@ mod tests {
         let text = m.render(0);
         assert!(text.contains("model_name=\"other\"} 5.0"), "{text}");
         assert!(!text.contains(&format!("m{}", MAX_MODELS)));
+    }
+
+    #[test]
+    fn load_gauges_follow_the_knee() {
+        let text = load_lines(8, Some(32));
+        assert!(text.contains("vllm:kv_cache_usage_perc 0.25\n"), "{text}");
+        assert!(text.contains("vllm:num_requests_waiting 0.0\n"));
+        assert!(text.contains("vllm:num_preemptions_total 0.0\n"));
+        assert!(load_lines(3, None).contains("vllm:kv_cache_usage_perc 0\n"));
+        assert!(load_lines(99, Some(32)).contains("vllm:kv_cache_usage_perc 1\n"));
     }
 }

@@ -288,6 +288,7 @@ fn access_log(r: &RequestRecord) {
         slo_class = %r.slo_class,
         slo_met = r.slo_met,
         slo_miss = r.slo_miss_reason,
+        finish_reason = r.finish_reason.map(|f| f.as_str()),
         ttft_ms = r.ttft_ms.map(round2),
         ttfo_ms = r.ttfo_ms.map(round2),
         tpot_ms = r.tpot_ms.map(round2),

@@ -222,6 +222,7 @@ fn body_is_read() {
         finish_reason: Some(FinishReason::Stop),
         content: true,
         error: false,
+        cached_input_tokens: None,
     };
     assert_eq!(parse_body(body), Some(want));
 }

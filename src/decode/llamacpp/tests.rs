@@ -114,6 +114,7 @@ fn body_is_read() {
         finish_reason: Some(FinishReason::Stop),
         content: true,
         error: false,
+        cached_input_tokens: None,
     };
     assert_eq!(parse_body(body), Some(want));
 }
@@ -130,6 +131,7 @@ fn multi_prompt_body_is_summed() {
         finish_reason: Some(FinishReason::Length),
         content: true,
         error: false,
+        cached_input_tokens: None,
     };
     assert_eq!(parse_body(body), Some(want));
     assert_eq!(parse_body(b"[]"), None);

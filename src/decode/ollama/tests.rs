@@ -125,6 +125,7 @@ fn bodies() {
         finish_reason: Some(FinishReason::Length),
         content: true,
         error: false,
+        cached_input_tokens: None,
     };
     assert_eq!(parse_body(chat), Some(want));
     let thinking_only = br#"{"model":"m","response":"","thinking":"t","done":true}"#;

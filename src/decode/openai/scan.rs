@@ -74,6 +74,7 @@ pub(super) fn classify(json: &[u8]) -> Option<(EventInfo, EventText<'_>)> {
         finish_reason: choices.finish_reason,
         terminal: false,
         error: object == Some(r#""error""#),
+        cached_input_tokens: None,
     };
     Some((info, choices.text))
 }

@@ -154,6 +154,8 @@ fn usage_chunk_is_read() {
             input_tokens: Some(9),
             output_tokens: Some(12),
         }),
+        // Reported, and zero: a prefix-cache miss.
+        cached_input_tokens: Some(0),
         ..EventInfo::default()
     };
     assert_eq!(info(data), want);
@@ -229,6 +231,7 @@ fn chat_body_is_read() {
         finish_reason: Some(FinishReason::Stop),
         content: true,
         error: false,
+        cached_input_tokens: None,
     };
     assert_eq!(parse_response_body(Api::ChatCompletions, body), Some(want));
 }

@@ -130,6 +130,7 @@ fn completed_carries_usage_and_finish() {
             input_tokens: Some(5),
             output_tokens: Some(3),
         }),
+        cached_input_tokens: Some(2),
         finish_reason: Some(FinishReason::Stop),
         terminal: true,
         ..EventInfo::default()
@@ -218,6 +219,7 @@ fn body_with_text() {
         finish_reason: Some(FinishReason::Stop),
         content: true,
         error: false,
+        cached_input_tokens: None,
     };
     assert_eq!(parse_body(body), Some(want));
 }

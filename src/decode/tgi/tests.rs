@@ -49,6 +49,7 @@ fn last_event_has_details() {
         finish_reason: Some(FinishReason::Length),
         terminal: true,
         error: false,
+        cached_input_tokens: None,
     };
     assert_eq!(ev(data), want);
 }

@@ -1025,7 +1025,7 @@ async fn unknown_path_passes_bytes_and_records_e2e_and_bytes_only() {
 /// The contract field set of a record (issue 2, "Admin server"), then the fields later
 /// capabilities added (TTFO from the dialects; the SLO verdict; the finish reason; whether
 /// the terminal event was delivered).
-const RECORD_FIELDS: [&str; 23] = [
+const RECORD_FIELDS: [&str; 24] = [
     "id",
     "started_at",
     "model",
@@ -1039,6 +1039,7 @@ const RECORD_FIELDS: [&str; 23] = [
     "itl_ms",
     "input_tokens",
     "input_tokens_source",
+    "cached_input_tokens",
     "output_tokens",
     "output_tokens_source",
     "events",

@@ -447,3 +447,38 @@ async fn embeddings_are_recognised_measured_and_not_judged() {
     );
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn cached_input_tokens_reach_the_record_and_split_ttft_by_cache() {
+    let chunk = |json: &str| format!("data: {json}\n\n").into_bytes();
+    let events = vec![
+        chunk(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#),
+        chunk(r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#),
+        chunk(
+            r#"{"choices":[],"usage":{"prompt_tokens":128,"completion_tokens":1,"total_tokens":129,"prompt_tokens_details":{"cached_tokens":96}}}"#,
+        ),
+        b"data: [DONE]\n\n".to_vec(),
+    ];
+    let up = FakeUpstream::start(Script::sse_chunked(
+        &events,
+        WritePlan::Whole,
+        Duration::ZERO,
+    ))
+    .await;
+    let proxy = proxy_with(&up.url(), "[slo]\nwindows = [\"1m\"]\n").await;
+    assert_eq!(chat(&proxy, 1).await, 200);
+    let recs = wait_records(proxy.admin_addr, 1, T).await;
+    assert_eq!(recs[0]["cached_input_tokens"], 96, "{}", recs[0]);
+    assert_eq!(recs[0]["input_tokens"], 128);
+    let s = summary(&proxy).await;
+    let by_cache = &s["overall"]["ttft_ms_by_cache"];
+    assert_eq!(
+        (
+            by_cache["hit"]["count"].as_u64(),
+            by_cache["miss"]["count"].as_u64()
+        ),
+        (Some(1), Some(0)),
+        "{s}"
+    );
+    proxy.shutdown().await;
+}

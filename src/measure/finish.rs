@@ -251,6 +251,10 @@ impl Pending {
             itl_ms,
             input_tokens,
             input_tokens_source,
+            cached_input_tokens: self
+                .timeline
+                .cached_input_tokens
+                .or(body.as_ref().and_then(|b| b.cached_input_tokens)),
             output_tokens,
             output_tokens_source,
             events: self.timeline.events,

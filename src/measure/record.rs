@@ -182,6 +182,11 @@ pub struct RequestRecord {
     pub itl_ms: Option<ItlSummary>,
     pub input_tokens: Option<u64>,
     pub input_tokens_source: Option<TokenSource>,
+    /// Input tokens the upstream served from its prefix cache (OpenAI
+    /// `usage.prompt_tokens_details.cached_tokens`, Responses
+    /// `usage.input_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`);
+    /// `null` where it did not say.
+    pub cached_input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub output_tokens_source: Option<TokenSource>,
     pub events: u64,

@@ -43,6 +43,8 @@ pub struct Timeline {
     pub gaps_us: Vec<u32>,
     pub events: u64,
     pub usage: Option<Usage>,
+    /// Input tokens the upstream served from its prefix cache, where it said.
+    pub cached_input_tokens: Option<u64>,
     pub finish_reason: Option<FinishReason>,
     pub terminal: bool,
     /// When the dialect's terminal event was read.
@@ -73,6 +75,9 @@ impl Timeline {
                 input_tokens: u.input_tokens.or(prev.input_tokens),
                 output_tokens: u.output_tokens.or(prev.output_tokens),
             });
+        }
+        if ev.cached_input_tokens.is_some() {
+            self.cached_input_tokens = ev.cached_input_tokens;
         }
         if ev.finish_reason.is_some() {
             self.finish_reason = ev.finish_reason;

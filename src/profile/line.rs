@@ -119,6 +119,7 @@ pub(crate) mod tests {
             itl_ms: None,
             input_tokens: Some(40),
             input_tokens_source: Some(TokenSource::Usage),
+            cached_input_tokens: None,
             output_tokens: Some(9),
             output_tokens_source: Some(TokenSource::Events),
             events: 9,

@@ -309,6 +309,10 @@ impl Seen {
             itl_ms: ItlSummary::from_gaps_us(&mut sorted),
             input_tokens: d.input_tokens,
             input_tokens_source: d.input_tokens_source,
+            cached_input_tokens: self
+                .timeline
+                .cached_input_tokens
+                .or(body.and_then(|b| b.cached_input_tokens)),
             output_tokens: d.output_tokens,
             output_tokens_source: d.output_tokens_source,
             events: self.timeline.events,

@@ -245,7 +245,7 @@ impl Aggregator {
             long_in_flight_at_start: record.arrival.long_in_flight,
             miss_cause,
             finish_reason: record.finish_reason,
-            cached_input_tokens: None,
+            cached_input_tokens: record.cached_input_tokens,
         });
         if config.calibration.enabled
             && let Some(totals) = &self.calibration

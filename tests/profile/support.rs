@@ -124,6 +124,7 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         itl_ms: None,
         input_tokens: Some(120),
         input_tokens_source: Some(TokenSource::Usage),
+        cached_input_tokens: None,
         output_tokens: Some(64),
         output_tokens_source: Some(TokenSource::Usage),
         events: 64,

@@ -193,9 +193,8 @@ async fn answer(mut conn: TcpStream, shared: Arc<Mutex<Upstream>>) {
 }
 
 /// The first `x-request-id` of a request head as the proxy forwarded it. The proxy always
-/// sets one, but a client can have it removed again by naming it in `Connection` (it is
-/// then hop-by-hop, and stripped after the measurement layer set it): such a request
-/// cannot be matched to its record and is left out of the check.
+/// sets one (a `Connection` header naming it does not remove it), so a head without one is
+/// a finding.
 fn request_id(head: &[u8]) -> Option<String> {
     let mut headers = [httparse::EMPTY_HEADER; 128];
     let mut req = httparse::Request::new(&mut headers);
@@ -204,10 +203,17 @@ fn request_id(head: &[u8]) -> Option<String> {
         "the proxy forwarded a request head that does not parse: {:?}",
         String::from_utf8_lossy(head)
     );
-    req.headers
+    let id = req
+        .headers
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("x-request-id"))
-        .map(|h| String::from_utf8_lossy(h.value).into_owned())
+        .map(|h| String::from_utf8_lossy(h.value).into_owned());
+    assert!(
+        id.is_some(),
+        "the proxy forwarded a request without x-request-id: {:?}",
+        String::from_utf8_lossy(head)
+    );
+    id
 }
 
 /// Sends the client's bytes and reads until the proxy closes, every expected response is

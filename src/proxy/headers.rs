@@ -2,6 +2,7 @@
 //! (RFC 9110 §7.6.1, plus the legacy fields every proxy strips), `X-Forwarded-*` set, and
 //! `Host` pointed at the upstream unless the operator asks to preserve it.
 
+use crate::measure::REQUEST_ID;
 use http::{
     HeaderMap, HeaderName, HeaderValue, Request, Version,
     header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE},
@@ -98,7 +99,13 @@ pub fn prepare_request(
     preserve_host: bool,
     upgrade: bool,
 ) {
+    // The request id joins the upstream's logs to the record: the proxy set it (or kept
+    // the client's), so a `Connection` header that lists it does not take it away.
+    let request_id = headers.get(REQUEST_ID).cloned();
     strip_hop_by_hop(headers, upgrade);
+    if let Some(id) = request_id {
+        headers.insert(REQUEST_ID, id);
+    }
     let original_host = headers
         .get(HOST)
         .and_then(|v| v.to_str().ok())
@@ -153,6 +160,14 @@ mod tests {
             );
         }
         h
+    }
+
+    #[test]
+    fn a_connection_header_cannot_remove_the_request_id() {
+        let mut h = map(&[("connection", "x-request-id"), ("x-request-id", "r-1")]);
+        prepare_request(&mut h, None, None, false, false);
+        assert_eq!(h.get("x-request-id").unwrap(), "r-1");
+        assert!(h.get("connection").is_none());
     }
 
     #[test]

@@ -92,8 +92,8 @@ pub fn derive(
 /// the model's tokenizer) puts at `estimate` tokens carried one token per event, as vLLM,
 /// SGLang and llama.cpp stream by default: then the event count is exact and the
 /// estimate is not. Measured on llama-cpp-python's server (scripts/token-sources.py,
-/// README "Counting without usage"): events exact in 40 of 40 streams, the estimate off by one of 32
-/// tokens in every one. Each event carries at least one token, so an estimate below the
+/// README "Counting without usage"): events exact in 40 of 40 streams, the estimate off
+/// by one of 32 tokens in every one. Each event carries at least one token, so an estimate below the
 /// event count is wrong; well above it (more than a quarter more), the events carry
 /// several tokens each (speculative decoding, a gateway that batches) and the estimate is
 /// the nearer one.

@@ -158,7 +158,9 @@ pub enum ReplayTarget {
 /// Command lines replaying an export file. Versions targeted: AIPerf ≥ 0.3 (mooncake_trace
 /// and burst_gpt_trace loaders), GuideLLM with the `replay` profile and `kind=mooncake`
 /// data (docs/guides/trace_replay.md, 2026), `vllm bench serve` with the `timed_trace`
-/// dataset (vLLM PR #39795, 2026).
+/// dataset (vLLM PR #39795, 2026), which passes pre-tokenized prompts and so needs a
+/// completions backend: `--backend openai --endpoint /v1/completions` (vLLM 0.32 refuses
+/// `openai-chat` for it).
 pub fn replay_commands(
     format: ExportFormat,
     file: &str,
@@ -193,7 +195,7 @@ pub fn replay_commands(
             (
                 ReplayTarget::Vllm,
                 format!(
-                    "vllm bench serve --backend openai-chat --endpoint /v1/chat/completions --base-url {} --model {} --tokenizer {} --dataset-name timed_trace --dataset-path {} --timed-trace-chunk-hash-size {MOONCAKE_BLOCK_TOKENS} --timed-trace-sec-multiplier 0.001 --num-prompts {requests}",
+                    "vllm bench serve --backend openai --endpoint /v1/completions --base-url {} --model {} --tokenizer {} --dataset-name timed_trace --dataset-path {} --timed-trace-chunk-hash-size {MOONCAKE_BLOCK_TOKENS} --timed-trace-sec-multiplier 0.001 --num-prompts {requests}",
                     q(url),
                     q(model),
                     q(tokenizer),

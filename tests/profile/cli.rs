@@ -223,7 +223,8 @@ fn export_mooncake_obeys_the_format_rules() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("vllm bench serve") && stderr.contains("--timed-trace-chunk-hash-size 512"),
+        stderr.contains("vllm bench serve --backend openai --endpoint /v1/completions ")
+            && stderr.contains("--timed-trace-chunk-hash-size 512"),
         "{stderr}"
     );
     let text = std::fs::read_to_string(&out_path).unwrap();

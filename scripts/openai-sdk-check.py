@@ -10,38 +10,14 @@ sequence of requests to both, and compares the raw streamed bytes (with the `cre
 timestamps, wall-clock seconds, normalised). Usage: scripts/openai-sdk-check.py [BINARY]
 (default target/release/goodput). Needs `pip install openai`.
 """
-import json, re, socket, subprocess, sys, time, urllib.request
+import json, re, subprocess, sys, time, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from openai import OpenAI
 
+from ports import free_ports, wait_port
+
 BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/goodput"
-
-
-def free_ports(names):
-    """Distinct free ports: every socket stays bound until all are picked, so the kernel
-    cannot hand the same port out twice."""
-    socks = []
-    try:
-        for _ in names:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return {name: s.getsockname()[1] for name, s in zip(names, socks)}
-    finally:
-        for s in socks:
-            s.close()
-
-
-def wait_port(port, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"port {port} never opened")
 
 
 def normalise(raw: bytes) -> bytes:
@@ -82,7 +58,7 @@ def check_complete_streams(via, admin, n=40):
 
 
 def main():
-    ports = free_ports(("sim_a", "sim_b", "proxy", "admin"))
+    ports = dict(zip(("sim_a", "sim_b", "proxy", "admin"), free_ports(4)))
     sim = ["--ttft", "fixed:20", "--itl", "fixed:2", "--seed", "7"]
     procs = [
         subprocess.Popen([BIN, "sim", "--listen", f"127.0.0.1:{ports['sim_a']}", *sim,

@@ -18,6 +18,7 @@ a measurement was dropped or is still in flight, or if fds or CLOSE_WAIT sockets
 """
 import argparse, json, os, random, re, socket, struct, subprocess, sys, tempfile, threading, time
 import http.client
+from ports import free_ports, wait_port
 
 SCENARIOS = {  # name: weight
     "stream": 40,
@@ -42,30 +43,6 @@ pool_idle_timeout = "2s"
 access_log = false
 """
 IO_TIMEOUT = 10  # seconds, every socket operation of a worker
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def wait_port(port, proc, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{' '.join(proc.args[:2])} exited with {proc.returncode} at start")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"port {port} never opened")
 
 
 def body(stream, max_tokens, i):

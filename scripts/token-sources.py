@@ -15,26 +15,9 @@ Usage: scripts/token-sources.py --engine http://127.0.0.1:8001 [--goodput BIN] [
        [--max-tokens 32] [--model NAME] [--config FILE]
 Checked with llama-cpp-python's server (README, "Counting without usage", has the figures).
 """
-import argparse, json, socket, subprocess, time, urllib.request, uuid
+import argparse, json, subprocess, time, urllib.request, uuid
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"port {port} never opened")
+from ports import free_ports, wait_port
 
 
 def stream_chat(base, body, request_id=None):
@@ -64,7 +47,7 @@ def main():
     ap.add_argument("--model", default="m")
     ap.add_argument("--config", help="a goodput config file (e.g. one naming a tokenizer)")
     a = ap.parse_args()
-    proxy, admin = free_port(), free_port()
+    proxy, admin = free_ports(2)
     config = ["--config", a.config] if a.config else []
     serve = subprocess.Popen([a.goodput, "serve", *config, "--listen", f"127.0.0.1:{proxy}",
                               "--admin", f"127.0.0.1:{admin}", "--upstream", a.engine],

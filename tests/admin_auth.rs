@@ -15,7 +15,7 @@ use bytes::Bytes;
 use common::{harness::*, temp::TempDir};
 use goodput::{
     config::{self, Overrides},
-    run::{self, ConfigSource},
+    run::{self, ConfigSource, ReloadError},
 };
 use http::{Request, header::AUTHORIZATION};
 use http_body_util::{BodyExt, Empty};
@@ -199,6 +199,11 @@ fn check_config_warns_of_an_open_admin_reachable_from_other_hosts() {
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("admin.token_file"), "{stderr}");
     assert!(stderr.contains(&empty.display().to_string()), "{stderr}");
+
+    // Protecting /metrics without a token would leave it open: refused.
+    let (code, stderr) = check_config(&format!("[admin]\nmetrics_auth = true\n{upstream}"));
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("admin.metrics_auth"), "{stderr}");
 }
 
 /// A CA, and a certificate for 127.0.0.1 it signed, as PEM files in `dir`.
@@ -276,5 +281,15 @@ async fn the_admin_listener_serves_https_with_admin_tls() {
     )
     .await;
     assert!(!matches!(plain, Ok(Ok(ref r)) if r.status() == 200));
+
+    // Turning admin TLS off needs a restart: the reload is refused, HTTPS keeps serving.
+    let (_plain_dir, plain_path) = config_dir("", "");
+    std::fs::copy(&plain_path, &path).unwrap();
+    let refused = running.reloader.as_ref().unwrap().reload();
+    assert!(
+        matches!(&refused, Err(ReloadError::RestartRequired(keys)) if keys.contains(&"admin.tls (on/off)")),
+        "{refused:?}"
+    );
+    assert_eq!(https_get(admin, &ca, "/healthz", "").await, 200);
     running.shutdown().await;
 }

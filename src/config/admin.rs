@@ -52,6 +52,13 @@ pub(super) fn validate_admin(section: &AdminSection, problems: &mut Vec<Problem>
                 None
             }
         });
+    // Asking for protection that cannot be given must not silently leave /metrics open.
+    if section.metrics_auth && section.token_file.is_none() {
+        problems.push(Problem::invalid(
+            "admin.metrics_auth",
+            "needs admin.token_file (the token /metrics would require)",
+        ));
+    }
     let tls = section.tls.as_ref().and_then(|t| {
         // The admin server speaks HTTP/1.1 only: no h2 in ALPN.
         match tls::server_config(TlsKeys::ADMIN, &t.cert, &t.key, false) {

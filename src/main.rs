@@ -60,7 +60,11 @@ struct ServeArgs {
 
 fn check_config(file: &std::path::Path) -> ExitCode {
     match config::check(file) {
-        Ok(_) => {
+        Ok(cfg) => {
+            // Warnings never fail the check: the configuration is usable as written.
+            for warning in cfg.warnings() {
+                eprintln!("{}: warning: {warning}", file.display());
+            }
             println!("{}: ok", file.display());
             ExitCode::SUCCESS
         }

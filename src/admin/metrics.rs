@@ -37,6 +37,7 @@ pub mod names {
     pub const COST_PER_HOUR: &str = "goodput_cost_per_hour";
     pub const RELOAD_FAILURES: &str = "goodput_config_reload_failures";
     pub const RELOADS: &str = "goodput_config_reloads";
+    pub const ADMIN_UNAUTHORIZED: &str = "goodput_admin_unauthorized";
     pub const TOKENIZER_FALLBACK: &str = "goodput_tokenizer_fallback";
     pub const PROFILE_RECORDS: &str = "goodput_profile_records";
     pub const PROFILE_DROPPED: &str = "goodput_profile_records_dropped";
@@ -291,6 +292,8 @@ pub struct Metrics {
     pub cost_per_hour: Family<CurrencyLabel, Gauge<f64, AtomicU64>>,
     pub reload_failures: Counter,
     pub reloads: Counter,
+    /// Admin requests refused for a missing or wrong bearer token.
+    pub admin_unauthorized: Counter,
     pub tokenizer_fallback: Family<ReasonLabel, Counter>,
     pub profile_records: Counter,
     pub profile_dropped: Family<DropReasonLabel, Counter>,
@@ -339,6 +342,7 @@ impl Metrics {
             cost_per_hour: Family::default(),
             reload_failures: Counter::default(),
             reloads: Counter::default(),
+            admin_unauthorized: Counter::default(),
             tokenizer_fallback: Family::default(),
             profile_records: Counter::default(),
             profile_dropped: Family::default(),
@@ -480,6 +484,11 @@ impl Metrics {
             m.reload_failures.clone(),
         );
         registry.register(names::RELOADS, "Config reloads applied", m.reloads.clone());
+        registry.register(
+            names::ADMIN_UNAUTHORIZED,
+            "Admin requests refused for a missing or wrong bearer token",
+            m.admin_unauthorized.clone(),
+        );
         registry.register(
             names::TOKENIZER_FALLBACK,
             "Token counts that fell back from the configured tokenizer (queue full, error, text limit)",

@@ -1,5 +1,7 @@
-//! Routing and serving of the admin endpoints. Plain HTTP/1.1; every response is small and
-//! built in full, so there is nothing to stream here.
+//! Routing and serving of the admin endpoints. HTTP/1.1, in the clear or over TLS
+//! (`[admin.tls]`); every response is small and built in full, so there is nothing to
+//! stream here. Access settings and TLS are read from the live configuration per request
+//! and per connection, so a reload rotates the token and the certificate.
 
 use std::{
     convert::Infallible,
@@ -11,17 +13,27 @@ use std::{
     time::{Duration, Instant},
 };
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header::CONTENT_TYPE};
+use http::{
+    HeaderValue, Method, Request, Response, StatusCode,
+    header::{CONTENT_TYPE, WWW_AUTHENTICATE},
+};
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus_client::registry::Registry;
+use prometheus_client::{metrics::counter::Counter, registry::Registry};
 use serde::Serialize;
-use tokio::net::TcpListener;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpListener,
+};
+use tokio_rustls::TlsAcceptor;
 
+use super::auth;
 use crate::{
     calibrate::CalibrationView,
+    config::Config,
     measure::RequestRecord,
     stats::{DriftView, Live, Recent, engine::parse_window},
 };
@@ -39,13 +51,28 @@ pub struct Admin {
     pub drift: DriftView,
     /// The latest self-calibration status (`[calibration]`).
     pub calibration: CalibrationView,
+    /// The live configuration: its `admin_access` (token, `/metrics` protection, TLS).
+    pub config: Arc<ArcSwap<Config>>,
+    /// Requests refused for a missing or wrong bearer token.
+    pub unauthorized: Counter,
 }
+
+/// Time a client has to complete the TLS handshake on the admin listener.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default of `?limit=` for `/api/v1/requests` (the ring size bounds it anyway).
 const DEFAULT_LIMIT: usize = 100;
 
 impl Admin {
     fn route(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        if !auth::allowed(
+            &self.config.load().admin_access,
+            req.uri().path(),
+            req.headers(),
+        ) {
+            self.unauthorized.inc();
+            return unauthorized();
+        }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is supported\n");
         }
@@ -235,6 +262,25 @@ fn json_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
     )
 }
 
+/// 401 with an error body shaped like the proxy's; nothing about the token is echoed.
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut resp = json(
+        StatusCode::UNAUTHORIZED,
+        &serde_json::json!({
+            "error": {
+                "message": "the admin endpoints need `Authorization: Bearer <token>` ([admin] token_file)",
+                "type": "goodput_admin_error",
+                "code": "unauthorized",
+            }
+        }),
+    );
+    resp.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"goodput admin\""),
+    );
+    resp
+}
+
 /// Serves the admin endpoints until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
@@ -255,18 +301,35 @@ pub async fn serve(
             },
         };
         let admin = admin.clone();
+        // Loaded per connection: a reload's new certificate serves the next connection.
+        let tls = admin.config.load().admin_access.tls.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| {
-                let resp = admin.route(&req);
-                async move { Ok::<_, Infallible>(resp) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "admin connection ended with an error");
+            let Some(tls) = tls else {
+                return connection(stream, admin).await;
+            };
+            let acceptor = TlsAcceptor::from(tls);
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => connection(stream, admin).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "admin TLS handshake failed"),
+                Err(_) => tracing::debug!("admin TLS handshake timed out"),
             }
         });
+    }
+}
+
+async fn connection<S>(stream: S, admin: Admin)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let resp = admin.route(&req);
+        async move { Ok::<_, Infallible>(resp) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .serve_connection(TokioIo::new(stream), svc);
+    if let Err(e) = conn.await {
+        tracing::debug!(error = %e, "admin connection ended with an error");
     }
 }
 

@@ -2,6 +2,7 @@
 //! into a runtime [`Config`] snapshot. Validation collects every problem at once so an
 //! operator fixes the file in one pass; it never panics.
 
+pub mod admin;
 pub mod calibration;
 pub mod counting;
 pub mod file;
@@ -15,6 +16,7 @@ use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
 
 use http::uri::{Authority, Scheme};
 
+pub use admin::{AdminAccess, AdminToken};
 pub use calibration::Calibration;
 pub use counting::{Counting, UsageInjection};
 pub use profile_file::{DriftConfig, ProfileConfig};
@@ -34,7 +36,10 @@ pub struct Overrides {
 pub struct Config {
     pub server: Server,
     pub upstream: Upstream,
+    /// The admin listener's address (`[admin] listen`).
     pub admin: SocketAddr,
+    /// Token, `/metrics` protection and TLS of the admin listener (`[admin]`).
+    pub admin_access: AdminAccess,
     pub measure: Measure,
     pub log: Log,
     pub slo: Slo,
@@ -159,4 +164,12 @@ fn render(problems: &[Problem]) -> String {
 /// Validates a file without any overrides, as `goodput check-config` does.
 pub fn check(path: &Path) -> Result<Config, ConfigError> {
     load(Some(path), &Overrides::default())
+}
+
+impl Config {
+    /// Settings that are valid but probably unintended (printed by `check-config`, logged
+    /// at start); never a reason to refuse the configuration.
+    pub fn warnings(&self) -> Vec<String> {
+        admin::warnings(self.admin, &self.admin_access)
+    }
 }

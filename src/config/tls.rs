@@ -49,27 +49,46 @@ fn read_key(key: &'static str, path: &str) -> Result<PrivateKeyDer<'static>, Pro
         .ok_or_else(|| Problem::invalid(key, format!("no PEM private key found in `{path}`")))
 }
 
-/// The listener's TLS configuration; ALPN offers h2 only when HTTP/2 is enabled.
+/// The config keys a listener's TLS section is reported under.
+#[derive(Debug, Clone, Copy)]
+pub struct TlsKeys {
+    pub section: &'static str,
+    pub cert: &'static str,
+    pub key: &'static str,
+}
+
+impl TlsKeys {
+    pub const SERVER: TlsKeys = TlsKeys {
+        section: "server.tls",
+        cert: "server.tls.cert",
+        key: "server.tls.key",
+    };
+    pub const ADMIN: TlsKeys = TlsKeys {
+        section: "admin.tls",
+        cert: "admin.tls.cert",
+        key: "admin.tls.key",
+    };
+}
+
+/// A listener's TLS configuration; ALPN offers h2 only when HTTP/2 is enabled.
 pub fn server_config(
+    keys: TlsKeys,
     cert: &str,
     key: &str,
     http2: bool,
 ) -> Result<Arc<rustls::ServerConfig>, Vec<Problem>> {
-    let (certs, key_der) = match (
-        read_certs("server.tls.cert", cert),
-        read_key("server.tls.key", key),
-    ) {
+    let (certs, key_der) = match (read_certs(keys.cert, cert), read_key(keys.key, key)) {
         (Ok(c), Ok(k)) => (c, k),
         (c, k) => return Err(c.err().into_iter().chain(k.err()).collect()),
     };
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| vec![Problem::invalid("server.tls", e.to_string())])?
+        .map_err(|e| vec![Problem::invalid(keys.section, e.to_string())])?
         .with_no_client_auth()
         .with_single_cert(certs, key_der)
         .map_err(|e| {
             vec![Problem::invalid(
-                "server.tls",
+                keys.section,
                 format!("certificate/key: {e}"),
             )]
         })?;

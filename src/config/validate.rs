@@ -7,7 +7,7 @@ use http::{Uri, uri::Scheme};
 
 use super::{
     Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, ServerLimits,
-    Upstream, calibration, counting, file::FileConfig, profile_file, slo, tls,
+    Upstream, admin, calibration, counting, file::FileConfig, profile_file, slo, tls,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -105,15 +105,19 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
         ));
     }
 
+    let admin_access = admin::validate_admin(&file.admin, &mut problems);
+
     let server_tls = match &file.server.tls {
         None => None,
-        Some(t) => match tls::server_config(&t.cert, &t.key, file.server.http2) {
-            Ok(cfg) => Some(cfg),
-            Err(mut p) => {
-                problems.append(&mut p);
-                None
+        Some(t) => {
+            match tls::server_config(tls::TlsKeys::SERVER, &t.cert, &t.key, file.server.http2) {
+                Ok(cfg) => Some(cfg),
+                Err(mut p) => {
+                    problems.append(&mut p);
+                    None
+                }
             }
-        },
+        }
     };
 
     let upstream = upstream(&file, overrides, &mut problems);
@@ -225,6 +229,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                 },
                 upstream,
                 admin,
+                admin_access,
                 measure: Measure {
                     request_inspect_limit: usize::try_from(m.request_inspect_limit)
                         .unwrap_or(usize::MAX),

@@ -119,6 +119,7 @@ fn start_on_from(
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let limits = metrics.limits.clone();
+    let admin_unauthorized = metrics.admin_unauthorized.clone();
     let budget = ClientBudget::raise_open_files_limit();
     let reload_counters = (metrics.reloads.clone(), metrics.reload_failures.clone());
     let m = &cfg.measure;
@@ -188,14 +189,22 @@ fn start_on_from(
         live: slo_view.clone(),
         drift: drift_view,
         calibration: calibration_view.clone(),
+        config: live.clone(),
+        unauthorized: admin_unauthorized,
     };
     let (stop, stopped) = watch::channel(false);
+
+    for warning in cfg.warnings() {
+        tracing::warn!(%warning, "configuration");
+    }
 
     tracing::info!(
         proxy = %proxy_addr,
         admin = %admin_addr,
         upstream = %format!("{}://{}{}", cfg.upstream.scheme, cfg.upstream.authority, cfg.upstream.base_path),
         tls = cfg.server.tls.is_some(),
+        admin_tls = cfg.admin_access.tls.is_some(),
+        admin_token = cfg.admin_access.token.is_some(),
         "goodput serving"
     );
     let task = tokio::spawn(async move {

@@ -58,6 +58,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     check(old.server.listen != new.server.listen, "server.listen");
     check(old.admin != new.admin, "admin.listen");
     check(
+        old.admin_access.tls.is_some() != new.admin_access.tls.is_some(),
+        "admin.tls (on/off)",
+    );
+    check(
         old.server.tls.is_some() != new.server.tls.is_some(),
         "server.tls (on/off)",
     );

@@ -26,9 +26,10 @@ use std::{
 
 use arc_swap::ArcSwap;
 use goodput::{
+    admin::metrics::LimitMetrics,
     config::{self, Overrides},
     measure::{MeasureLayer, Pending, Recorder, Settings},
-    proxy::{self, Forward, Proxy},
+    proxy::{self, ClientBudget, Forward, Proxy},
 };
 use goodput_fuzz::http1::{self, Received, Sent};
 use libfuzzer_sys::fuzz_target;
@@ -125,10 +126,24 @@ fn start() -> World {
         cfg.upstream.connect_timeout = PROXY_TIMEOUT;
         cfg.upstream.response_header_timeout = PROXY_TIMEOUT;
         cfg.upstream.idle_timeout = PROXY_TIMEOUT;
+        cfg.server.limits.request_body_timeout = PROXY_TIMEOUT;
         let (recorder, records) = Recorder::new(1 << 16, dropped.clone(), in_flight.clone());
         let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
         let layer = MeasureLayer::new(recorder.clone(), settings);
-        let proxy = Proxy::new(&cfg.server, Forward::new(&cfg.upstream), layer, recorder);
+        let limits = LimitMetrics::default();
+        let forward = Forward::new(
+            &cfg.upstream,
+            cfg.server.limits.request_body_timeout,
+            limits.clone(),
+        );
+        let proxy = Proxy::new(
+            &cfg.server,
+            forward,
+            layer,
+            recorder,
+            limits,
+            ClientBudget::unlimited(),
+        );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
         tokio::spawn(proxy::serve(listener, proxy, std::future::pending()));

@@ -168,11 +168,18 @@ struct Runs {
 
 impl Runs {
     fn new(run_bytes: usize) -> std::io::Result<Runs> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!("goodput-sort-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+        // Unique within the process (sorts may run side by side, as tests do) and across
+        // processes; a directory left by a killed process with the same id is skipped.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let dir = loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("goodput-sort-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        };
         Ok(Runs {
             dir,
             run_bytes,

@@ -15,9 +15,9 @@ use std::{
 use clap::{Args, Subcommand};
 
 use super::{
-    ExportFormat, Profile, Shape, Summary,
+    ExportFormat, Shape, Sorted, Summary,
     drift::{Report, Thresholds},
-    export, k_anonymize, merge, replay_commands, samples_of,
+    export_sorted, k_anonymize_sorted, merge_sorted, replay_commands, shape_of_sorted,
 };
 
 const EXIT_DRIFT: u8 = 1;
@@ -128,12 +128,14 @@ pub fn run(args: ProfileArgs) -> ExitCode {
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn read(files: &[PathBuf]) -> Result<Profile> {
-    let p = Profile::read(files)?;
-    for note in p.notes() {
+/// The files in arrival order, in bounded memory (every command streams them); what the
+/// reader skipped or ignored goes to stderr.
+fn read_sorted(files: &[PathBuf]) -> Result<Sorted> {
+    let s = Sorted::read(files)?;
+    for note in s.profile().notes() {
         eprintln!("note: {note}");
     }
-    Ok(p)
+    Ok(s)
 }
 
 fn sink(output: Option<&Path>) -> Result<Box<dyn Write>> {
@@ -148,7 +150,7 @@ fn sink(output: Option<&Path>) -> Result<Box<dyn Write>> {
 fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
     match cmd {
         ProfileCommand::Summarize { json, files } => {
-            let summary = Summary::of(&read(&files)?);
+            let summary = Summary::of_sorted(&read_sorted(&files)?)?;
             let mut out = sink(None)?;
             if json {
                 serde_json::to_writer_pretty(&mut out, &summary)?;
@@ -174,8 +176,8 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
             tokenizer,
             files,
         } => {
-            let profile = read(&files)?;
-            let model = model.unwrap_or_else(|| top_model(&profile));
+            let sorted = read_sorted(&files)?;
+            let model = model.unwrap_or_else(|| top_model(sorted.models()));
             let ext = if format == ExportFormat::Mooncake {
                 "jsonl"
             } else {
@@ -184,14 +186,8 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
             let shown = output
                 .as_ref()
                 .map_or_else(|| format!("out.{ext}"), |p| p.display().to_string());
-            let lines = replay_commands(
-                format,
-                &shown,
-                profile.entries.len(),
-                &model,
-                &url,
-                &tokenizer,
-            );
+            let lines =
+                replay_commands(format, &shown, sorted.requests(), &model, &url, &tokenizer);
             if commands {
                 for (_, line) in &lines {
                     println!("{line}");
@@ -199,7 +195,7 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let mut out = sink(output.as_deref())?;
-            let stats = export(&profile, format, &mut out)?;
+            let stats = export_sorted(&sorted, format, &mut out)?;
             eprintln!(
                 "exported {} requests ({} skipped without token counts; hash_ids padded on {}, cut on {})",
                 stats.written, stats.skipped, stats.padded, stats.truncated
@@ -224,9 +220,9 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
             output,
             files,
         } => {
-            let profile = read(&files)?;
+            let sorted = read_sorted(&files)?;
             let mut out = sink(output.as_deref())?;
-            let stats = merge(&profile, keep_separate, &mut out)?;
+            let stats = merge_sorted(&sorted, keep_separate, &mut out)?;
             eprintln!(
                 "merged {} requests from {} files; block ids {}",
                 stats.requests,
@@ -245,10 +241,10 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
             output,
             files,
         } => {
-            let profile = read(&files)?;
+            let sorted = read_sorted(&files)?;
             let mut out = sink(output.as_deref())?;
             let k = usize::try_from(k).unwrap_or(usize::MAX);
-            let r = k_anonymize(&profile, k, max_drop.clamp(0.0, 1.0), &mut out)?;
+            let r = k_anonymize_sorted(&sorted, k, max_drop.clamp(0.0, 1.0), &mut out)?;
             let lengths = match r.length_bucket_factor {
                 0.0 => "one bucket".to_owned(),
                 f => format!("×{f:.2} per bucket"),
@@ -280,9 +276,8 @@ fn diff(json: bool, base: &Path, live: &Path, o: &DiffOpts) -> Result<ExitCode> 
     if let Some((key, why)) = thresholds.problems().first() {
         return Err(format!("--{}: {why}", key.replace('_', "-")).into());
     }
-    let shape = |p: &Path| -> Result<Shape> {
-        Ok(Shape::of(&samples_of(&read(&[p.to_path_buf()])?), None))
-    };
+    let shape =
+        |p: &Path| -> Result<Shape> { Ok(shape_of_sorted(&read_sorted(&[p.to_path_buf()])?)?) };
     let report = Report::new(&shape(base)?, &shape(live)?, &thresholds, o.min_samples);
     let mut out = sink(None)?;
     if json {
@@ -323,16 +318,10 @@ fn diff(json: bool, base: &Path, live: &Path, o: &DiffOpts) -> Result<ExitCode> 
     })
 }
 
-fn top_model(p: &Profile) -> String {
-    let mut counts = std::collections::BTreeMap::new();
-    for e in &p.entries {
-        *counts
-            .entry(e.entry.model.clone().unwrap_or_default())
-            .or_insert(0u64) += 1;
-    }
+fn top_model(counts: &std::collections::BTreeMap<String, u64>) -> String {
     counts
-        .into_iter()
+        .iter()
         .filter(|(m, _)| !m.is_empty())
-        .max_by_key(|(_, n)| *n)
-        .map_or_else(|| "MODEL".into(), |(m, _)| m)
+        .max_by_key(|(_, n)| **n)
+        .map_or_else(|| "MODEL".into(), |(m, _)| m.clone())
 }

@@ -14,6 +14,9 @@
 //! - **BurstGPT CSV** (`burstgpt-csv`): `Timestamp,Model,Request tokens,Response tokens,
 //!   Total tokens,Log Type`, `Timestamp` in seconds from the first request, `Log Type`
 //!   `API log`.
+//!
+//! [`export_sorted`] streams the rows as requests come off the external sort by arrival
+//! ([`Sorted`]), so an export holds no more than the id map, whatever the input size.
 
 use std::{collections::HashMap, io::Write};
 
@@ -21,7 +24,8 @@ use serde::Serialize;
 
 use super::{
     format::{MOONCAKE_BLOCK_TOKENS, from_unix_ms},
-    read::{BlockId, Profile},
+    read::{BlockId, Loaded, Profile},
+    sorted::{SortError, Sorted},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -56,48 +60,100 @@ pub fn export(
     format: ExportFormat,
     out: &mut dyn Write,
 ) -> std::io::Result<ExportStats> {
-    let mut stats = ExportStats::default();
     let first = profile.entries.first().map_or(0, |e| e.at_ms);
-    let identities = profile.block_identities();
-    let mut ids: HashMap<BlockId, u64> = HashMap::new();
-    let mut next_id = 0u64;
-    match format {
-        ExportFormat::Mooncake => {}
-        ExportFormat::AzureCsv => writeln!(out, "TIMESTAMP,ContextTokens,GeneratedTokens")?,
-        ExportFormat::BurstgptCsv => writeln!(
-            out,
-            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
-        )?,
+    let mut x = Exporter::start(format, first, out)?;
+    for (loaded, blocks) in profile.entries.iter().zip(profile.block_identities()) {
+        x.row(loaded, &blocks, out)?;
     }
-    for (loaded, blocks) in profile.entries.iter().zip(identities) {
+    out.flush()?;
+    Ok(x.stats)
+}
+
+/// Writes `sorted`'s requests in `format` to `out` as they come off the sort, in bounded
+/// memory (the Mooncake id map holds one entry per distinct block); the same output as
+/// [`export`].
+pub fn export_sorted(
+    sorted: &Sorted,
+    format: ExportFormat,
+    out: &mut dyn Write,
+) -> Result<ExportStats, SortError> {
+    let linked = sorted.profile().common_salt_id().is_some();
+    let first = sorted.earliest().unwrap_or(0);
+    let mut x = Exporter::start(format, first, out).map_err(SortError::Write)?;
+    sorted.for_each(&mut |profile, loaded| {
+        let blocks = profile.identities_of(&loaded, linked);
+        x.row(&loaded, &blocks, out).map_err(SortError::Write)
+    })?;
+    out.flush().map_err(SortError::Write)?;
+    Ok(x.stats)
+}
+
+/// An export under way: the first arrival, the Mooncake ids handed out, the counts.
+struct Exporter {
+    format: ExportFormat,
+    first: i64,
+    ids: HashMap<BlockId, u64>,
+    next_id: u64,
+    stats: ExportStats,
+}
+
+impl Exporter {
+    /// Writes the CSV header line, if any.
+    fn start(format: ExportFormat, first: i64, out: &mut dyn Write) -> std::io::Result<Self> {
+        match format {
+            ExportFormat::Mooncake => {}
+            ExportFormat::AzureCsv => writeln!(out, "TIMESTAMP,ContextTokens,GeneratedTokens")?,
+            ExportFormat::BurstgptCsv => writeln!(
+                out,
+                "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
+            )?,
+        }
+        Ok(Exporter {
+            format,
+            first,
+            ids: HashMap::new(),
+            next_id: 0,
+            stats: ExportStats::default(),
+        })
+    }
+
+    /// One request, in arrival order, with its block identities.
+    fn row(
+        &mut self,
+        loaded: &Loaded,
+        blocks: &[BlockId],
+        out: &mut dyn Write,
+    ) -> std::io::Result<()> {
         let e = &loaded.entry;
         let output = e.output_tokens.filter(|n| *n > 0).or(e.max_tokens);
         let (Some(input), Some(output)) = (e.input_tokens.filter(|n| *n > 0), output) else {
-            stats.skipped += 1;
-            continue;
+            self.stats.skipped += 1;
+            return Ok(());
         };
-        let offset_ms = loaded.at_ms - first;
-        match format {
+        let offset_ms = loaded.at_ms - self.first;
+        match self.format {
             ExportFormat::Mooncake => {
                 let want =
                     usize::try_from(input.div_ceil(MOONCAKE_BLOCK_TOKENS)).unwrap_or(usize::MAX);
+                let next_id = &mut self.next_id;
+                let ids = &mut self.ids;
                 let mut hash_ids: Vec<u64> = blocks
                     .iter()
                     .take(want)
                     .map(|b| {
                         *ids.entry(*b).or_insert_with(|| {
-                            next_id += 1;
-                            next_id - 1
+                            *next_id += 1;
+                            *next_id - 1
                         })
                     })
                     .collect();
                 if blocks.len() > want {
-                    stats.truncated += 1;
+                    self.stats.truncated += 1;
                 } else if hash_ids.len() < want {
-                    stats.padded += 1;
+                    self.stats.padded += 1;
                     while hash_ids.len() < want {
-                        hash_ids.push(next_id);
-                        next_id += 1;
+                        hash_ids.push(*next_id);
+                        *next_id += 1;
                     }
                 }
                 let row = MooncakeRow {
@@ -122,10 +178,9 @@ pub fn export(
                 )?;
             }
         }
-        stats.written += 1;
+        self.stats.written += 1;
+        Ok(())
     }
-    out.flush()?;
-    Ok(stats)
 }
 
 /// `2023-11-16 18:15:46.6805900`, the Azure trace's timestamp form.
@@ -231,6 +286,27 @@ fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::sorted::tests::finish_ordered_files;
+
+    #[test]
+    fn the_streaming_export_writes_what_the_in_memory_one_does() {
+        let (dir, paths) = finish_ordered_files("export");
+        let profile = Profile::read(&paths).unwrap();
+        for format in [
+            ExportFormat::Mooncake,
+            ExportFormat::AzureCsv,
+            ExportFormat::BurstgptCsv,
+        ] {
+            let mut exact = Vec::new();
+            let want = export(&profile, format, &mut exact).unwrap();
+            let mut streamed = Vec::new();
+            let sorted = Sorted::read_in_runs(&paths, 4096).unwrap();
+            let got = export_sorted(&sorted, format, &mut streamed).unwrap();
+            assert_eq!(got, want);
+            assert!(streamed == exact, "{format:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn azure_timestamps_and_csv_fields() {

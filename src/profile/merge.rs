@@ -8,12 +8,18 @@
 //! with different salts cannot be linked: merge refuses them, unless asked to keep their
 //! blocks separate (then no id is shared across files and the header's `salt_id` is
 //! `mixed`).
+//!
+//! [`merge_sorted`] merges in bounded memory whatever the input size: it writes each
+//! request as it comes off the external sort by arrival ([`Sorted`]), keeping only the
+//! block-id maps (one entry per distinct prompt block). [`merge`] does the same from a
+//! [`Profile`] already in memory.
 
 use std::{collections::HashMap, io::Write};
 
 use super::{
-    format::{BlocksLine, Header, from_unix_ms},
-    read::{BlockId, Profile},
+    format::{BlocksLine, Entry, Header, from_unix_ms},
+    read::{BlockId, Loaded, Profile, ProfileFile},
+    sorted::{SortError, Sorted},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +30,8 @@ pub enum MergeError {
     MixedSalts(String),
     #[error("nothing to merge")]
     Empty,
+    #[error(transparent)]
+    Sort(#[from] SortError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -43,80 +51,140 @@ pub fn merge(
     keep_separate: bool,
     out: &mut dyn Write,
 ) -> Result<MergeStats, MergeError> {
-    let first = profile.files.first().ok_or(MergeError::Empty)?;
-    let linked = profile.common_salt_id().is_some();
-    if !linked && !keep_separate {
-        let mut salts: Vec<&str> = profile
+    let earliest = profile.entries.first().map(|e| e.at_ms);
+    let mut w = Merged::start(profile, earliest, keep_separate, out)?;
+    for loaded in &profile.entries {
+        w.write(&profile.files[loaded.file], loaded, out)?;
+    }
+    out.flush()?;
+    Ok(w.stats(profile))
+}
+
+/// Writes the merge of `sorted`'s files to `out`, in bounded memory (see the module doc).
+pub fn merge_sorted(
+    sorted: &Sorted,
+    keep_separate: bool,
+    out: &mut dyn Write,
+) -> Result<MergeStats, MergeError> {
+    let mut w = Merged::start(sorted.profile(), sorted.earliest(), keep_separate, out)?;
+    sorted.for_each(&mut |profile, loaded| {
+        w.write(&profile.files[loaded.file], &loaded, out)
+            .map_err(MergeError::Io)
+    })?;
+    out.flush()?;
+    Ok(w.stats(sorted.profile()))
+}
+
+/// The merged file as it is written: its start and the block ids handed out so far.
+struct Merged {
+    start_ms: i64,
+    linked: bool,
+    ids: HashMap<BlockId, u32>,
+    requests: usize,
+}
+
+impl Merged {
+    /// Checks the salts and writes the header; `earliest` is the first arrival.
+    fn start(
+        profile: &Profile,
+        earliest: Option<i64>,
+        keep_separate: bool,
+        out: &mut dyn Write,
+    ) -> Result<Merged, MergeError> {
+        let first = profile.files.first().ok_or(MergeError::Empty)?;
+        let linked = profile.common_salt_id().is_some();
+        if !linked && !keep_separate {
+            let mut salts: Vec<&str> = profile
+                .files
+                .iter()
+                .map(|f| f.header.salt_id.as_str())
+                .collect();
+            salts.sort_unstable();
+            salts.dedup();
+            return Err(MergeError::MixedSalts(salts.join(", ")));
+        }
+        let start_ms = earliest.map_or(first.start_ms, |at| at.min(first.start_ms));
+        let mut header: Header = first.header.clone();
+        header.started_at = humantime::format_rfc3339_millis(from_unix_ms(start_ms)).to_string();
+        header.goodput_version = env!("CARGO_PKG_VERSION").into();
+        if !linked {
+            header.salt_id = "mixed".into();
+        }
+        if profile
             .files
             .iter()
-            .map(|f| f.header.salt_id.as_str())
-            .collect();
-        salts.sort_unstable();
-        salts.dedup();
-        return Err(MergeError::MixedSalts(salts.join(", ")));
+            .any(|f| f.header.contract != first.header.contract)
+        {
+            header.contract.notes = Some(format!(
+                "merged from {} files whose test contracts differ; this is the first file's",
+                profile.files.len()
+            ));
+        }
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&header).map_err(std::io::Error::other)?
+        )?;
+        Ok(Merged {
+            start_ms,
+            linked,
+            ids: HashMap::new(),
+            requests: 0,
+        })
     }
-    let start_ms = profile
-        .entries
-        .first()
-        .map_or(first.start_ms, |e| e.at_ms.min(first.start_ms));
-    let mut header: Header = first.header.clone();
-    header.started_at = humantime::format_rfc3339_millis(from_unix_ms(start_ms)).to_string();
-    header.goodput_version = env!("CARGO_PKG_VERSION").into();
-    if !linked {
-        header.salt_id = "mixed".into();
-    }
-    if profile
-        .files
-        .iter()
-        .any(|f| f.header.contract != first.header.contract)
-    {
-        header.contract.notes = Some(format!(
-            "merged from {} files whose test contracts differ; this is the first file's",
-            profile.files.len()
-        ));
-    }
-    writeln!(
-        out,
-        "{}",
-        serde_json::to_string(&header).map_err(std::io::Error::other)?
-    )?;
-    let mut ids: HashMap<BlockId, u32> = HashMap::new();
-    for (loaded, blocks) in profile.entries.iter().zip(profile.block_identities()) {
+
+    /// Writes one request (in arrival order), preceded by the keys of ids new to it.
+    fn write(
+        &mut self,
+        file: &ProfileFile,
+        loaded: &Loaded,
+        out: &mut dyn Write,
+    ) -> std::io::Result<()> {
         let mut fresh: Vec<(u32, Option<u64>)> = Vec::new();
-        let hash_ids: Vec<u32> = blocks
-            .iter()
-            .map(|b| {
-                let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-                *ids.entry(*b).or_insert_with(|| {
-                    fresh.push((
-                        next,
-                        match b {
-                            BlockId::Key(k) => Some(*k),
-                            BlockId::Local(..) => None,
-                        },
-                    ));
-                    next
+        let hash_ids: Option<Vec<u32>> = loaded.entry.hash_ids.as_ref().map(|raw| {
+            raw.iter()
+                .map(|id| {
+                    let b = match file.keys.get(id) {
+                        Some(key) if self.linked => BlockId::Key(*key),
+                        _ => BlockId::Local(loaded.file, *id),
+                    };
+                    let next = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
+                    *self.ids.entry(b).or_insert_with(|| {
+                        fresh.push((
+                            next,
+                            match b {
+                                BlockId::Key(k) => Some(k),
+                                BlockId::Local(..) => None,
+                            },
+                        ));
+                        next
+                    })
                 })
-            })
-            .collect();
-        if linked {
+                .collect()
+        });
+        if self.linked {
             write_keys(out, &fresh)?;
         }
-        let mut entry = loaded.entry.clone();
-        entry.t_ms = loaded.at_ms - start_ms;
-        entry.hash_ids = loaded.entry.hash_ids.as_ref().map(|_| hash_ids);
+        let entry = Entry {
+            t_ms: loaded.at_ms - self.start_ms,
+            hash_ids,
+            ..loaded.entry.clone()
+        };
+        self.requests += 1;
         writeln!(
             out,
             "{}",
             serde_json::to_string(&entry).map_err(std::io::Error::other)?
-        )?;
+        )
     }
-    out.flush()?;
-    Ok(MergeStats {
-        files: profile.files.len(),
-        requests: profile.entries.len(),
-        linked,
-    })
+
+    fn stats(&self, profile: &Profile) -> MergeStats {
+        MergeStats {
+            files: profile.files.len(),
+            requests: self.requests,
+            linked: self.linked,
+        }
+    }
 }
 
 /// `blocks` lines for each run of consecutive new ids that have keys.
@@ -150,4 +218,46 @@ fn flush_run(out: &mut dyn Write, run: Option<BlocksLine>) -> std::io::Result<()
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::sorted::tests::finish_ordered_files;
+
+    #[test]
+    fn the_streaming_merge_writes_what_the_in_memory_one_does() {
+        let (dir, paths) = finish_ordered_files("merge");
+        let mut exact = Vec::new();
+        let want = merge(&Profile::read(&paths).unwrap(), false, &mut exact).unwrap();
+        // Tiny runs: dozens of spilled runs merged back.
+        for run_bytes in [1 << 30, 4096, 1] {
+            let input = Sorted::read_in_runs(&paths, run_bytes).unwrap();
+            assert!(input.profile().notes()[0].contains("later"));
+            let mut streamed = Vec::new();
+            let got = merge_sorted(&input, false, &mut streamed).unwrap();
+            assert_eq!(got, want);
+            assert_eq!(
+                String::from_utf8(streamed).unwrap(),
+                String::from_utf8(exact.clone()).unwrap(),
+                "run_bytes {run_bytes}"
+            );
+        }
+        assert_eq!(want.requests, 555);
+        // The sorted output is in arrival order, and the temporary runs are gone.
+        let merged = dir.join("merged.jsonl");
+        std::fs::write(&merged, &exact).unwrap();
+        let back = Profile::read(std::slice::from_ref(&merged)).unwrap();
+        assert!(back.entries.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn empty_and_mixed_inputs_are_refused_as_before() {
+        let input = Sorted::read(&[]).unwrap();
+        assert!(matches!(
+            merge_sorted(&input, false, &mut Vec::new()),
+            Err(MergeError::Empty)
+        ));
+    }
 }

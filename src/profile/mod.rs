@@ -15,12 +15,13 @@
 //! - `recorder`: [`ProfileRecorder`], the bounded queue and writer thread.
 //! - `writer`: files, rotation, retention, fsync, per-file id remap, disk errors.
 //! - `read`: [`Profile`], reading files back (torn lines, unknown fields, versions).
+//! - `sorted`: [`Sorted`], requests in arrival order by an external sort, in bounded memory.
 //! - `stats`: percentiles, CV, PSI, KS, TVD and their noise floors.
 //! - `shape`: [`Shape`], the distributions a profile or a live window is described by.
 //! - [`drift`]: thresholds, comparison, the live [`drift::Monitor`], webhook, snapshots.
 //! - `summary`: `goodput profile summarize`.
 //! - `export`: Mooncake JSONL, Azure and BurstGPT CSV, and the replay command lines.
-//! - `merge`: several files (instances) into one.
+//! - `merge`: several files (instances) into one, streamed from [`Sorted`].
 //! - `sample`: the k-anonymity guard.
 //! - [`cli`]: the `goodput profile` commands.
 
@@ -35,22 +36,24 @@ mod read;
 mod recorder;
 mod sample;
 mod shape;
+mod sorted;
 mod stats;
 mod summary;
 pub mod writer;
 
-pub use export::{ExportFormat, ReplayTarget, export, replay_commands};
+pub use export::{ExportFormat, ReplayTarget, export, export_sorted, replay_commands};
 pub use format::{
     Anonymized, Block, BlockUnit, BlocksLine, Contract, Entry, FORMAT, Header,
     MOONCAKE_BLOCK_TOKENS, VERSION, from_unix_ms, unix_ms,
 };
 pub use hash::{Anonymizer, block_hashes, prompt_bytes, salt_id, token_block_hashes};
 pub use line::ProfileLine;
-pub use merge::{MergeError, merge};
-pub use read::{BlockId, FileReport, Loaded, Profile, ProfileFile, ReadError};
+pub use merge::{MergeError, MergeStats, merge, merge_sorted};
+pub use read::{BlockId, FileReport, Loaded, Profile, ProfileFile, ReadError, RequestSink};
 pub use recorder::{DropReason, ProfileRecorder, StartError};
-pub use sample::{SampleReport, k_anonymize};
-pub use shape::{Sample, Shape, samples_of};
+pub use sample::{SampleReport, k_anonymize, k_anonymize_sorted};
+pub use shape::{Sample, Shape, sample_of, samples_of, shape_of_sorted};
+pub use sorted::{RUN_BYTES, SortError, Sorted, Span};
 pub use summary::Summary;
 
 /// The recording component under its role name: `profile::Recorder::start(...)`.

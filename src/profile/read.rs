@@ -91,95 +91,42 @@ impl Profile {
     }
 
     /// Reads one file's text from `reader`, named `path` in errors.
-    pub fn add(&mut self, path: &Path, mut reader: impl BufRead) -> Result<(), ReadError> {
-        let shown = || path.display().to_string();
-        let io = |source| ReadError::Io {
-            path: shown(),
-            source,
-        };
-        let mut buf = Vec::new();
-        if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
-            self.skipped_files
-                .push((path.to_path_buf(), "empty (created, never written)".into()));
-            return Ok(());
+    pub fn add(&mut self, path: &Path, reader: impl BufRead) -> Result<(), ReadError> {
+        let entries = &mut self.entries;
+        if let Some(file) = read_file(
+            path,
+            reader,
+            self.files.len(),
+            &mut self.skipped_files,
+            &mut |_, loaded, _| entries.push(loaded),
+        )? {
+            self.files.push(file);
         }
-        let header = match parse_header(&buf) {
-            Ok(h) => h,
-            // A first line cut short by a crash: the file never got going.
-            Err(_) if !buf.ends_with(b"\n") && buf.starts_with(b"{\"type\":\"header\"") => {
-                self.skipped_files.push((
-                    path.to_path_buf(),
-                    "torn header (the writer stopped mid-line)".into(),
-                ));
-                return Ok(());
-            }
-            Err(reason) => {
-                return Err(ReadError::NotAProfile {
-                    path: shown(),
-                    reason,
-                });
-            }
-        };
-        if header.version != VERSION {
-            return Err(ReadError::UnsupportedVersion {
-                path: shown(),
-                version: header.version,
-            });
-        }
-        let start_ms = header.started_ms().ok_or_else(|| ReadError::NotAProfile {
-            path: shown(),
-            reason: format!("`started_at` {:?} is not RFC 3339", header.started_at),
-        })?;
-        let index = self.files.len();
-        let mut file = ProfileFile {
-            path: path.to_path_buf(),
-            report: FileReport {
-                unknown_fields: header.extra.keys().map(|k| format!("header.{k}")).collect(),
-                ..Default::default()
-            },
-            header,
-            start_ms,
-            keys: HashMap::new(),
-        };
-        let mut line_no = 1;
-        loop {
-            buf.clear();
-            if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
-                break;
-            }
-            line_no += 1;
-            let complete = buf.ends_with(b"\n");
-            let text = buf.trim_ascii();
-            if text.is_empty() {
-                continue;
-            }
-            match parse_line(text) {
-                Ok(Line::Entry(entry)) => {
-                    file.report
-                        .unknown_fields
-                        .extend(entry.extra.keys().cloned());
-                    self.entries.push(Loaded {
-                        file: index,
-                        at_ms: start_ms.saturating_add(entry.t_ms),
-                        entry: *entry,
-                    });
-                }
-                Ok(Line::Blocks(b)) => {
-                    for (i, key) in b.keys.iter().enumerate() {
-                        if let (Ok(key), Ok(i)) = (u64::from_str_radix(key, 16), u32::try_from(i)) {
-                            file.keys.insert(b.first_id.saturating_add(i), key);
-                        }
-                    }
-                }
-                Ok(Line::Other(kind)) => {
-                    file.report.unknown_fields.insert(format!("type={kind}"));
-                }
-                Err(()) if !complete => file.report.torn_last_line = true,
-                Err(()) => file.report.invalid_lines.push(line_no),
-            }
-        }
-        self.files.push(file);
         Ok(())
+    }
+
+    /// Reads `paths` without keeping their requests: each is handed to `each` as it is
+    /// read (in file order, not sorted), with its file as known so far (the `keys` of the
+    /// ids it uses are already there) and its line's text. The profile returned has the
+    /// files and notes, and no `entries`; memory stays bounded by the block keys.
+    pub fn scan(paths: &[PathBuf], each: &mut RequestSink<'_>) -> Result<Profile, ReadError> {
+        let mut profile = Profile::default();
+        for path in paths {
+            let file = std::fs::File::open(path).map_err(|source| ReadError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            if let Some(file) = read_file(
+                path,
+                BufReader::with_capacity(1 << 16, file),
+                profile.files.len(),
+                &mut profile.skipped_files,
+                each,
+            )? {
+                profile.files.push(file);
+            }
+        }
+        Ok(profile)
     }
 
     /// The salt id shared by every file, or `None` when they differ.
@@ -198,17 +145,21 @@ impl Profile {
         let linked = self.common_salt_id().is_some();
         self.entries
             .iter()
-            .map(|l| {
-                let file = &self.files[l.file];
-                l.entry
-                    .hash_ids
-                    .iter()
-                    .flatten()
-                    .map(|id| match file.keys.get(id) {
-                        Some(key) if linked => BlockId::Key(*key),
-                        _ => BlockId::Local(l.file, *id),
-                    })
-                    .collect()
+            .map(|l| self.identities_of(l, linked))
+            .collect()
+    }
+
+    /// The block identities of one request (see [`Profile::block_identities`]);
+    /// `linked`: the files share one salt.
+    pub fn identities_of(&self, l: &Loaded, linked: bool) -> Vec<BlockId> {
+        let file = &self.files[l.file];
+        l.entry
+            .hash_ids
+            .iter()
+            .flatten()
+            .map(|id| match file.keys.get(id) {
+                Some(key) if linked => BlockId::Key(*key),
+                _ => BlockId::Local(l.file, *id),
             })
             .collect()
     }
@@ -272,6 +223,107 @@ impl fmt::Display for BlockId {
     }
 }
 
+/// What [`Profile::scan`] hands each request to: its file (so far), the request, and the
+/// text of its line.
+pub type RequestSink<'a> = dyn FnMut(&ProfileFile, Loaded, &[u8]) + 'a;
+
+/// Reads one file, handing each request to `each`; `None` when the file is skipped (no
+/// complete header), with why in `skipped`.
+fn read_file(
+    path: &Path,
+    mut reader: impl BufRead,
+    index: usize,
+    skipped: &mut Vec<(PathBuf, String)>,
+    each: &mut RequestSink<'_>,
+) -> Result<Option<ProfileFile>, ReadError> {
+    let shown = || path.display().to_string();
+    let io = |source| ReadError::Io {
+        path: shown(),
+        source,
+    };
+    let mut buf = Vec::new();
+    if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
+        skipped.push((path.to_path_buf(), "empty (created, never written)".into()));
+        return Ok(None);
+    }
+    let header = match parse_header(&buf) {
+        Ok(h) => h,
+        // A first line cut short by a crash: the file never got going.
+        Err(_) if !buf.ends_with(b"\n") && buf.starts_with(b"{\"type\":\"header\"") => {
+            skipped.push((
+                path.to_path_buf(),
+                "torn header (the writer stopped mid-line)".into(),
+            ));
+            return Ok(None);
+        }
+        Err(reason) => {
+            return Err(ReadError::NotAProfile {
+                path: shown(),
+                reason,
+            });
+        }
+    };
+    if header.version != VERSION {
+        return Err(ReadError::UnsupportedVersion {
+            path: shown(),
+            version: header.version,
+        });
+    }
+    let start_ms = header.started_ms().ok_or_else(|| ReadError::NotAProfile {
+        path: shown(),
+        reason: format!("`started_at` {:?} is not RFC 3339", header.started_at),
+    })?;
+    let mut file = ProfileFile {
+        path: path.to_path_buf(),
+        report: FileReport {
+            unknown_fields: header.extra.keys().map(|k| format!("header.{k}")).collect(),
+            ..Default::default()
+        },
+        header,
+        start_ms,
+        keys: HashMap::new(),
+    };
+    let mut line_no = 1;
+    loop {
+        buf.clear();
+        if reader.read_until(b'\n', &mut buf).map_err(io)? == 0 {
+            break;
+        }
+        line_no += 1;
+        let complete = buf.ends_with(b"\n");
+        let text = buf.trim_ascii();
+        if text.is_empty() {
+            continue;
+        }
+        match parse_line(text) {
+            Ok(Line::Entry(entry)) => {
+                file.report
+                    .unknown_fields
+                    .extend(entry.extra.keys().cloned());
+                let loaded = Loaded {
+                    file: index,
+                    at_ms: start_ms.saturating_add(entry.t_ms),
+                    entry: *entry,
+                };
+                each(&file, loaded, text);
+            }
+            Ok(Line::Blocks(b)) => {
+                for (i, key) in b.keys.iter().enumerate() {
+                    if let (Ok(key), Ok(i)) = (u64::from_str_radix(key, 16), u32::try_from(i)) {
+                        file.keys.insert(b.first_id.saturating_add(i), key);
+                    }
+                }
+            }
+            Ok(Line::Other(kind)) => {
+                file.report.unknown_fields.insert(format!("type={kind}"));
+            }
+            Err(()) if !complete => file.report.torn_last_line = true,
+            Err(()) => file.report.invalid_lines.push(line_no),
+        }
+    }
+    Ok(Some(file))
+}
+
 fn parse_header(line: &[u8]) -> Result<Header, String> {
     let value: Value = serde_json::from_slice(line.trim_ascii())
         .map_err(|e| format!("the first line is not JSON ({e})"))?;
@@ -306,13 +358,13 @@ fn placeholder_header() -> Header {
     )
 }
 
-enum Line {
+pub(super) enum Line {
     Entry(Box<Entry>),
     Blocks(BlocksLine),
     Other(String),
 }
 
-fn parse_line(text: &[u8]) -> Result<Line, ()> {
+pub(super) fn parse_line(text: &[u8]) -> Result<Line, ()> {
     let value: Value = serde_json::from_slice(text).map_err(|_| ())?;
     match value.get("type").and_then(Value::as_str) {
         None => serde_json::from_value(value)

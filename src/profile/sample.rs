@@ -10,13 +10,17 @@
 //! `tenant` are removed (either could single a request out). The header records what was
 //! done (`anonymized`).
 
-use std::{collections::HashMap, io::Write};
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    io::Write,
+};
 
 use serde::Serialize;
 
 use super::{
-    format::{Anonymized, from_unix_ms},
+    format::{Anonymized, Entry, Header, from_unix_ms},
     read::Profile,
+    sorted::{SortError, Sorted},
     stats,
 };
 
@@ -171,30 +175,15 @@ pub fn k_anonymize(
     let Some(first) = profile.files.first() else {
         return Err(std::io::Error::other("no profile file to sample"));
     };
-    let mut header = first.header.clone();
-    header.started_at = humantime::format_rfc3339_millis(from_unix_ms(start_ms)).to_string();
-    header.anonymized = Some(Anonymized {
-        k: report.k,
-        length_bucket_factor: report.length_bucket_factor,
-        time_bucket_ms: report.time_bucket_ms,
-        dropped: report.dropped as u64,
-    });
+    let header = anonymized_header(&first.header, start_ms, &report);
     writeln!(
         out,
         "{}",
         serde_json::to_string(&header).map_err(std::io::Error::other)?
     )?;
     for i in kept {
-        let mut e = entries[i].entry.clone();
-        e.t_ms = bucket_start(entries[i].at_ms) - start_ms;
-        e.input_tokens = representative(e.input_tokens, chosen.length, mi);
-        e.output_tokens = representative(e.output_tokens, chosen.length, mo);
-        e.max_tokens = representative(e.max_tokens, chosen.length, mx);
-        e.hash_ids = None;
-        e.tenant = None;
-        e.ttft_ms = e.ttft_ms.map(f64::round);
-        e.tpot_ms = e.tpot_ms.map(f64::round);
-        e.e2e_ms = e.e2e_ms.round();
+        let t_ms = bucket_start(entries[i].at_ms) - start_ms;
+        let e = coarsened(&entries[i].entry, t_ms, chosen, [mi, mo, mx]);
         writeln!(
             out,
             "{}",
@@ -205,9 +194,265 @@ pub fn k_anonymize(
     Ok(report)
 }
 
+/// The first file's header, starting at `start_ms`, saying what was done.
+fn anonymized_header(first: &Header, start_ms: i64, report: &SampleReport) -> Header {
+    let mut header = first.clone();
+    header.started_at = humantime::format_rfc3339_millis(from_unix_ms(start_ms)).to_string();
+    header.anonymized = Some(Anonymized {
+        k: report.k,
+        length_bucket_factor: report.length_bucket_factor,
+        time_bucket_ms: report.time_bucket_ms,
+        dropped: report.dropped as u64,
+    });
+    header
+}
+
+/// A kept request as written: arrival at its bucket, lengths at their representatives
+/// (`medians`: input, output, max tokens), no ids or tenant, latencies rounded to 1 ms.
+fn coarsened(entry: &Entry, t_ms: i64, lv: Level, medians: [u64; 3]) -> Entry {
+    let [mi, mo, mx] = medians;
+    let mut e = entry.clone();
+    e.t_ms = t_ms;
+    e.input_tokens = representative(e.input_tokens, lv.length, mi);
+    e.output_tokens = representative(e.output_tokens, lv.length, mo);
+    e.max_tokens = representative(e.max_tokens, lv.length, mx);
+    e.hash_ids = None;
+    e.tenant = None;
+    e.ttft_ms = e.ttft_ms.map(f64::round);
+    e.tpot_ms = e.tpot_ms.map(f64::round);
+    e.e2e_ms = e.e2e_ms.round();
+    e
+}
+
+/// Writes the k-anonymous version of `sorted`'s requests to `out` in bounded memory, the
+/// same output as [`k_anonymize`], in two passes over the sorted requests.
+///
+/// Pass one counts the groups of every level at once, one time bucket at a time (the
+/// requests arrive in order, so a bucket's groups are final when the next bucket
+/// starts): memory is the groups of one bucket per level, the length counts for the
+/// medians, and, per level, the groups smaller than k only while they hold at most
+/// `max_drop` of the requests (past that the level cannot be chosen; the last, fully
+/// coarse level has few groups and keeps them all). Pass two writes the requests that
+/// are not in a small group of the chosen level.
+pub fn k_anonymize_sorted(
+    sorted: &Sorted,
+    k: usize,
+    max_drop: f64,
+    out: &mut dyn Write,
+) -> Result<SampleReport, SortError> {
+    let k = k.max(1);
+    let n = sorted.requests();
+    let earliest = sorted.earliest();
+    let levels = schedule();
+    let last = levels.len() - 1;
+    let cap = max_drop * n as f64;
+    let mut passes: Vec<LevelPass> = levels
+        .iter()
+        .enumerate()
+        .map(|(i, lv)| LevelPass::new(*lv, if i == last { f64::INFINITY } else { cap }))
+        .collect();
+    let mut models: HashMap<Option<String>, u32> = HashMap::new();
+    let mut lengths: [BTreeMap<u64, u64>; 3] = Default::default();
+    sorted.for_each(&mut |_, l| {
+        let e = &l.entry;
+        let model = intern(&mut models, &e.model);
+        for p in &mut passes {
+            p.add(model, l.at_ms, e.input_tokens, e.output_tokens, k);
+        }
+        for (m, v) in lengths
+            .iter_mut()
+            .zip([e.input_tokens, e.output_tokens, e.max_tokens])
+        {
+            if let Some(v) = v {
+                *m.entry(v).or_insert(0) += 1;
+            }
+        }
+        Ok::<_, SortError>(())
+    })?;
+    for p in &mut passes {
+        p.close(k);
+    }
+    let chosen = passes
+        .iter()
+        .position(|p| p.dropped as f64 <= cap)
+        .unwrap_or(last);
+    let pass = &passes[chosen];
+    let lv = pass.level;
+    let [mi, mo, mx] = lengths.map(|m| median(&m));
+    let bucket_start = |at: i64| {
+        lv.time
+            .map_or(earliest.unwrap_or(at), |w| at.div_euclid(w) * w)
+    };
+    let start_ms = match (pass.first_kept, lv.time) {
+        (None, _) => 0,
+        (Some(_), None) => earliest.unwrap_or(0),
+        (Some(t), Some(w)) => t * w,
+    };
+    let report = SampleReport {
+        k: k as u64,
+        length_bucket_factor: lv.length.unwrap_or(0.0),
+        time_bucket_ms: lv.time.unwrap_or(0),
+        kept: n - pass.dropped,
+        dropped: pass.dropped,
+    };
+    let Some(first) = sorted.profile().files.first() else {
+        return Err(SortError::Write(std::io::Error::other(
+            "no profile file to sample",
+        )));
+    };
+    let header = anonymized_header(&first.header, start_ms, &report);
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string(&header)
+            .map_err(std::io::Error::other)
+            .map_err(SortError::Write)?
+    )
+    .map_err(SortError::Write)?;
+    sorted.for_each(&mut |_, l| {
+        let model = models.get(&l.entry.model).copied().unwrap_or(u32::MAX);
+        if pass.small.contains(&pass.key(model, l.at_ms, &l.entry)) {
+            return Ok(());
+        }
+        let e = coarsened(&l.entry, bucket_start(l.at_ms) - start_ms, lv, [mi, mo, mx]);
+        let line = serde_json::to_string(&e)
+            .map_err(std::io::Error::other)
+            .map_err(SortError::Write)?;
+        writeln!(out, "{line}").map_err(SortError::Write)
+    })?;
+    out.flush().map_err(SortError::Write)?;
+    Ok(report)
+}
+
+fn intern(models: &mut HashMap<Option<String>, u32>, model: &Option<String>) -> u32 {
+    if let Some(i) = models.get(model) {
+        return *i;
+    }
+    let i = u32::try_from(models.len()).unwrap_or(u32::MAX);
+    models.insert(model.clone(), i);
+    i
+}
+
+/// The nearest-rank median of counted values (as `stats::percentile`), 0 when none.
+fn median(counts: &BTreeMap<u64, u64>) -> u64 {
+    let len: u64 = counts.values().sum();
+    if len == 0 {
+        return 0;
+    }
+    let rank = ((0.5 * len as f64).ceil() as u64).clamp(1, len);
+    let mut seen = 0;
+    for (v, c) in counts {
+        seen += c;
+        if seen >= rank {
+            return *v;
+        }
+    }
+    0
+}
+
+/// A group of one level within its time bucket: model (interned), length buckets.
+type Group = (u32, i64, i64);
+
+/// One level's groups, counted a time bucket at a time.
+struct LevelPass {
+    level: Level,
+    cap: f64,
+    bucket: Option<i64>,
+    groups: HashMap<Group, usize>,
+    dropped: usize,
+    /// Groups smaller than k, by time bucket; emptied once they hold more than `cap`.
+    small: HashSet<(i64, Group)>,
+    /// The first time bucket with a group of at least k.
+    first_kept: Option<i64>,
+}
+
+impl LevelPass {
+    fn new(level: Level, cap: f64) -> LevelPass {
+        LevelPass {
+            level,
+            cap,
+            bucket: None,
+            groups: HashMap::new(),
+            dropped: 0,
+            small: HashSet::new(),
+            first_kept: None,
+        }
+    }
+
+    fn key(&self, model: u32, at_ms: i64, e: &super::format::Entry) -> (i64, Group) {
+        (
+            self.level.time.map_or(0, |w| at_ms.div_euclid(w)),
+            (
+                model,
+                length_bucket(e.input_tokens, self.level.length),
+                length_bucket(e.output_tokens, self.level.length),
+            ),
+        )
+    }
+
+    fn add(&mut self, model: u32, at_ms: i64, input: Option<u64>, output: Option<u64>, k: usize) {
+        let t = self.level.time.map_or(0, |w| at_ms.div_euclid(w));
+        if self.bucket != Some(t) {
+            self.close(k);
+            self.bucket = Some(t);
+        }
+        let g = (
+            model,
+            length_bucket(input, self.level.length),
+            length_bucket(output, self.level.length),
+        );
+        *self.groups.entry(g).or_insert(0) += 1;
+    }
+
+    /// The current time bucket is complete.
+    fn close(&mut self, k: usize) {
+        let Some(t) = self.bucket else { return };
+        for (g, n) in self.groups.drain() {
+            if n >= k {
+                self.first_kept.get_or_insert(t);
+                continue;
+            }
+            self.dropped += n;
+            if self.dropped as f64 <= self.cap {
+                self.small.insert((t, g));
+            } else {
+                self.small = HashSet::new();
+            }
+        }
+        self.bucket = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::sorted::tests::finish_ordered_files;
+
+    #[test]
+    fn the_streaming_sample_writes_what_the_in_memory_one_does() {
+        let (dir, paths) = finish_ordered_files("sample");
+        let profile = Profile::read(&paths).unwrap();
+        let sorted = Sorted::read_in_runs(&paths, 4096).unwrap();
+        // From the finest level kept to the fully coarse one (nothing fits: the last).
+        for (k, max_drop) in [
+            (1, 0.0),
+            (2, 0.5),
+            (3, 0.01),
+            (5, 0.01),
+            (40, 0.0),
+            (600, 0.0),
+        ] {
+            let mut exact = Vec::new();
+            let want = k_anonymize(&profile, k, max_drop, &mut exact).unwrap();
+            let mut streamed = Vec::new();
+            let got = k_anonymize_sorted(&sorted, k, max_drop, &mut streamed).unwrap();
+            assert_eq!(got, want, "k {k}");
+            assert!(streamed == exact, "k {k}");
+        }
+        assert_eq!(median(&BTreeMap::from([(1, 1), (5, 2), (9, 1)])), 5);
+        assert_eq!(median(&BTreeMap::new()), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_schedule_ends_fully_coarse() {

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::{
-    read::{BlockId, Profile},
+    read::{BlockId, Loaded, Profile},
+    sorted::{SortError, Sorted, Span},
     stats,
 };
 
@@ -36,27 +37,178 @@ pub fn samples_of(profile: &Profile) -> Vec<Sample> {
         .entries
         .iter()
         .zip(identities)
-        // Only generation traffic is profiled; older files may hold scrapes and probes
-        // (`api` unknown), which would shift every shape and drift statistic.
-        .filter(|(l, _)| crate::decode::is_generation_label(&l.entry.api))
-        .map(|(l, ids)| {
-            let reused = ids.iter().filter(|id| !seen.insert(**id)).count();
-            let e = &l.entry;
-            Sample {
-                at_ms: l.at_ms,
-                model: e.model.clone().unwrap_or_else(|| "unknown".into()),
-                api: e.api.clone(),
-                stream: e.stream,
-                input: e.input_tokens,
-                output: e.output_tokens,
-                e2e_ms: e.e2e_ms,
-                blocks: u32::try_from(ids.len()).unwrap_or(u32::MAX),
-                reused: u32::try_from(reused).unwrap_or(u32::MAX),
-                outcome: e.outcome.clone(),
-                slo_met: e.slo_met,
-            }
-        })
+        .filter_map(|(l, ids)| sample_of(l, &ids, &mut seen))
         .collect()
+}
+
+/// One request as a sample, `None` unless it is generation traffic: only that is
+/// profiled; older files may hold scrapes and probes (`api` unknown), which would shift
+/// every shape and drift statistic. `seen`: the blocks of the requests before it.
+pub fn sample_of(l: &Loaded, ids: &[BlockId], seen: &mut HashSet<BlockId>) -> Option<Sample> {
+    let e = &l.entry;
+    if !crate::decode::is_generation_label(&e.api) {
+        return None;
+    }
+    let reused = ids.iter().filter(|id| !seen.insert(**id)).count();
+    Some(Sample {
+        at_ms: l.at_ms,
+        model: e.model.clone().unwrap_or_else(|| "unknown".into()),
+        api: e.api.clone(),
+        stream: e.stream,
+        input: e.input_tokens,
+        output: e.output_tokens,
+        e2e_ms: e.e2e_ms,
+        blocks: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+        reused: u32::try_from(reused).unwrap_or(u32::MAX),
+        outcome: e.outcome.clone(),
+        slo_met: e.slo_met,
+    })
+}
+
+/// The shape of profile files read in arrival order ([`Sorted`]), one request at a
+/// time: the same [`Shape`] as `Shape::of(&samples_of(..), None)`, bit for bit (sums are
+/// taken in the same order), holding counts instead of samples. Memory: the distinct
+/// lengths, the distinct prompt blocks (for prefix reuse) and the keys the reader keeps.
+pub fn shape_of_sorted(sorted: &Sorted) -> Result<Shape, SortError> {
+    let span = sorted.generation();
+    let linked = sorted.profile().common_salt_id().is_some();
+    let mut seen: HashSet<BlockId> = HashSet::new();
+    let mut acc = Accumulator::new(span);
+    sorted.for_each(&mut |profile, l| {
+        let ids = profile.identities_of(&l, linked);
+        if let Some(s) = sample_of(&l, &ids, &mut seen) {
+            acc.push(&s);
+        }
+        Ok::<_, SortError>(())
+    })?;
+    Ok(acc.finish())
+}
+
+/// A [`Shape`] under construction from samples in arrival order.
+struct Accumulator {
+    n: usize,
+    span_ms: i64,
+    /// The mean gap between arrivals, known ahead from the span (the gaps add up to it
+    /// exactly), so their variance is summed in one pass in the order `stats::cv` sums.
+    mean_gap: f64,
+    prev: Option<i64>,
+    gap_sq: f64,
+    second: Option<(i64, u64)>,
+    peak: u64,
+    input: BTreeMap<u64, u64>,
+    output: BTreeMap<u64, u64>,
+    models: BTreeMap<String, u64>,
+    apis: BTreeMap<String, u64>,
+    outcomes: BTreeMap<String, u64>,
+    streamed: usize,
+    blocks: u64,
+    reused: u64,
+    e2e_ms: f64,
+    slo_met: u64,
+    slo_missed: u64,
+}
+
+impl Accumulator {
+    fn new(span: Span) -> Accumulator {
+        let gaps = span.count.saturating_sub(1);
+        Accumulator {
+            n: 0,
+            span_ms: span.last - span.first,
+            mean_gap: (span.last - span.first) as f64 / gaps.max(1) as f64,
+            prev: None,
+            // `Iterator::sum` of floats starts from -0.0.
+            gap_sq: -0.0,
+            second: None,
+            peak: 0,
+            input: BTreeMap::new(),
+            output: BTreeMap::new(),
+            models: BTreeMap::new(),
+            apis: BTreeMap::new(),
+            outcomes: BTreeMap::new(),
+            streamed: 0,
+            blocks: 0,
+            reused: 0,
+            e2e_ms: -0.0,
+            slo_met: 0,
+            slo_missed: 0,
+        }
+    }
+
+    fn push(&mut self, s: &Sample) {
+        self.n += 1;
+        if let Some(prev) = self.prev {
+            self.gap_sq += ((s.at_ms - prev) as f64 - self.mean_gap).powi(2);
+        }
+        self.prev = Some(s.at_ms);
+        let sec = s.at_ms.div_euclid(1000);
+        self.second = match self.second {
+            Some((cur, k)) if cur == sec => Some((cur, k + 1)),
+            _ => Some((sec, 1)),
+        };
+        if let Some((_, k)) = self.second {
+            self.peak = self.peak.max(k);
+        }
+        for (v, m) in [(s.input, &mut self.input), (s.output, &mut self.output)] {
+            if let Some(v) = v {
+                *m.entry(v).or_insert(0) += 1;
+            }
+        }
+        for (k, m) in [
+            (&s.model, &mut self.models),
+            (&s.api, &mut self.apis),
+            (&s.outcome, &mut self.outcomes),
+        ] {
+            match m.get_mut(k) {
+                Some(c) => *c += 1,
+                None => {
+                    m.insert(k.clone(), 1);
+                }
+            }
+        }
+        self.streamed += usize::from(s.stream);
+        self.blocks += u64::from(s.blocks);
+        self.reused += u64::from(s.reused);
+        self.e2e_ms += s.e2e_ms.max(0.0);
+        match s.slo_met {
+            Some(true) => self.slo_met += 1,
+            Some(false) => self.slo_missed += 1,
+            None => {}
+        }
+    }
+
+    fn finish(self) -> Shape {
+        let n = self.n;
+        let duration_s = (self.span_ms as f64 / 1000.0).max(1.0);
+        let gaps = n.saturating_sub(1);
+        let burstiness = (gaps >= 2 && self.mean_gap > 0.0)
+            .then(|| (self.gap_sq / gaps as f64).sqrt() / self.mean_gap);
+        let expand = |m: &BTreeMap<u64, u64>| -> Vec<f64> {
+            m.iter()
+                .flat_map(|(v, k)| std::iter::repeat_n(*v as f64, *k as usize))
+                .collect()
+        };
+        Shape {
+            requests: n,
+            duration_s,
+            rate_mean: n as f64 / duration_s,
+            rate_peak: self.peak,
+            burstiness,
+            input: expand(&self.input),
+            output: expand(&self.output),
+            models: self.models,
+            apis: self.apis,
+            stream_share: if n == 0 {
+                0.0
+            } else {
+                self.streamed as f64 / n as f64
+            },
+            prefix_reuse: (self.blocks > 0).then(|| self.reused as f64 / self.blocks as f64),
+            concurrency: (n > 0).then(|| self.e2e_ms / 1000.0 / duration_s),
+            outcomes: self.outcomes,
+            slo_met: self.slo_met,
+            slo_missed: self.slo_missed,
+        }
+    }
 }
 
 /// Distributions and rates of a set of samples.

@@ -5,7 +5,12 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde::Serialize;
 
-use super::{read::Profile, shape::Shape, shape::samples_of, stats};
+use super::{
+    read::Profile,
+    shape::{Shape, samples_of, shape_of_sorted},
+    sorted::{SortError, Sorted},
+    stats,
+};
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Distribution {
@@ -82,8 +87,24 @@ pub struct Summary {
 impl Summary {
     pub fn of(profile: &Profile) -> Summary {
         let shape = Shape::of(&samples_of(profile), None);
-        let started_at = profile.entries.first().map(|e| {
-            humantime::format_rfc3339_millis(super::format::from_unix_ms(e.at_ms)).to_string()
+        Summary::from_shape(shape, profile, profile.entries.first().map(|e| e.at_ms))
+    }
+
+    /// The same summary from files read in arrival order, in bounded memory (see
+    /// [`shape_of_sorted`]).
+    pub fn of_sorted(sorted: &Sorted) -> Result<Summary, SortError> {
+        let shape = shape_of_sorted(sorted)?;
+        Ok(Summary::from_shape(
+            shape,
+            sorted.profile(),
+            sorted.earliest(),
+        ))
+    }
+
+    /// `earliest`: the first arrival of any request (Unix ms).
+    fn from_shape(shape: Shape, profile: &Profile, earliest: Option<i64>) -> Summary {
+        let started_at = earliest.map(|at| {
+            humantime::format_rfc3339_millis(super::format::from_unix_ms(at)).to_string()
         });
         Summary {
             files: profile
@@ -200,6 +221,27 @@ fn mix(m: &BTreeMap<String, u64>, total: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::sorted::tests::finish_ordered_files;
+
+    #[test]
+    fn the_streaming_summary_is_the_in_memory_one() {
+        let (dir, paths) = finish_ordered_files("summary");
+        for files in [&paths[..1], &paths[..]] {
+            let want = Summary::of(&Profile::read(files).unwrap());
+            for run_bytes in [crate::profile::RUN_BYTES, 4096] {
+                let got = Summary::of_sorted(&Sorted::read_in_runs(files, run_bytes).unwrap());
+                let got = got.unwrap();
+                assert_eq!(got, want);
+                // Bit for bit, floats included.
+                assert_eq!(
+                    serde_json::to_string(&got).unwrap(),
+                    serde_json::to_string(&want).unwrap()
+                );
+            }
+            assert!(want.prefix_reuse.is_some() && want.arrival_rate.burstiness_cv.is_some());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn octave_histogram() {

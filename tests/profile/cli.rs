@@ -418,3 +418,38 @@ fn sample_makes_every_group_k_anonymous() {
     assert!(groups.values().all(|n| *n >= 5), "{groups:?}");
     assert!(groups.len() > 1, "some shape survives");
 }
+
+#[test]
+fn merge_may_write_over_one_of_its_inputs() {
+    // Every command reads all of its input (into the sort runs) before it opens `-o`.
+    let dir = TempDir::new("merge-over");
+    let a = anonymizer("merge-over-salt-0123456789");
+    let one = write_file(
+        dir.path(),
+        "gw1.jsonl",
+        &synthetic(50, 60, 180.0, T0, 200, &a),
+        &a,
+    );
+    let two = write_file(
+        dir.path(),
+        "gw2.jsonl",
+        &synthetic(51, 40, 180.0, T0 + 50, 200, &a),
+        &a,
+    );
+    let expected = goodput(&["merge"], &[&one, &two]);
+    assert!(expected.status.success());
+    let out = goodput(&["merge", "-o", one.to_str().unwrap()], &[&one, &two]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&one).unwrap(), expected.stdout);
+    assert_eq!(
+        Profile::read(std::slice::from_ref(&one))
+            .unwrap()
+            .entries
+            .len(),
+        100
+    );
+}

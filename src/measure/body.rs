@@ -100,8 +100,6 @@ struct Sent {
     terminal_at: Option<u64>,
     /// An upstream failure waiting for the flush of what came before it.
     failed: Option<Failed>,
-    /// The mark the connection was last nudged for (HTTP/2, see [`Delivery::nudge`]).
-    nudged: Option<Mark>,
 }
 
 #[derive(Debug)]
@@ -124,7 +122,6 @@ impl Sent {
             delivered_events: 0,
             terminal_at: None,
             failed: None,
-            nudged: None,
         }
     }
 
@@ -166,9 +163,10 @@ impl Sent {
     fn poll_all_flushed(&mut self, cx: &Context<'_>) -> Poll<()> {
         if let (Some(delivery), Some((mark, ..))) = (&self.delivery, self.mark) {
             let flushed = delivery.poll_flushed_since(cx, mark);
-            // Once per mark: on HTTP/1 the connection flushes in this very task.
-            if flushed.is_pending() && self.http2 && self.nudged != Some(mark) {
-                self.nudged = Some(mark);
+            // HTTP/2: each time, so that a flush that missed this arming is followed by
+            // another (see [`Delivery`]); it ends once a poll begun after the mark has
+            // flushed, or waits for the socket. HTTP/1 flushes in this very task.
+            if flushed.is_pending() && self.http2 {
                 delivery.nudge();
             }
             ready!(flushed);

@@ -19,8 +19,11 @@
 //!   a poll already under way may have missed the frame. After such a flush the frame is
 //!   on the socket or in the codec, ahead of any reset.
 //!
-//! Per connection poll this costs one counter increment, per completed flush one store
-//! and one load; waiting bodies are woken only when one is waiting.
+//! Per connection poll this costs one counter increment, per completed flush two stores
+//! and a load, all plain ones: only the connection's task writes the counters. Waiting
+//! bodies are woken only when one is waiting. A flush that misses a body arming itself on
+//! another thread (HTTP/2) is followed by another: the body then wakes the connection
+//! ([`Delivery::nudge`]), and that wake orders its arming before the next flush's look.
 
 use std::{
     sync::{
@@ -62,9 +65,10 @@ impl Delivery {
         Delivery::default()
     }
 
-    /// The connection is about to be polled.
+    /// The connection is about to be polled. Called by the connection's task only.
     pub fn poll_begins(&self) {
-        self.polls.fetch_add(1, Ordering::AcqRel);
+        let polls = self.polls.load(Ordering::Relaxed);
+        self.polls.store(polls + 1, Ordering::Release);
     }
 
     /// The task that polls the connection (set when it changes, not per poll).
@@ -77,7 +81,8 @@ impl Delivery {
 
     /// Has the connection polled once more. An HTTP/2 body that waits for a flush in a
     /// poll begun after its mark needs one: the poll that carried its frame may have begun
-    /// just before the mark, and nothing else may wake the connection.
+    /// just before the mark, and nothing else may wake the connection. The wake also
+    /// orders the body's arming before that poll's flush, which then wakes it.
     pub fn nudge(&self) {
         if let Some(task) = &*self
             .connection
@@ -90,11 +95,13 @@ impl Delivery {
 
     /// The connection's I/O completed a flush: everything the server had queued before
     /// this poll began is on the socket.
+    /// Called by the connection's task only (its I/O flushes).
     pub fn flushed(&self) {
         self.flushed_in
-            .store(self.polls.load(Ordering::Acquire), Ordering::SeqCst);
-        self.flushes.fetch_add(1, Ordering::SeqCst);
-        if self.armed.load(Ordering::SeqCst) {
+            .store(self.polls.load(Ordering::Relaxed), Ordering::Release);
+        let flushes = self.flushes.load(Ordering::Relaxed);
+        self.flushes.store(flushes + 1, Ordering::Release);
+        if self.armed.load(Ordering::Acquire) {
             self.wake_all();
         }
     }
@@ -104,15 +111,15 @@ impl Delivery {
         if http2 {
             Mark::Polls(self.polls.load(Ordering::Acquire))
         } else {
-            Mark::Flushes(self.flushes.load(Ordering::SeqCst))
+            Mark::Flushes(self.flushes.load(Ordering::Acquire))
         }
     }
 
     /// Whether what was handed over before `mark` has been flushed (see the module doc).
     pub fn flushed_since(&self, mark: Mark) -> bool {
         match mark {
-            Mark::Flushes(n) => self.flushes.load(Ordering::SeqCst) > n,
-            Mark::Polls(p) => self.flushed_in.load(Ordering::SeqCst) > p,
+            Mark::Flushes(n) => self.flushes.load(Ordering::Acquire) > n,
+            Mark::Polls(p) => self.flushed_in.load(Ordering::Acquire) > p,
         }
     }
 

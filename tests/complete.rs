@@ -182,7 +182,7 @@ async fn exchanges(dialect: &Dialect, terminal_first: bool, rounds: usize) -> Ve
     for round in 0..rounds {
         read_then_close(proxy.proxy_addr, dialect, &expected).await;
         assert!(
-            up.wait_client_close(Duration::from_secs(2)).await.is_some(),
+            up.wait_client_close(Duration::from_secs(5)).await.is_some(),
             "{}: round {round}: the upstream connection must be closed when the client leaves",
             dialect.path
         );
@@ -257,7 +257,7 @@ async fn an_http2_client_dropping_the_stream_after_done_is_ok() {
         assert_eq!(data, dialect.stream);
         // Dropping the body resets the stream (RST_STREAM CANCEL).
         drop(body);
-        assert!(up.wait_client_close(Duration::from_secs(2)).await.is_some());
+        assert!(up.wait_client_close(Duration::from_secs(5)).await.is_some());
     }
     let recs = wait_records(proxy.admin_addr, rounds, Duration::from_secs(5)).await;
     assert_eq!(recs.len(), rounds);

@@ -384,6 +384,7 @@ where
         let this = self.project();
         ready!(this.sent.poll_all_flushed(cx));
         let Some(failed) = this.sent.failed.take() else {
+            // Polled again after the error was handed on: there is nothing more.
             return Poll::Ready(None);
         };
         this.tap.delivered(this.sent.delivered());

@@ -589,11 +589,8 @@ async fn an_http2_body_shorter_than_its_content_length_is_a_client_error() {
             assert_eq!(error_code(body), "bad_request_body");
             assert_eq!(r["outcome"], "client_error", "{r}");
         }
-        // A reset stream: the client's own protocol error, or its going away.
-        None => assert!(
-            r["outcome"] == "client_error" || r["outcome"] == "client_abort",
-            "{r}"
-        ),
+        // A reset stream before any answer: still the client's broken body.
+        None => assert_eq!(r["outcome"], "client_error", "{r}"),
     }
     assert!(
         up.requests().await.is_empty(),
@@ -637,5 +634,122 @@ async fn a_slow_body_gets_408_at_the_deadline_and_frees_the_upstream() {
             && l.contains("slo=\"excluded\"")),
         "{text}"
     );
+    proxy.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP/2 control frame floods: `server.http2_max_control_frames_per_second`.
+
+const FLOOD_LIMIT: &str =
+    "goodput_limit_rejections_total{limit=\"server.http2_max_control_frames_per_second\"}";
+
+/// Opens a raw HTTP/2 connection, sends the preface, an empty SETTINGS and `pings` PING
+/// frames in one write, then reads frames until the server closes (bounded). Returns the
+/// (type, flags) of every frame read, and whether the connection ended (closed or reset).
+async fn ping_burst(addr: SocketAddr, pings: usize) -> (Vec<(u8, u8)>, bool) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    for i in 0..pings {
+        out.extend_from_slice(&[0, 0, 8, 6, 0, 0, 0, 0, 0]);
+        out.extend_from_slice(&(i as u64).to_be_bytes());
+    }
+    s.write_all(&out).await.unwrap();
+    let mut frames = Vec::new();
+    let read = async {
+        let mut head = [0u8; 9];
+        loop {
+            if s.read_exact(&mut head).await.is_err() {
+                return true;
+            }
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let mut payload = vec![0u8; len];
+            if s.read_exact(&mut payload).await.is_err() {
+                return true;
+            }
+            frames.push((head[3], head[4]));
+            // Every PING answered: the connection was left open.
+            if frames.iter().filter(|f| **f == (6, 1)).count() == pings {
+                return false;
+            }
+        }
+    };
+    let ended = tokio::time::timeout(WAIT, read).await.unwrap_or(false);
+    (frames, ended)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http2_ping_flood_closes_the_connection_and_counts() {
+    let up = FakeUpstream::start(ok_json()).await;
+    let mut cfg = test_config(&up.url());
+    cfg.server.limits.http2_max_control_frames_per_second = 20;
+    let proxy = start_proxy_with(cfg).await;
+    assert_eq!(metric(proxy.admin_addr, FLOOD_LIMIT).await, 0.0);
+
+    // Within the limit (one SETTINGS and 19 PINGs at once): every PING answered.
+    let (frames, ended) = ping_burst(proxy.proxy_addr, 19).await;
+    assert!(!ended);
+    assert_eq!(frames.iter().filter(|f| **f == (6, 1)).count(), 19);
+    assert_eq!(metric(proxy.admin_addr, FLOOD_LIMIT).await, 0.0);
+
+    // 500 at once: closed before the flood is answered, counted once.
+    let (frames, ended) = ping_burst(proxy.proxy_addr, 500).await;
+    assert!(ended, "the connection was closed");
+    let answered = frames.iter().filter(|f| **f == (6, 1)).count();
+    assert!(answered <= 19, "{answered} PINGs answered");
+    assert_eq!(wait_metric(proxy.admin_addr, FLOOD_LIMIT, 1.0).await, 1.0);
+
+    // Other clients are served as before.
+    let mut send = h2_connect(proxy.proxy_addr).await;
+    let resp = send
+        .send_request(h2_post(proxy.proxy_addr, "{}"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    proxy.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Half-closing HTTP/1 clients: `server.http1_half_close`.
+
+/// Sends `request`, waits until the upstream has it, half-closes (`shutdown(SHUT_WR)`), and
+/// reads until the proxy closes.
+async fn half_closed_exchange(addr: SocketAddr, up: &FakeUpstream, request: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    assert_eq!(up.wait_requests(1, WAIT).await.len(), 1);
+    s.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut out)).await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_closing_client_is_answered_when_configured() {
+    let up = FakeUpstream::start(ok_json().delayed(Duration::from_millis(200))).await;
+    let mut cfg = test_config(&up.url());
+    cfg.server.http1_half_close = true;
+    let proxy = start_proxy_with(cfg).await;
+    let raw = half_closed_exchange(proxy.proxy_addr, &up, &raw_post(CHAT, "{}")).await;
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(text.ends_with("\r\n\r\n{}"), "{text}");
+    let r = one_record(proxy.admin_addr).await;
+    assert_eq!(r["outcome"], "ok", "{r}");
+    assert_eq!(r["bytes_out"], 2, "{r}");
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_a_half_closing_client_is_taken_to_have_left() {
+    let up = FakeUpstream::start(Script::no_response()).await;
+    let proxy = start_proxy(&up.url()).await;
+    let raw = half_closed_exchange(proxy.proxy_addr, &up, &raw_post(CHAT, "{}")).await;
+    assert!(raw.is_empty(), "{}", String::from_utf8_lossy(&raw));
+    // The upstream request is cancelled...
+    assert!(up.wait_client_close(WAIT).await.is_some());
+    // ...and recorded as the client's leaving.
+    let r = one_record(proxy.admin_addr).await;
+    assert_eq!(r["outcome"], "client_abort", "{r}");
     proxy.shutdown().await;
 }

@@ -218,7 +218,7 @@ pub struct ScrapeResultLabel {
 }
 
 /// The bound that turned work away, named by its config key: `server.max_connections`,
-/// `server.max_request_header_bytes`, `server.request_body_timeout`,
+/// `server.http2_max_control_frames_per_second`, `server.max_request_header_bytes`, `server.request_body_timeout`,
 /// `upstream.max_connections`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabel {
@@ -235,8 +235,9 @@ pub struct LimitMetrics {
 
 /// Every `limit` label value, exported from the start (at 0) so that a rate over them is
 /// defined before the first rejection.
-pub const LIMITS: [&str; 4] = [
+pub const LIMITS: [&str; 5] = [
     "server.max_connections",
+    "server.http2_max_control_frames_per_second",
     "server.max_request_header_bytes",
     "server.request_body_timeout",
     "upstream.max_connections",

@@ -55,6 +55,10 @@ pub struct ServerSection {
     /// Time from the request head to the end of its body; exceeded -> 408.
     #[serde(with = "humantime_serde")]
     pub request_body_timeout: Duration,
+    /// HTTP/2 `PING`s and `SETTINGS` a client may send a second; more -> closed.
+    pub http2_max_control_frames_per_second: u32,
+    /// An HTTP/1 client that half-closes after its request is still answered.
+    pub http1_half_close: bool,
 }
 
 impl Default for ServerSection {
@@ -72,6 +76,10 @@ impl Default for ServerSection {
             max_request_header_bytes: 64 << 10,
             // nginx's client_body_timeout.
             request_body_timeout: Duration::from_secs(60),
+            // A keep-alive PING every few seconds and a SETTINGS now and then is what
+            // clients send; a hundred a second is none of them.
+            http2_max_control_frames_per_second: 100,
+            http1_half_close: false,
         }
     }
 }

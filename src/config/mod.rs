@@ -64,6 +64,8 @@ pub struct Server {
     pub http2: bool,
     /// Bounds on what clients may hold (see README "Limits").
     pub limits: ServerLimits,
+    /// Answer HTTP/1 clients that half-close after their request (README "Limits").
+    pub http1_half_close: bool,
 }
 
 /// What one client, or all of them together, may hold of the proxy.
@@ -73,6 +75,7 @@ pub struct ServerLimits {
     pub http2_max_concurrent_streams: u32,
     pub max_request_header_bytes: usize,
     pub request_body_timeout: Duration,
+    pub http2_max_control_frames_per_second: u32,
 }
 
 #[derive(Debug, Clone)]

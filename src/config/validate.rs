@@ -141,6 +141,11 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
         &mut problems,
     );
     positive(
+        "server.http2_max_control_frames_per_second",
+        u64::from(s.http2_max_control_frames_per_second),
+        &mut problems,
+    );
+    positive(
         "server.request_body_timeout",
         s.request_body_timeout.as_millis() as u64,
         &mut problems,
@@ -225,7 +230,9 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                         http2_max_concurrent_streams: s.http2_max_concurrent_streams,
                         max_request_header_bytes: s.max_request_header_bytes,
                         request_body_timeout: s.request_body_timeout,
+                        http2_max_control_frames_per_second: s.http2_max_control_frames_per_second,
                     },
+                    http1_half_close: s.http1_half_close,
                 },
                 upstream,
                 admin,

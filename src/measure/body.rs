@@ -418,6 +418,9 @@ pub struct RequestCapture {
     pub complete: bool,
     pub overflow: bool,
     pub bytes: u64,
+    /// The body failed on the client's side: broken framing, a length that does not
+    /// match, the client gone mid-upload.
+    pub failed: bool,
 }
 
 pin_project! {
@@ -427,6 +430,7 @@ pin_project! {
     pub struct RequestTap<B>
     where
         B: Body,
+        B::Error: Into<BoxError>,
     {
         #[pin]
         inner: B,
@@ -439,11 +443,20 @@ pin_project! {
     impl<B> PinnedDrop for RequestTap<B>
     where
         B: Body,
+        B::Error: Into<BoxError>,
     {
         fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
+            let mut this = this.project();
             if this.inner.is_end_stream() {
                 this.capture.complete = true;
+            } else if this.tx.is_some() {
+                // Dropped unread: h2 may have reset the stream for the client's protocol
+                // error (a body longer or shorter than its content-length) before anyone
+                // read the body. One look, without waiting, says so.
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                if let Poll::Ready(Some(Err(e))) = this.inner.as_mut().poll_frame(&mut cx) {
+                    this.capture.failed = broken_by_client(&*e.into());
+                }
             }
             send(this.tx, this.capture);
         }
@@ -479,7 +492,26 @@ fn send(tx: &mut Option<oneshot::Sender<RequestCapture>>, capture: &mut RequestC
     }
 }
 
-impl<B: Body> RequestTap<B> {
+/// Whether a request body's error is the client breaking the protocol on its stream, as
+/// HTTP/2 finds it (a stream reset by the server's own h2 for a protocol error).
+fn broken_by_client(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(h2) = err.downcast_ref::<h2::Error>() {
+            return h2.is_reset()
+                && h2.is_library()
+                && h2.reason() == Some(h2::Reason::PROTOCOL_ERROR);
+        }
+        cur = err.source();
+    }
+    false
+}
+
+impl<B> RequestTap<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
     pub fn new(inner: B, limit: usize) -> (RequestTap<B>, oneshot::Receiver<RequestCapture>) {
         let (tx, rx) = oneshot::channel();
         let tap = RequestTap {
@@ -496,6 +528,7 @@ impl<B: Body> RequestTap<B> {
 impl<B> Body for RequestTap<B>
 where
     B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
 {
     type Data = Bytes;
     type Error = B::Error;
@@ -526,7 +559,10 @@ where
                     send(this.tx, this.capture);
                 }
             }
-            Some(Err(_)) => send(this.tx, this.capture),
+            Some(Err(_)) => {
+                this.capture.failed = true;
+                send(this.tx, this.capture);
+            }
             None => {
                 this.capture.complete = true;
                 send(this.tx, this.capture);
@@ -667,5 +703,61 @@ mod tests {
         assert_eq!(p.bytes_out, a.len() as u64, "only the flushed event");
         assert_eq!(p.timeline.events, 1);
         assert!(!p.terminal_delivered);
+    }
+
+    /// A request body that breaks on the client's side (bad framing, a length that does
+    /// not match).
+    struct Broken;
+
+    impl Body for Broken {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(Some(Err(std::io::Error::other("content-length mismatch"))))
+        }
+    }
+
+    /// The outcome of a request whose body is read to its end (or failure), and whose
+    /// response future is then dropped before any answer.
+    async fn outcome_unanswered<B>(request_body: B) -> crate::measure::Outcome
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let (recorder, mut rx) = crate::measure::Recorder::new(
+            4,
+            prometheus_client::metrics::counter::Counter::default(),
+            prometheus_client::metrics::gauge::Gauge::default(),
+        );
+        let (body, request) = RequestTap::new(request_body, 1024);
+        let tap = Tap::new(
+            recorder,
+            "r".into(),
+            Instant::now(),
+            crate::decode::Api::ChatCompletions,
+            request,
+            0,
+            crate::measure::HeadInfo::default(),
+        );
+        let mut body = Box::pin(body);
+        while let Some(Ok(_)) = body.frame().await {}
+        // The body goes with the forwarder, then the tap with the response future.
+        drop(body);
+        drop(tap);
+        rx.try_recv().unwrap().finish().0.outcome
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_body_broke_and_got_no_answer_is_a_client_error() {
+        use crate::measure::Outcome;
+        // An HTTP/2 stream reset for a length that does not match its body, say.
+        assert_eq!(outcome_unanswered(Broken).await, Outcome::ClientError);
+        // A whole body, then the client gone while waiting: an abort, as before.
+        let whole = Chunks(VecDeque::from([Bytes::from_static(b"{}")]));
+        assert_eq!(outcome_unanswered(whole).await, Outcome::ClientAbort);
     }
 }

@@ -163,6 +163,7 @@ impl Pending {
             },
             (None, None) => return (None, 0),
         };
+        self.request_failed = capture.failed;
         let info = (capture.complete && !capture.overflow && !capture.chunks.is_empty())
             .then(|| decode::inspect_request(self.api, &joined(&capture.chunks)))
             .flatten();
@@ -171,10 +172,20 @@ impl Pending {
 
     fn outcome(&self, stream_error: bool) -> Outcome {
         let unterminated = self.decoded && !self.decode_broken && !self.timeline.terminal;
+        let ending = self.effective_ending();
+        // A request whose own body broke and that got no answer (an HTTP/2 stream reset
+        // for a length that does not match its body, say) failed by the client's doing.
+        if self.request_failed
+            && self.proxy_failure.is_none()
+            && self.status.is_none()
+            && ending == Ending::ClientGone
+        {
+            return Outcome::ClientError;
+        }
         outcome(
             self.proxy_failure,
             self.status,
-            self.effective_ending(),
+            ending,
             stream_error,
             unterminated,
         )

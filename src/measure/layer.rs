@@ -146,6 +146,7 @@ impl<S, B, RB> Service<Request<B>> for Measure<S>
 where
     S: Service<Request<RequestTap<B>>, Response = Response<RB>>,
     B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
     RB: Body<Data = Bytes>,
     RB::Error: Into<BoxError>,
 {

@@ -126,6 +126,8 @@ pub struct Pending {
     pub output_text: Option<TextBuf>,
     /// The request body capture, once the tokenizer stage has taken it off its channel.
     pub request_capture: Option<RequestCapture>,
+    /// The client's request body failed (read from the capture when the record is built).
+    pub request_failed: bool,
     /// Counts made by the tokenizer stage, used where the upstream reported none.
     pub counted_input: Option<TokenCount>,
     pub counted_output: Option<TokenCount>,
@@ -205,6 +207,7 @@ impl Tap {
             slo_overrides: head.slo_overrides,
             output_text: None,
             request_capture: None,
+            request_failed: false,
             counted_input: None,
             counted_output: None,
         };

@@ -9,6 +9,7 @@ mod error;
 mod fds;
 mod first_bytes;
 mod forward;
+mod h2guard;
 mod headers;
 pub mod inject;
 mod inline;

@@ -48,6 +48,7 @@ use super::{
     coalesce::Coalesce,
     fds::ClientBudget,
     first_bytes::{FirstBytes, H2_PREFACE},
+    h2guard::{self, H2Guard},
 };
 use crate::{
     BoxError,
@@ -88,6 +89,9 @@ pub struct Proxy {
     /// Client connections that may be open at once (`server.max_connections`).
     connections: Arc<Semaphore>,
     limits: LimitMetrics,
+    /// HTTP/2 control frames a connection may send a second, and where a flood counts.
+    control_frames: u32,
+    control_floods: prometheus_client::metrics::counter::Counter,
 }
 
 /// An open client connection's place among `server.max_connections`.
@@ -128,6 +132,7 @@ impl Proxy {
             .timer(TokioTimer::new())
             .header_read_timeout(server.header_read_timeout)
             .max_buf_size(header_bytes)
+            .half_close(server.http1_half_close)
             .keep_alive(true);
         // Flood bounds h2 has without settings: one PING answer and one SETTINGS ack
         // pending at a time (no more frames are read until they are written), CONTINUATION
@@ -147,8 +152,15 @@ impl Proxy {
             .timer(TokioTimer::new())
             .header_read_timeout(server.header_read_timeout)
             .max_header_size(header_bytes)
+            .half_close(server.http1_half_close)
             .keep_alive(true);
         let max_connections = budget.cap(l.max_connections);
+        let control_floods = limits
+            .rejections
+            .get_or_create(&crate::admin::metrics::LimitLabel {
+                limit: h2guard::LIMIT,
+            })
+            .clone();
         Proxy {
             service: layer.layer(forward),
             builder,
@@ -161,6 +173,8 @@ impl Proxy {
             recorder,
             connections: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
             limits,
+            control_frames: l.http2_max_control_frames_per_second,
+            control_floods,
         }
     }
 
@@ -190,6 +204,8 @@ impl Proxy {
     {
         let delivery = Arc::new(Delivery::new());
         let svc = self.service(conn, &delivery);
+        // HTTP/2 PING and SETTINGS floods close the connection (HTTP/1 passes untouched).
+        let io = H2Guard::new(io, self.control_frames, self.control_floods.clone());
         // hyper's header-read timeout starts only once HTTP/1 is chosen; bound the bytes before.
         let io = FirstBytes::new(io, self.handshake_timeout);
         // Events already on their way go out in one write (see `coalesce`).

@@ -92,6 +92,14 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
         "server.request_body_timeout",
     );
     check(
+        o.http2_max_control_frames_per_second != n.http2_max_control_frames_per_second,
+        "server.http2_max_control_frames_per_second",
+    );
+    check(
+        old.server.http1_half_close != new.server.http1_half_close,
+        "server.http1_half_close",
+    );
+    check(
         old.measure.channel_capacity != new.measure.channel_capacity,
         "measure.channel_capacity",
     );

@@ -73,7 +73,10 @@ impl Admin {
             self.unauthorized.inc();
             // The page shell asks for the token itself (it holds no data).
             if req.uri().path() == "/" {
-                return dashboard::page(StatusCode::UNAUTHORIZED);
+                let mut resp = dashboard::page(StatusCode::UNAUTHORIZED);
+                resp.headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
+                return resp;
             }
             return unauthorized();
         }
@@ -286,6 +289,9 @@ fn json_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
     )
 }
 
+/// The `WWW-Authenticate` challenge of every 401.
+const CHALLENGE: &str = "Bearer realm=\"goodput admin\"";
+
 /// 401 with an error body shaped like the proxy's; nothing about the token is echoed.
 fn unauthorized() -> Response<Full<Bytes>> {
     let mut resp = json(
@@ -298,10 +304,8 @@ fn unauthorized() -> Response<Full<Bytes>> {
             }
         }),
     );
-    resp.headers_mut().insert(
-        WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"goodput admin\""),
-    );
+    resp.headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
     resp
 }
 

@@ -8,6 +8,7 @@ mod memory;
 mod reload;
 mod stability;
 mod summary;
+mod timeline;
 mod window;
 
 use std::time::{Duration, Instant};

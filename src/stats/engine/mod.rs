@@ -37,6 +37,7 @@
 //!   5.9 MB at one 300-token stream per second per class (ITL dense, the rest mostly sparse).
 //! - Models: counters only, ≈ 1 KB per model and window. Stability series: ≈ 70 bytes per
 //!   point; 1m/5m/1h over 6h = 438 points ≈ 30 KB per class.
+//! - Timeline: ≤ 640 bytes per point; 720 points (the default) ≈ 450 KB.
 //!
 //! [`Engine::memory_bytes`] reports the live figure; a test pins the ceiling.
 

@@ -2,7 +2,9 @@
 //! of the shortest window (5 s for 1m), all classes together, kept for the last
 //! `timeline_points` slices. A point is closed when time moves past its slice (as the
 //! stability series are), from the slice's counters and histograms already held by the
-//! rings, so recording costs nothing per request; it keeps scalars only (about 250 bytes).
+//! rings, so recording costs nothing per request; it keeps scalars only (at most
+//! [`POINT_BYTES`]: 720 points, an hour of 5 s slices, ≈ 450 KB; the
+//! [`MAX_TIMELINE_POINTS`] ceiling ≈ 11 MB).
 //! Slices without traffic give points with zero counts, so a chart shows the gap.
 //!
 //! A record that arrives after its slice was closed still counts in the sliding windows but
@@ -21,6 +23,9 @@ use super::{
 
 /// Upper bound on points, whatever the configuration says (a day of 5 s slices).
 pub const MAX_TIMELINE_POINTS: usize = 17_280;
+
+/// Upper bound on one point's size in bytes (pinned by a test).
+pub const POINT_BYTES: usize = 640;
 
 /// One closed slice.
 #[derive(Debug, Clone, Copy)]
@@ -202,5 +207,15 @@ impl Engine {
             capacity: self.timeline.cap,
             points: out,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_point_stays_within_its_documented_size() {
+        assert!(std::mem::size_of::<Point>() <= POINT_BYTES);
     }
 }

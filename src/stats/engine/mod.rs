@@ -78,7 +78,7 @@ pub use summary::{
     ByInput, FinishReasons, Group, InFlight, MissReasons, ModelGroup, OutcomeCounts, Overall,
     Rates, Summary, TargetStatus,
 };
-pub use timeline::{MAX_TIMELINE_POINTS, TimelineOut, TimelinePoint};
+pub use timeline::{MAX_TIMELINE_POINTS, TIMELINE_POINT_BYTES, TimelineOut, TimelinePoint};
 
 use capacity::CapSlice;
 use ring::{Geometry, Ring};

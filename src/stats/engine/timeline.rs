@@ -3,7 +3,7 @@
 //! `timeline_points` slices. A point is closed when time moves past its slice (as the
 //! stability series are), from the slice's counters and histograms already held by the
 //! rings, so recording costs nothing per request; it keeps scalars only (at most
-//! [`POINT_BYTES`]: 720 points, an hour of 5 s slices, ≈ 450 KB; the
+//! [`TIMELINE_POINT_BYTES`]: 720 points, an hour of 5 s slices, ≈ 450 KB; the
 //! [`MAX_TIMELINE_POINTS`] ceiling ≈ 11 MB).
 //! Slices without traffic give points with zero counts, so a chart shows the gap.
 //!
@@ -25,7 +25,7 @@ use super::{
 pub const MAX_TIMELINE_POINTS: usize = 17_280;
 
 /// Upper bound on one point's size in bytes (pinned by a test).
-pub const POINT_BYTES: usize = 640;
+pub const TIMELINE_POINT_BYTES: usize = 640;
 
 /// One closed slice.
 #[derive(Debug, Clone, Copy)]
@@ -216,6 +216,6 @@ mod tests {
 
     #[test]
     fn a_point_stays_within_its_documented_size() {
-        assert!(std::mem::size_of::<Point>() <= POINT_BYTES);
+        assert!(std::mem::size_of::<Point>() <= TIMELINE_POINT_BYTES);
     }
 }

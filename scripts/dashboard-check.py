@@ -10,7 +10,7 @@ plus an admin token), drives streaming load through the proxy, and opens the pag
 - every chart is drawn with data, the recent requests are listed, empty states show where
   there is nothing (drift is off);
 - the browser console has no error once the token is accepted;
-- a screenshot goes to target/dashboard.png.
+- screenshots go to target/dashboard.png (and the token form to target/dashboard-login.png).
 Usage: scripts/dashboard-check.py [BINARY] (default target/debug/goodput). Needs Debian's
 chromium and chromium-driver and `pip install selenium`.
 """
@@ -143,6 +143,8 @@ def main():
         driver.find_element(By.CSS_SELECTOR, "#login-form button").click()
         wait.until(lambda d: visible(d, "#login-error"))
         assert driver.execute_script("return sessionStorage.getItem('goodput.admin.token')") is None
+        os.makedirs(os.path.dirname(SCREENSHOT) or ".", exist_ok=True)
+        driver.save_screenshot(SCREENSHOT.replace(".png", "-login.png"))
         severe(driver)  # the refused call's 401 is expected
         # The right one opens the dashboard; it lives in sessionStorage, never in the URL.
         driver.find_element(By.ID, "token").send_keys(TOKEN)

@@ -203,3 +203,50 @@ async fn the_timeline_closes_points_from_traffic_and_stays_bounded() {
     }
     running.shutdown().await;
 }
+
+#[tokio::test]
+async fn demo_prints_the_dashboard_url_and_it_serves_the_page() {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"))
+        .args([
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--clients",
+            "1",
+            "--duration",
+            "30",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let url = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("dashboard")
+                    .map(|u| u.trim().to_owned())
+            })
+    })
+    .await
+    .unwrap();
+    let url = url.expect("demo printed no dashboard line");
+    let addr: SocketAddr = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix('/'))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (status, h, body) = get(addr, "/", None).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(header(&h, "content-type"), "text/html; charset=utf-8");
+    assert!(body.contains("goodput"));
+}

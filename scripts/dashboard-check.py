@@ -10,7 +10,8 @@ plus an admin token), drives streaming load through the proxy, and opens the pag
 - every chart is drawn with data, the recent requests are listed, empty states show where
   there is nothing (drift is off);
 - the browser console has no error once the token is accepted;
-- screenshots go to target/dashboard.png (and the token form to target/dashboard-login.png).
+- screenshots go to target/dashboard.png (the token form and the
+  empty dashboard to target/dashboard-login.png and target/dashboard-empty.png).
 Usage: scripts/dashboard-check.py [BINARY] (default target/debug/goodput). Needs Debian's
 chromium and chromium-driver and `pip install selenium`.
 """
@@ -127,8 +128,6 @@ def main():
     loader = threading.Thread(target=load, args=(proxy, stop), daemon=True)
     driver = None
     try:
-        loader.start()
-        started = time.time()
         driver = browser()
         wait = WebDriverWait(driver, 20)
 
@@ -153,6 +152,20 @@ def main():
         assert TOKEN not in driver.current_url and driver.current_url == url, driver.current_url
         assert driver.execute_script("return sessionStorage.getItem('goodput.admin.token')") == TOKEN
         print("token flow: form without a token, wrong token refused, right token opens the dashboard")
+
+        # Before any traffic: empty states, not broken charts.
+        for chart in ("chart-goodput", "chart-ttft", "chart-tpot", "chart-itl", "chart-input", "chart-capacity"):
+            text = driver.find_element(By.ID, chart).text
+            assert driver.find_elements(By.CSS_SELECTOR, f"#{chart} .empty"), f"{chart}: no empty state ({text!r})"
+        assert "no requests yet" in driver.find_element(By.ID, "recent").text
+        assert driver.find_element(By.CSS_SELECTOR, "[data-key='overall.requests']").text == "0"
+        errors = severe(driver)
+        assert all("401" in e["message"] for e in errors), f"console errors: {errors}"
+        driver.save_screenshot(SCREENSHOT.replace(".png", "-empty.png"))
+        print("empty dashboard: every chart shows its empty state")
+
+        loader.start()
+        started = time.time()
 
         # Let the load run, then stop it so the window's counts freeze.
         time.sleep(max(0.0, LOAD_SECONDS - (time.time() - started)))

@@ -107,7 +107,11 @@ async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     println!("  simulator (upstream)  http://{sim_addr}");
     println!("  proxy                 http://{proxy}/v1/chat/completions");
     println!(
-        "  admin                 http://{}/metrics  /api/v1/requests",
+        "  dashboard             {}",
+        crate::admin::dashboard_url(running.admin_addr, false)
+    );
+    println!(
+        "  admin                 http://{}/metrics  /api/v1/summary  /api/v1/requests",
         running.admin_addr
     );
     println!(

@@ -1,7 +1,9 @@
 //! Who may read what on the admin listener. With `[admin] token_file` set, every path
 //! but the health checks needs `Authorization: Bearer <token>`; `/metrics` needs it only
 //! with `metrics_auth` (Prometheus scrapers are often configured without credentials).
-//! Unknown paths are protected too, so a new endpoint is never open by accident.
+//! The dashboard's static script and stylesheet are open (they hold no data; see
+//! [`super::dashboard`]). Unknown paths are protected too, so a new endpoint is never open
+//! by accident.
 
 use http::{HeaderMap, header::AUTHORIZATION};
 
@@ -15,6 +17,7 @@ pub(super) fn allowed(access: &AdminAccess, path: &str, headers: &HeaderMap) -> 
     let protected = match path {
         "/healthz" | "/readyz" => false,
         "/metrics" => access.metrics_auth,
+        p if super::dashboard::ASSET_PATHS.contains(&p) => false,
         _ => true,
     };
     !protected

@@ -1,9 +1,12 @@
 //! The admin server, on its own address and never on the data port: `/metrics`
-//! (OpenMetrics), `/api/v1/*` (recent records, summary, capacity, drift, calibration as
-//! JSON), `/healthz`, `/readyz`; optionally behind a bearer token ([`auth`]) and TLS.
+//! (OpenMetrics), `/api/v1/*` (recent records, summary, timeline, capacity, drift,
+//! calibration as JSON), the live dashboard at `/` ([`dashboard`]), `/healthz`, `/readyz`;
+//! optionally behind a bearer token ([`auth`]) and TLS.
 
 mod auth;
+mod dashboard;
 pub mod metrics;
 mod server;
 
+pub use dashboard::url as dashboard_url;
 pub use server::{Admin, serve};

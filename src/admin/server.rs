@@ -30,7 +30,7 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 
-use super::auth;
+use super::{auth, dashboard};
 use crate::{
     calibrate::CalibrationView,
     config::Config,
@@ -71,17 +71,29 @@ impl Admin {
             req.headers(),
         ) {
             self.unauthorized.inc();
+            // The page shell asks for the token itself (it holds no data).
+            if req.uri().path() == "/" {
+                let mut resp = dashboard::page(StatusCode::UNAUTHORIZED);
+                resp.headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
+                return resp;
+            }
             return unauthorized();
         }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             return text(StatusCode::METHOD_NOT_ALLOWED, "only GET is supported\n");
         }
+        if let Some(resp) = dashboard::static_asset(req.uri().path()) {
+            return resp;
+        }
         match req.uri().path() {
+            "/" => dashboard::page(StatusCode::OK),
             "/metrics" => self.metrics(),
             "/api/v1/requests" => self.requests(req.uri().query()),
             "/api/v1/summary" => self.summary(req.uri().query()),
+            "/api/v1/timeline" => self.timeline(req.uri().query()),
             "/api/v1/capacity" => self.capacity(req.uri().query()),
-            "/api/v1/drift" => self.drift(),
+            "/api/v1/drift" => self.drift(req.uri().query()),
             "/api/v1/calibration" => self.calibration(),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
@@ -183,14 +195,18 @@ impl Admin {
         }
     }
 
-    /// The drift statistics against their thresholds.
-    fn drift(&self) -> Response<Full<Bytes>> {
+    /// The drift statistics against their thresholds. `?optional=true` answers `null`
+    /// instead of 404 while there is no evaluation (the dashboard's poll).
+    fn drift(&self, query: Option<&str>) -> Response<Full<Bytes>> {
         let status = self
             .drift
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match status.as_ref() {
             Some(s) => json(StatusCode::OK, s),
+            None if query_param(query, "optional") == Some("true") => {
+                json(StatusCode::OK, &serde_json::Value::Null)
+            }
             None => json_error(
                 StatusCode::NOT_FOUND,
                 "drift detection is off ([drift] baseline) or has not evaluated yet",
@@ -205,6 +221,17 @@ impl Admin {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         json(StatusCode::OK, &*status)
+    }
+
+    /// `?limit=N`: the newest N points (default: every point kept).
+    fn timeline(&self, query: Option<&str>) -> Response<Full<Bytes>> {
+        let limit = match query_param(query, "limit").map(str::parse::<usize>) {
+            None => None,
+            Some(Ok(n)) => Some(n),
+            Some(Err(_)) => return json_error(StatusCode::BAD_REQUEST, "limit must be a number"),
+        };
+        let timeline = self.live.lock().timeline(Instant::now(), limit);
+        json(StatusCode::OK, &timeline)
     }
 
     /// `?class=NAME` (default: all classes pooled).
@@ -262,6 +289,9 @@ fn json_error(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
     )
 }
 
+/// The `WWW-Authenticate` challenge of every 401.
+const CHALLENGE: &str = "Bearer realm=\"goodput admin\"";
+
 /// 401 with an error body shaped like the proxy's; nothing about the token is echoed.
 fn unauthorized() -> Response<Full<Bytes>> {
     let mut resp = json(
@@ -274,10 +304,8 @@ fn unauthorized() -> Response<Full<Bytes>> {
             }
         }),
     );
-    resp.headers_mut().insert(
-        WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"goodput admin\""),
-    );
+    resp.headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
     resp
 }
 

@@ -23,6 +23,7 @@ pub struct Slo {
     pub min_samples: u64,
     pub input_buckets: Vec<u64>,
     pub history: Duration,
+    pub timeline_points: usize,
     pub long_input_bytes: u64,
     /// Upstream 4xx statuses that are the request's own fault (`client_error`).
     pub client_error_statuses: Vec<u16>,
@@ -340,6 +341,16 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
             "must be a non-empty ascending list",
         ));
     }
+    if s.timeline_points > crate::stats::engine::MAX_TIMELINE_POINTS {
+        problems.push(Problem::invalid(
+            "slo.timeline_points",
+            format!(
+                "{} is more than the {} points the timeline keeps at most",
+                s.timeline_points,
+                crate::stats::engine::MAX_TIMELINE_POINTS
+            ),
+        ));
+    }
     let salt = s.tenant_salt.clone().unwrap_or_else(|| salt.to_owned());
     let classes: Vec<SloClass> = s
         .class
@@ -386,6 +397,7 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
         min_samples: s.min_samples.max(1),
         input_buckets: s.input_buckets.clone(),
         history: s.history,
+        timeline_points: s.timeline_points,
         long_input_bytes: s.long_input_bytes,
         client_error_statuses: s.client_error_statuses.clone(),
         classes,

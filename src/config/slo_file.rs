@@ -26,6 +26,9 @@ pub struct SloSection {
     /// How long per-window series are kept for the stability view.
     #[serde(with = "humantime_serde")]
     pub history: Duration,
+    /// Points of the dashboard's timeline (`/api/v1/timeline`): one per slice of the
+    /// shortest window (5 s for 1m), so 720 is the last hour.
+    pub timeline_points: usize,
     /// A request whose body is at least this many bytes counts as long-input when asking
     /// whether long requests slow down short ones (≈ 4 bytes per token).
     pub long_input_bytes: u64,
@@ -48,6 +51,7 @@ impl Default for SloSection {
             min_samples: 20,
             input_buckets: vec![1024, 4096, 16384, 65536],
             history: Duration::from_secs(6 * 3600),
+            timeline_points: 720,
             long_input_bytes: 64 * 1024,
             client_error_statuses: crate::measure::record::DEFAULT_CLIENT_ERROR_STATUSES.to_vec(),
             class: Vec::new(),

@@ -201,6 +201,7 @@ fn start_on_from(
     tracing::info!(
         proxy = %proxy_addr,
         admin = %admin_addr,
+        dashboard = %crate::admin::dashboard_url(admin_addr, cfg.admin_access.tls.is_some()),
         upstream = %format!("{}://{}{}", cfg.upstream.scheme, cfg.upstream.authority, cfg.upstream.base_path),
         tls = cfg.server.tls.is_some(),
         admin_tls = cfg.admin_access.tls.is_some(),

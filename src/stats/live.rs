@@ -56,6 +56,7 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
         input_buckets: s.input_buckets.clone(),
         min_samples: s.min_samples,
         history: s.history,
+        timeline_points: s.timeline_points,
         cost: cfg.cost.as_ref().map(|c| engine::CostConfig {
             currency: c.currency.clone(),
             per_hour: c.per_hour,

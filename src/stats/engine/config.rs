@@ -60,6 +60,9 @@ pub struct EngineConfig {
     pub min_samples: u64,
     /// How long per-window stability series are kept (e.g. 6h).
     pub history: Duration,
+    /// Slices of the shortest window the timeline keeps (at most
+    /// [`super::MAX_TIMELINE_POINTS`]; 0 keeps none).
+    pub timeline_points: usize,
     /// Ignored unless `per_hour` is finite and not negative (validation's job; the engine
     /// only refuses to report nonsense).
     pub cost: Option<CostConfig>,

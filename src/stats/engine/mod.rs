@@ -16,6 +16,7 @@
 //! - `curve`: the capacity curve as served ([`Capacity`]).
 //! - `cost`: cost per million effective / raw tokens, wasted share, per stable user.
 //! - `summary`: the `/api/v1/summary` document ([`Summary`]).
+//! - `timeline`: one point per slice of the shortest window, for charts ([`TimelineOut`]).
 //! - `gauges`: the cheap per-(class, window) numbers for Prometheus ([`Gauges`]).
 //! - `label`: window labels ("5m") both ways and input-bucket labels ("<=4k").
 //! - `reload`: applying a new config while keeping the windows ([`Engine::reconfigure`]).
@@ -36,6 +37,7 @@
 //!   5.9 MB at one 300-token stream per second per class (ITL dense, the rest mostly sparse).
 //! - Models: counters only, ≈ 1 KB per model and window. Stability series: ≈ 70 bytes per
 //!   point; 1m/5m/1h over 6h = 438 points ≈ 30 KB per class.
+//! - Timeline: ≤ 640 bytes per point; 720 points (the default) ≈ 450 KB.
 //!
 //! [`Engine::memory_bytes`] reports the live figure; a test pins the ceiling.
 
@@ -53,6 +55,7 @@ mod stability;
 mod summary;
 #[cfg(test)]
 mod tests;
+mod timeline;
 
 use std::{
     collections::BTreeMap,
@@ -75,11 +78,13 @@ pub use summary::{
     ByInput, FinishReasons, Group, InFlight, MissReasons, ModelGroup, OutcomeCounts, Overall,
     Rates, Summary, TargetStatus,
 };
+pub use timeline::{MAX_TIMELINE_POINTS, TIMELINE_POINT_BYTES, TimelineOut, TimelinePoint};
 
 use capacity::CapSlice;
 use ring::{Geometry, Ring};
 use slice::{ClassSlice, Counts, FlightSlice};
 use stability::Series;
+use timeline::Timeline;
 
 /// Distinct model labels the engine keeps; more fold into `other`. The caller already
 /// bounds model labels; this only guards the engine's memory if it did not.
@@ -105,6 +110,9 @@ pub struct Engine {
     epoch: Option<Instant>,
     /// Records whose slice had already been recycled when they arrived.
     late_dropped: u64,
+    /// The shortest window, whose slices the timeline is made of.
+    timeline_window: usize,
+    timeline: Timeline,
 }
 
 #[derive(Debug)]
@@ -146,6 +154,11 @@ impl Engine {
             lengths.push(Duration::from_secs(60));
         }
         let longest = lengths.iter().copied().max().unwrap_or(MIN_WINDOW);
+        let timeline_window = lengths
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, w)| **w)
+            .map_or(0, |(i, _)| i);
         let windows = lengths
             .iter()
             .map(|&w| {
@@ -202,6 +215,8 @@ impl Engine {
                 .filter(|c| c.per_hour.is_finite() && c.per_hour >= 0.0),
             epoch: None,
             late_dropped: 0,
+            timeline_window,
+            timeline: Timeline::new(cfg.timeline_points),
         }
     }
 
@@ -295,6 +310,7 @@ impl Engine {
         let Some(epoch) = self.epoch else { return };
         let k = self.cap_geom.index(epoch, now);
         self.cap_head = Some(self.cap_head.map_or(k, |h| h.max(k)));
+        let mut timeline_closed = None;
         for w in 0..self.windows.len() {
             let Some(win) = self.windows.get_mut(w) else {
                 continue;
@@ -305,12 +321,18 @@ impl Engine {
                 None => win.head = Some(k),
                 Some(h) if k > h => {
                     win.head = Some(k);
+                    if w == self.timeline_window {
+                        timeline_closed = Some((h, k));
+                    }
                     if k / n > h / n {
                         self.close_intervals(w, h / n, k / n);
                     }
                 }
                 Some(_) => {}
             }
+        }
+        if let Some((from, to)) = timeline_closed {
+            self.close_timeline(from, to);
         }
     }
 
@@ -369,6 +391,6 @@ impl Engine {
                         .sum::<usize>()
             })
             .sum();
-        windows + classes + models
+        windows + classes + models + self.timeline.heap_bytes()
     }
 }

@@ -1,8 +1,9 @@
 //! Config reload without losing the windows. When the window lengths and input buckets are
 //! unchanged, the slices still mean the same thing, so the engine keeps them: classes are
 //! matched by name (targets and order updated, data kept), new classes start empty, removed
-//! classes are dropped (and leave `overall` with them); cost, `min_samples` and `history`
-//! apply at once, to the data already held. Any other change starts a fresh engine.
+//! classes are dropped (and leave `overall` with them); cost, `min_samples`, `history` and
+//! `timeline_points` apply at once, to the data already held. Any other change starts a
+//! fresh engine.
 
 use super::{Engine, EngineConfig};
 
@@ -47,6 +48,7 @@ impl Engine {
                 s.trim(w.series_cap);
             }
         }
+        self.timeline.set_cap(fresh.timeline.cap);
         self.min_samples = fresh.min_samples;
         self.cost = fresh.cost;
         true

@@ -35,6 +35,11 @@ impl Geometry {
         }
     }
 
+    /// Length of one slice in seconds.
+    pub fn slice_seconds(&self) -> f64 {
+        self.slice_ns as f64 / 1e9
+    }
+
     pub fn ring_len(&self) -> usize {
         usize::try_from(self.n + 1).unwrap_or(usize::MAX)
     }

@@ -105,6 +105,7 @@ fn degenerate_configs_are_survivable() {
         input_buckets: vec![],
         min_samples: 0,
         history: Duration::ZERO,
+        timeline_points: 0,
         cost: Some(CostConfig {
             currency: "EUR".into(),
             per_hour: f64::NAN,

@@ -8,6 +8,7 @@ mod memory;
 mod reload;
 mod stability;
 mod summary;
+mod timeline;
 mod window;
 
 use std::time::{Duration, Instant};
@@ -53,6 +54,7 @@ pub fn config() -> EngineConfig {
         input_buckets: vec![1024, 4096, 16384, 65536],
         min_samples: 20,
         history: Duration::from_secs(6 * 3600),
+        timeline_points: 720,
         cost: Some(CostConfig {
             currency: "USD".into(),
             per_hour: 12.0,

@@ -123,7 +123,8 @@ fn serve(args: ServeArgs) -> ExitCode {
                 reuse_port: args.reuse_port,
             },
         )
-        .await {
+        .await
+        {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");

@@ -40,11 +40,11 @@ const INNER: &str = "GOODPUT_TEST_PRIVATE_NETNS";
 const TEST_NAME: &str = "restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream";
 
 /// Clients connecting and streaming in a loop throughout the restart.
-const CLIENTS: usize = 16;
+const CLIENTS: usize = 32;
 /// Events per stream and the upstream's pause before each: a stream lasts ~200 ms, so
 /// the old process has streams in flight when it is told to stop.
 const EVENTS: usize = 10;
-const GAP: Duration = Duration::from_millis(20);
+const GAP: Duration = Duration::from_millis(2);
 
 #[test]
 fn restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream() {
@@ -142,13 +142,13 @@ async fn ready(admin_port: u16, child: &mut Child) {
     }
 }
 
-fn sigterm(child: &Child) {
+fn signal(child: &Child, signal: &str) {
     let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([signal, &child.id().to_string()])
         .status()
         .unwrap()
         .success();
-    assert!(ok, "kill -TERM failed");
+    assert!(ok, "kill {signal} failed");
 }
 
 async fn wait_exit(mut child: Child) {
@@ -260,8 +260,14 @@ async fn restart_under_load() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before_stop = tally.completed.load(Ordering::Relaxed);
 
-    // The old one stops accepting and drains its streams while clients keep coming.
-    sigterm(&old);
+    // The old one stops accepting and drains its streams while clients keep coming. It is
+    // paused first so that connections the kernel assigned to it wait in its accept queue
+    // when it closes its listener: the case a plain close loses (they are reset), made
+    // certain instead of left to chance.
+    signal(&old, "-STOP");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal(&old, "-TERM");
+    signal(&old, "-CONT");
     wait_exit(old).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -269,7 +275,7 @@ async fn restart_under_load() {
     for c in clients {
         c.await.unwrap();
     }
-    sigterm(&new);
+    signal(&new, "-TERM");
     wait_exit(new).await;
 
     let failures = tally.failures.lock().unwrap().clone();

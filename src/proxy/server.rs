@@ -381,6 +381,36 @@ async fn opening(stream: &TcpStream, timeout: Duration) -> Opening {
     }
 }
 
+impl Proxy {
+    /// Admits and spawns an accepted connection; false when the accept failed.
+    fn accepted(
+        self: &Arc<Self>,
+        accepted: std::io::Result<(TcpStream, SocketAddr)>,
+        conns: &mut JoinSet<()>,
+        accept_errors: &mut AcceptErrors,
+    ) -> bool {
+        let (stream, remote) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and similar: back off, keep serving.
+                accept_errors.failed(&e, &self.limits.accept_errors);
+                return false;
+            }
+        };
+        let Some(open) = self.admit() else {
+            // Closed at once: the client knows at once, and the connections being
+            // served keep their descriptors.
+            self.limits.rejected("server.max_connections");
+            tracing::debug!(%remote, "connection limit reached; closed");
+            drop(stream);
+            return true;
+        };
+        let _ = stream.set_nodelay(true);
+        conns.spawn(accept(Arc::clone(self), stream, remote, open));
+        true
+    }
+}
+
 /// Serves the proxy on `listener` until `shutdown` resolves, then drains.
 pub async fn serve(
     listener: TcpListener,
@@ -395,27 +425,20 @@ pub async fn serve(
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => {
-                let (stream, remote) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of file descriptors and similar: back off, keep serving.
-                        accept_errors.failed(&e, &proxy.limits.accept_errors);
-                        tokio::time::sleep(ACCEPT_BACKOFF).await;
-                        continue;
-                    }
-                };
-                let Some(open) = proxy.admit() else {
-                    // Closed at once: the client knows at once, and the connections being
-                    // served keep their descriptors.
-                    proxy.limits.rejected("server.max_connections");
-                    tracing::debug!(%remote, "connection limit reached; closed");
-                    drop(stream);
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                conns.spawn(accept(proxy.clone(), stream, remote, open));
+                if !proxy.accepted(accepted, &mut conns, &mut accept_errors) {
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    // Connections the kernel has already queued on this listener are served, not reset
+    // by closing it: with `SO_REUSEPORT` the clients behind them did nothing wrong (the
+    // kernel picked this listener). What arrives after the last look is handed to the
+    // other listeners of the group by `net.ipv4.tcp_migrate_req` (docs/RESTART.md).
+    while let Ok(accepted) = tokio::time::timeout(Duration::ZERO, listener.accept()).await {
+        if !proxy.accepted(accepted, &mut conns, &mut accept_errors) {
+            break;
         }
     }
     drop(listener);
@@ -441,7 +464,10 @@ async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open:
         let conn = ConnInfo { remote, tls: false };
         // A connection that has sent nothing yet when draining starts has nothing to
         // finish: closed, rather than holding the drain until its header timeout.
+        // Biased: a request already received (queued while the listener was being closed)
+        // is served, not dropped because draining started too.
         let opened = tokio::select! {
+            biased;
             opened = opening(&stream, proxy.handshake_timeout) => opened,
             () = proxy.drain_started() => Opening::Gone,
         };

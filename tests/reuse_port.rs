@@ -10,7 +10,6 @@
 //! --net`, root) where it sets it, so the machine's own setting is left alone.
 #![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     reason = "test: a failed set-up must stop the test"
 )]
 

@@ -351,3 +351,37 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reuse_port_lets_a_second_listener_bind_the_same_address() {
+        let shared = BindOptions { reuse_port: true };
+        let first = bind("proxy", "127.0.0.1:0".parse().unwrap(), shared).unwrap();
+        let addr = first.local_addr().unwrap();
+        let second = bind("proxy", addr, shared).unwrap();
+        assert_eq!(second.local_addr().unwrap(), addr);
+    }
+
+    #[tokio::test]
+    async fn without_reuse_port_the_address_is_in_use() {
+        let first = bind(
+            "proxy",
+            "127.0.0.1:0".parse().unwrap(),
+            BindOptions::default(),
+        )
+        .unwrap();
+        let addr = first.local_addr().unwrap();
+        let err = bind("admin", addr, BindOptions::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("cannot listen on {addr} (admin)")),
+            "{err}"
+        );
+        // Reuse on one side only is refused too: both processes must opt in.
+        let err = bind("proxy", addr, BindOptions { reuse_port: true }).unwrap_err();
+        assert!(matches!(err, StartError::Bind { .. }), "{err}");
+    }
+}

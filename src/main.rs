@@ -53,6 +53,10 @@ struct ServeArgs {
     /// Address of the admin server (default 127.0.0.1:9464).
     #[arg(long)]
     admin: Option<String>,
+    /// Bind the proxy and admin addresses with SO_REUSEPORT, so that a new goodput can
+    /// start beside this one on the same ports while this one drains (docs/RESTART.md).
+    #[arg(long)]
+    reuse_port: bool,
     /// Validate this config file and exit instead of serving.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
@@ -112,7 +116,15 @@ fn serve(args: ServeArgs) -> ExitCode {
     rt.block_on(async {
         // Before the start-up line: a signal sent once it is logged stops the proxy.
         let stop = run::shutdown_signal();
-        let running = match run::start_from(cfg, source).await {
+        let running = match run::start_with(
+            cfg,
+            source,
+            run::BindOptions {
+                reuse_port: args.reuse_port,
+            },
+        )
+        .await
+        {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");

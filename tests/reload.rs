@@ -169,3 +169,56 @@ async fn slo_classes_change_live_and_the_file_is_watched() {
     }
     proxy.shutdown().await;
 }
+
+/// A Kubernetes ConfigMap volume: the file is a symlink through `..data`, itself a symlink
+/// to a timestamped directory; an update writes a new directory and renames a new `..data`
+/// link over the old one. The watcher follows the links and reloads.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_configmap_symlink_swap_is_reloaded() {
+    use std::os::unix::fs::symlink;
+    let (_sim, sim_url) = start_sim(fast_sim(1.0, 1.0)).await;
+    let dir = TempDir::new("configmap");
+    let root = dir.path();
+    let version = |name: &str, text: &str| {
+        std::fs::create_dir(root.join(name)).unwrap();
+        std::fs::write(root.join(name).join("goodput.toml"), text).unwrap();
+    };
+    version("..2026_12_04_20_00_00.1", &file_text(&sim_url, ""));
+    symlink("..2026_12_04_20_00_00.1", root.join("..data")).unwrap();
+    symlink("..data/goodput.toml", root.join("goodput.toml")).unwrap();
+    let proxy = start_reloadable(&root.join("goodput.toml")).await;
+    let reloads = |text: &str| metric_value(text, "goodput_config_reloads_total");
+    assert_eq!(reloads(&metrics(proxy.admin_addr).await), Some(0.0));
+
+    // Past one-second mtime granularity, as in the test above.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let strict = "[[slo.class]]\nname = \"strict\"\nmatch = { model = \"test-*\" }\nttft_ms = 5\n";
+    version("..2026_12_04_20_01_00.2", &file_text(&sim_url, strict));
+    symlink("..2026_12_04_20_01_00.2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    std::fs::remove_dir_all(root.join("..2026_12_04_20_00_00.1")).unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
+    loop {
+        let text = metrics(proxy.admin_addr).await;
+        if reloads(&text) == Some(1.0) {
+            assert_eq!(
+                metric_value(&text, "goodput_config_reload_failures_total"),
+                Some(0.0),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the swap was not reloaded: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
+    post_collect(&client(), &url, chat_body(true, 3, true)).await;
+    let recs = wait_records(proxy.admin_addr, 1, T).await;
+    assert_eq!(recs[0]["slo_class"], "strict");
+    proxy.shutdown().await;
+}

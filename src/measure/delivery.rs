@@ -48,6 +48,9 @@ pub struct Delivery {
     waiting: Mutex<Vec<Waker>>,
     /// The connection's task, for an HTTP/2 body that needs one more poll of it.
     connection: Mutex<Option<Waker>>,
+    /// A request has reached the service on this connection (a graceful shutdown of an
+    /// HTTP/1 connection waits for the first one, see `proxy::server`).
+    served: AtomicBool,
 }
 
 /// A point in a connection's life: what a body handed over before it is delivered once
@@ -63,6 +66,16 @@ pub enum Mark {
 impl Delivery {
     pub fn new() -> Delivery {
         Delivery::default()
+    }
+
+    /// A request has reached the service.
+    pub fn request_begins(&self) {
+        self.served.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a request has reached the service.
+    pub fn served(&self) -> bool {
+        self.served.load(Ordering::Relaxed)
     }
 
     /// The connection is about to be polled. Called by the connection's task only.

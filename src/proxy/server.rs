@@ -213,7 +213,7 @@ impl Proxy {
         let connection = self
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
-        self.until_ended(connection, &delivery, |c| c.graceful_shutdown())
+        self.until_ended(connection, &delivery, false, |c| c.graceful_shutdown())
             .await;
     }
 
@@ -227,7 +227,9 @@ impl Proxy {
             .http1
             .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc))
             .with_upgrades();
-        self.until_ended(connection, &delivery, |c| c.graceful_shutdown())
+        // Its first bytes were seen: a request is on its way (or bounded by the header
+        // timeout), so draining lets it in before shutting the connection down.
+        self.until_ended(connection, &delivery, true, |c| c.graceful_shutdown())
             .await;
     }
 
@@ -248,6 +250,7 @@ impl Proxy {
         let svc = self.service.clone();
         let delivery = Arc::clone(delivery);
         service_fn(move |mut req: Request<Incoming>| {
+            delivery.request_begins();
             req.extensions_mut().insert(conn.clone());
             req.extensions_mut().insert(Arc::clone(&delivery));
             svc.clone().oneshot(req)
@@ -256,10 +259,16 @@ impl Proxy {
 
     /// Drives `connection` to its end, starting its graceful shutdown (`shut_down`) once
     /// draining starts. Each poll is counted in `delivery`.
+    ///
+    /// With `first_request`, the shutdown waits until a request has reached the service:
+    /// hyper closes an HTTP/1 connection that is between requests at once, which for a
+    /// connection accepted as draining starts (its request already in the socket buffer)
+    /// would close it unanswered.
     async fn until_ended<C, E>(
         &self,
         connection: C,
         delivery: &Delivery,
+        first_request: bool,
         mut shut_down: impl FnMut(Pin<&mut C>),
     ) where
         C: Future<Output = Result<(), E>>,
@@ -276,15 +285,19 @@ impl Proxy {
         // The drain signal is polled once, which registers the task's waker with it, and
         // again only once draining has started: not on each of the connection's wakes,
         // i.e. each streamed event (`tokio::select!` would poll both every time).
-        let (mut armed, mut shutting_down) = (false, false);
+        let (mut armed, mut drained, mut shutting_down) = (false, false, false);
         let mut task: Option<Waker> = None;
         let ended = poll_fn(|cx| {
-            if !shutting_down && (!armed || self.drain_started.load(Ordering::Acquire)) {
+            if !drained && (!armed || self.drain_started.load(Ordering::Acquire)) {
                 armed = true;
-                if drain.as_mut().poll(cx).is_ready() {
-                    shut_down(connection.as_mut());
-                    shutting_down = true;
-                }
+                drained = drain.as_mut().poll(cx).is_ready();
+            }
+            let due = |shutting_down: bool| {
+                drained && !shutting_down && (!first_request || delivery.served())
+            };
+            if due(shutting_down) {
+                shut_down(connection.as_mut());
+                shutting_down = true;
             }
             if !task
                 .as_ref()
@@ -294,7 +307,16 @@ impl Proxy {
                 delivery.connection_task(cx.waker().clone());
             }
             delivery.poll_begins();
-            connection.as_mut().poll(cx)
+            let polled = connection.as_mut().poll(cx);
+            if polled.is_pending() && due(shutting_down) {
+                // The awaited request arrived in this poll, which may have been the last
+                // wake for a while (an answer written at once): shut down now.
+                shut_down(connection.as_mut());
+                shutting_down = true;
+                delivery.poll_begins();
+                return connection.as_mut().poll(cx);
+            }
+            polled
         })
         .await;
         if let Err(e) = ended {
@@ -397,6 +419,38 @@ async fn opening(stream: &TcpStream, timeout: Duration) -> Opening {
     }
 }
 
+impl Proxy {
+    /// Admits and spawns an accepted connection; false when the accept failed.
+    /// `late`: accepted from the queue as draining starts.
+    fn accepted(
+        self: &Arc<Self>,
+        accepted: std::io::Result<(TcpStream, SocketAddr)>,
+        conns: &mut JoinSet<()>,
+        accept_errors: &mut AcceptErrors,
+        late: bool,
+    ) -> bool {
+        let (stream, remote) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and similar: back off, keep serving.
+                accept_errors.failed(&e, &self.limits.accept_errors);
+                return false;
+            }
+        };
+        let Some(open) = self.admit() else {
+            // Closed at once: the client knows at once, and the connections being
+            // served keep their descriptors.
+            self.limits.rejected("server.max_connections");
+            tracing::debug!(%remote, "connection limit reached; closed");
+            drop(stream);
+            return true;
+        };
+        let _ = stream.set_nodelay(true);
+        conns.spawn(accept(Arc::clone(self), stream, remote, open, late));
+        true
+    }
+}
+
 /// Serves the proxy on `listener` until `shutdown` resolves, then drains.
 pub async fn serve(
     listener: TcpListener,
@@ -411,27 +465,20 @@ pub async fn serve(
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => {
-                let (stream, remote) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of file descriptors and similar: back off, keep serving.
-                        accept_errors.failed(&e, &proxy.limits.accept_errors);
-                        tokio::time::sleep(ACCEPT_BACKOFF).await;
-                        continue;
-                    }
-                };
-                let Some(open) = proxy.admit() else {
-                    // Closed at once: the client knows at once, and the connections being
-                    // served keep their descriptors.
-                    proxy.limits.rejected("server.max_connections");
-                    tracing::debug!(%remote, "connection limit reached; closed");
-                    drop(stream);
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                conns.spawn(accept(proxy.clone(), stream, remote, open));
+                if !proxy.accepted(accepted, &mut conns, &mut accept_errors, false) {
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    // Connections the kernel has already queued on this listener are served, not reset
+    // by closing it: with `SO_REUSEPORT` the clients behind them did nothing wrong (the
+    // kernel picked this listener). What arrives after the last look is handed to the
+    // other listeners of the group by `net.ipv4.tcp_migrate_req` (docs/RESTART.md).
+    while let Ok(accepted) = tokio::time::timeout(Duration::ZERO, listener.accept()).await {
+        if !proxy.accepted(accepted, &mut conns, &mut accept_errors, true) {
+            break;
         }
     }
     drop(listener);
@@ -452,14 +499,28 @@ pub async fn serve(
     Ok(())
 }
 
-async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open: Open) {
+/// Serves one accepted connection. One accepted before draining started that has sent
+/// nothing by then is closed; a `late` one (taken from the queue as draining starts: its
+/// client connected a moment ago and has not had time to send) gets the usual handshake
+/// and header time instead.
+async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open: Open, late: bool) {
+    let drain_started = || async {
+        if late {
+            std::future::pending::<()>().await;
+        } else {
+            proxy.drain_started().await;
+        }
+    };
     let Some(acceptor) = proxy.tls.as_ref().map(|t| TlsAcceptor::from(t.load_full())) else {
         let conn = ConnInfo { remote, tls: false };
         // A connection that has sent nothing yet when draining starts has nothing to
         // finish: closed, rather than holding the drain until its header timeout.
+        // Biased: a request already received (queued while the listener was being closed)
+        // is served, not dropped because draining started too.
         let opened = tokio::select! {
+            biased;
             opened = opening(&stream, proxy.handshake_timeout) => opened,
-            () = proxy.drain_started() => Opening::Gone,
+            () = drain_started() => Opening::Gone,
         };
         // The other paths are boxed: this task's future is as large as its largest path,
         // and every plaintext HTTP/1 connection would pay for TLS's (docs/PERFORMANCE.md).
@@ -474,7 +535,7 @@ async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open:
             shaken = tokio::time::timeout(proxy.handshake_timeout, acceptor.accept(stream)) => {
                 Some(shaken)
             }
-            () = proxy.drain_started() => None,
+            () = drain_started() => None,
         }
     });
     match handshake.await {

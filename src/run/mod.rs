@@ -78,10 +78,47 @@ impl Running {
     }
 }
 
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { what, addr, source })
+/// How the listeners are bound.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BindOptions {
+    /// `SO_REUSEPORT` on the proxy and admin listeners (`serve --reuse-port`): a new
+    /// process can bind the same addresses while the old one drains (docs/RESTART.md).
+    pub reuse_port: bool,
+}
+
+/// The accept backlog: what `TcpListener::bind` uses (and the usual `somaxconn`).
+const BACKLOG: u32 = 1024;
+
+fn bind(
+    what: &'static str,
+    addr: SocketAddr,
+    options: BindOptions,
+) -> Result<TcpListener, StartError> {
+    let err = |source| StartError::Bind { what, addr, source };
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(err)?;
+    // As `TcpListener::bind` does: a restarted process can bind while old connections
+    // linger in TIME_WAIT.
+    socket.set_reuseaddr(true).map_err(err)?;
+    #[cfg(unix)]
+    if options.reuse_port {
+        socket.set_reuseport(true).map_err(err)?;
+    }
+    socket.bind(addr).map_err(err)?;
+    socket.listen(BACKLOG).map_err(err)
+}
+
+/// Whether the kernel hands a closing listener's queued connections to the other
+/// listeners of its `SO_REUSEPORT` group (Linux 5.14+, `net.ipv4.tcp_migrate_req`).
+/// `None` where that cannot be read (other systems, older kernels).
+pub fn tcp_migrate_req() -> Option<bool> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_migrate_req")
+        .ok()
+        .map(|v| v.trim() != "0")
 }
 
 /// How often the config file's modification time is checked for changes.
@@ -94,8 +131,24 @@ pub async fn start(cfg: Config) -> Result<Running, StartError> {
 
 /// As [`start`]; with a source, the configuration can be reloaded (and the file is watched).
 pub async fn start_from(cfg: Config, source: Option<ConfigSource>) -> Result<Running, StartError> {
-    let listener = bind("proxy", cfg.server.listen).await?;
-    let admin = bind("admin", cfg.admin).await?;
+    start_with(cfg, source, BindOptions::default()).await
+}
+
+/// As [`start_from`], binding the listeners with `options`.
+pub async fn start_with(
+    cfg: Config,
+    source: Option<ConfigSource>,
+    options: BindOptions,
+) -> Result<Running, StartError> {
+    let listener = bind("proxy", cfg.server.listen, options)?;
+    let admin = bind("admin", cfg.admin, options)?;
+    if options.reuse_port && tcp_migrate_req() != Some(true) {
+        tracing::warn!(
+            "--reuse-port without net.ipv4.tcp_migrate_req = 1: connections the kernel has \
+             queued on this process's listeners when it stops are reset instead of handed to \
+             the new process (docs/RESTART.md)"
+        );
+    }
     start_on_from(cfg, listener, admin, source)
 }
 
@@ -297,5 +350,39 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
         } else {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reuse_port_lets_a_second_listener_bind_the_same_address() {
+        let shared = BindOptions { reuse_port: true };
+        let first = bind("proxy", "127.0.0.1:0".parse().unwrap(), shared).unwrap();
+        let addr = first.local_addr().unwrap();
+        let second = bind("proxy", addr, shared).unwrap();
+        assert_eq!(second.local_addr().unwrap(), addr);
+    }
+
+    #[tokio::test]
+    async fn without_reuse_port_the_address_is_in_use() {
+        let first = bind(
+            "proxy",
+            "127.0.0.1:0".parse().unwrap(),
+            BindOptions::default(),
+        )
+        .unwrap();
+        let addr = first.local_addr().unwrap();
+        let err = bind("admin", addr, BindOptions::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("cannot listen on {addr} (admin)")),
+            "{err}"
+        );
+        // Reuse on one side only is refused too: both processes must opt in.
+        let err = bind("proxy", addr, BindOptions { reuse_port: true }).unwrap_err();
+        assert!(matches!(err, StartError::Bind { .. }), "{err}");
     }
 }

@@ -1,0 +1,306 @@
+//! Restart without refusing a connection: two `goodput serve --reuse-port` processes share
+//! the proxy port, the old one gets SIGTERM while clients keep connecting and streaming.
+//! No connection may be refused or reset, every stream must arrive complete and
+//! byte-identical, and the profiles the two processes record must account for every
+//! request. The procedure is the one docs/RESTART.md gives.
+//!
+//! The kernel hands a closing listener's queued connections to the rest of its
+//! `SO_REUSEPORT` group only with `net.ipv4.tcp_migrate_req = 1`. When the test's network
+//! namespace does not have it, the test runs itself again in a private one (`unshare
+//! --net`, root) where it sets it, so the machine's own setting is left alone.
+#![expect(
+    clippy::unwrap_used,
+    reason = "test: a failed set-up must stop the test"
+)]
+
+mod common;
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use common::{
+    fake::{FakeUpstream, Script, WritePlan, decode_chunked, openai_chat_events},
+    temp::TempDir,
+};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+/// Set in the re-run inside the private network namespace.
+const INNER: &str = "GOODPUT_TEST_PRIVATE_NETNS";
+const TEST_NAME: &str = "restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream";
+
+/// Clients connecting and streaming in a loop throughout the restart.
+const CLIENTS: usize = 32;
+/// Events per stream and the upstream's pause before each: a stream lasts ~200 ms, so
+/// the old process has streams in flight when it is told to stop.
+const EVENTS: usize = 10;
+const GAP: Duration = Duration::from_millis(2);
+
+#[test]
+fn restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream() {
+    if std::env::var_os(INNER).is_none() && goodput::run::tcp_migrate_req() != Some(true) {
+        let exe = std::env::current_exe().unwrap();
+        let status = Command::new("unshare")
+            .args([
+                "--net",
+                "--",
+                "sh",
+                "-c",
+                "ip link set lo up && echo 1 > /proc/sys/net/ipv4/tcp_migrate_req && \
+                 exec \"$0\" \"$1\" --exact --nocapture --test-threads=1",
+            ])
+            .arg(exe)
+            .arg(TEST_NAME)
+            .env(INNER, "1")
+            .status();
+        match status {
+            Ok(s) => assert!(
+                s.success(),
+                "the restart scenario failed in a private network namespace ({s})"
+            ),
+            Err(e) => panic!(
+                "net.ipv4.tcp_migrate_req is 0 here and `unshare --net` could not run ({e}): \
+                 run as root, or set the sysctl to 1"
+            ),
+        }
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(restart_under_load());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `goodput serve --reuse-port` on the shared proxy port with its own admin port and
+/// profile directory.
+fn serve(dir: &Path, name: &str, proxy_port: u16, admin_port: u16, upstream: &str) -> Child {
+    let profiles = dir.join(name);
+    let cfg = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\ndrain_timeout = \"20s\"\n[log]\naccess_log = false\n\
+             [profile]\ndir = \"{}\"\ninstance = \"{name}\"\n",
+            profiles.display()
+        ),
+    )
+    .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_goodput"))
+        .args(["serve", "--reuse-port", "--config"])
+        .arg(&cfg)
+        .args(["--listen", &format!("127.0.0.1:{proxy_port}")])
+        .args(["--admin", &format!("127.0.0.1:{admin_port}")])
+        .args(["--upstream", upstream])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the process's admin server answers `/readyz` with 200.
+async fn ready(admin_port: u16, child: &mut Child) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "goodput exited before it was ready"
+        );
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", admin_port)).await {
+            let _ = s
+                .write_all(b"GET /readyz HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
+                .await;
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out).await;
+            if out.starts_with(b"HTTP/1.1 200") {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "goodput not ready in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let ok = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {signal} failed");
+}
+
+async fn wait_exit(mut child: Child) {
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "goodput exited with {status}");
+}
+
+#[derive(Default)]
+struct Tally {
+    completed: AtomicUsize,
+    failures: std::sync::Mutex<Vec<String>>,
+}
+
+/// One streamed request over a fresh connection; the decoded body must be `expected`.
+async fn one_stream(port: u16, expected: &[u8]) -> Result<(), String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    s.write_all(body).await.map_err(|e| format!("write: {e}"))?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)
+        .await
+        .map_err(|e| format!("read: {e} after {} bytes", out.len()))?;
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("no response head in {} bytes", out.len()))?;
+    let (head, rest) = out.split_at(split + 4);
+    if !head.starts_with(b"HTTP/1.1 200") {
+        return Err(format!("status: {}", String::from_utf8_lossy(head)));
+    }
+    let (decoded, _) = decode_chunked(rest).ok_or("incomplete chunked body (cut stream)")?;
+    if decoded != expected {
+        return Err(format!(
+            "body differs: {} bytes, expected {}",
+            decoded.len(),
+            expected.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Request lines in the profile files under `dir`, and how many of them were `ok`.
+fn recorded(dir: &Path) -> (usize, usize) {
+    let (mut n, mut ok) = (0, 0);
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            // The header and the prefix-block lines carry a `type`; requests do not.
+            if v.get("type").is_some() {
+                continue;
+            }
+            n += 1;
+            if v["outcome"] == "ok" {
+                ok += 1;
+            }
+        }
+    }
+    (n, ok)
+}
+
+async fn restart_under_load() {
+    let events = openai_chat_events(EVENTS, true);
+    let expected: Vec<u8> = events.concat();
+    let upstream = FakeUpstream::start(Script::sse_chunked(&events, WritePlan::Whole, GAP)).await;
+    let tmp = TempDir::new("reuse-port");
+    let port = free_port();
+    let (admin_old, admin_new) = (free_port(), free_port());
+
+    let mut old = serve(tmp.path(), "old", port, admin_old, &upstream.url());
+    ready(admin_old, &mut old).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let expected = Arc::new(expected);
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (stop, tally, expected) = (stop.clone(), tally.clone(), expected.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match one_stream(port, &expected).await {
+                        Ok(()) => {
+                            tally.completed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => tally.failures.lock().unwrap().push(e),
+                    }
+                }
+            })
+        })
+        .collect();
+
+    // Some load on the old process alone, then the new one starts beside it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut new = serve(tmp.path(), "new", port, admin_new, &upstream.url());
+    ready(admin_new, &mut new).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before_stop = tally.completed.load(Ordering::Relaxed);
+
+    // The old one stops accepting and drains its streams while clients keep coming. It is
+    // paused first so that connections the kernel assigned to it wait in its accept queue
+    // when it closes its listener: the case a plain close loses (they are reset), made
+    // certain instead of left to chance.
+    signal(&old, "-STOP");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal(&old, "-TERM");
+    signal(&old, "-CONT");
+    wait_exit(old).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    signal(&new, "-TERM");
+    wait_exit(new).await;
+
+    let failures = tally.failures.lock().unwrap().clone();
+    let completed = tally.completed.load(Ordering::Relaxed);
+    assert!(
+        failures.is_empty(),
+        "{} of {} requests failed, e.g. {:?}",
+        failures.len(),
+        completed + failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(
+        completed > before_stop && before_stop > 0,
+        "load ran through the restart"
+    );
+    let (n_old, ok_old) = recorded(&tmp.path().join("old"));
+    let (n_new, ok_new) = recorded(&tmp.path().join("new"));
+    assert!(n_old > 0 && n_new > 0, "both served: {n_old} and {n_new}");
+    assert_eq!(
+        n_old + n_new,
+        completed,
+        "records of both processes ({n_old} + {n_new}) account for every request"
+    );
+    assert_eq!(ok_old + ok_new, completed, "every record is ok");
+    eprintln!(
+        "restart under load: {completed} streams, {n_old} through the old process, \
+         {n_new} through the new one, none refused or cut"
+    );
+}

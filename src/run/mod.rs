@@ -43,6 +43,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Otlp(#[from] crate::otlp::OtlpError),
 }
 
 /// A running proxy with its admin server.
@@ -144,6 +146,13 @@ fn start_on_from(
         proxy_totals.clone(),
         calibration_view.clone(),
     );
+    let (otlp, otlp_tasks) = match &cfg.otlp {
+        Some(o) => {
+            let (exporter, tasks) = crate::otlp::start(o, &cfg.upstream, &metrics.otlp)?;
+            (Some(exporter), Some(tasks))
+        }
+        None => (None, None),
+    };
     let aggregator = Aggregator::new(
         rx,
         live.clone(),
@@ -153,7 +162,8 @@ fn start_on_from(
         slo_view.clone(),
         profiling,
     )
-    .with_calibration(proxy_totals);
+    .with_calibration(proxy_totals)
+    .with_otlp(otlp);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let forward = Forward::new(
@@ -232,6 +242,10 @@ fn start_on_from(
             .is_err()
         {
             tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
+        }
+        // The aggregator is done: the exporters send what is left (bounded by their timeout).
+        if let Some(tasks) = otlp_tasks {
+            tasks.finish().await;
         }
         if let Some(w) = watcher {
             w.abort();

@@ -562,13 +562,14 @@ async fn proxy_survives(endpoint: &str) -> (Running, String) {
 async fn a_collector_that_hangs_never_slows_proxying() {
     let receiver = Receiver::start(Mode::Hang).await;
     let (proxy, text) = proxy_survives(&receiver.endpoint()).await;
-    // One span is stuck in the hanging export and two fit the queue: most were dropped.
+    // One span is held by each hanging export (300 ms) and two fit the queue: 30 requests
+    // within the 8 s bound above cannot all have found room.
     let dropped = metric_value(
         &text,
         "goodput_otlp_spans_dropped_total{reason=\"queue_full\"}",
     )
     .unwrap_or(0.0);
-    assert!(dropped >= 20.0, "{text}");
+    assert!(dropped >= 1.0, "{text}");
     assert_eq!(
         metric_value(&text, "goodput_otlp_exports_total{signal=\"traces\"}").unwrap_or(0.0),
         0.0

@@ -252,3 +252,83 @@ pub async fn run(
         health.report(result);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::{
+        measure::{Outcome, RequestTrace},
+        otlp::TraceParent,
+    };
+
+    fn scope() -> InstrumentationScope {
+        InstrumentationScope::builder("test").build()
+    }
+
+    fn traced(parent: Option<TraceParent>) -> RequestRecord {
+        let mut r = crate::profile::line::tests::record();
+        r.trace = Some(RequestTrace {
+            started: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
+            parent,
+        });
+        r
+    }
+
+    #[test]
+    fn untraced_and_unsampled_requests_have_no_span() {
+        let mut r = traced(None);
+        r.trace = None;
+        assert!(span_of(&r, &[], "met", &scope()).is_none());
+        let unsampled = TraceParent {
+            trace_id: [1; 16],
+            parent_id: [2; 8],
+            flags: 0,
+        };
+        assert!(span_of(&traced(Some(unsampled)), &[], "met", &scope()).is_none());
+    }
+
+    #[test]
+    fn a_sampled_caller_is_the_parent() {
+        let p = TraceParent {
+            trace_id: [1; 16],
+            parent_id: [2; 8],
+            flags: 1,
+        };
+        let s = span_of(&traced(Some(p)), &[], "met", &scope()).unwrap();
+        assert_eq!(s.span_context.trace_id(), TraceId::from_bytes([1; 16]));
+        assert_eq!(s.parent_span_id, SpanId::from_bytes([2; 8]));
+        assert!(s.parent_span_is_remote);
+        assert_ne!(s.span_context.span_id(), SpanId::INVALID);
+        let root = span_of(&traced(None), &[], "met", &scope()).unwrap();
+        assert_eq!(root.parent_span_id, SpanId::INVALID);
+        assert_ne!(root.span_context.trace_id(), TraceId::INVALID);
+    }
+
+    #[test]
+    fn timing_status_and_bounded_names() {
+        let mut r = traced(None);
+        r.e2e_ms = 1500.0;
+        r.model = Some("m".repeat(1000));
+        r.outcome = Outcome::Timeout;
+        let common = [KeyValue::new(sc::OPERATION_NAME, "chat")];
+        let s = span_of(&r, &common, "missed", &scope()).unwrap();
+        assert_eq!(
+            s.end_time.duration_since(s.start_time).unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(s.name.len(), "chat ".len() + MAX_MODEL_LEN);
+        assert_eq!(s.status, Status::error("timeout"));
+        assert!(
+            s.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == sc::ERROR_TYPE && kv.value.as_str() == "timeout")
+        );
+        r.outcome = Outcome::ClientAbort;
+        assert_eq!(
+            span_of(&r, &common, "excluded", &scope()).unwrap().status,
+            Status::Unset
+        );
+    }
+}

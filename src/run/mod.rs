@@ -237,14 +237,15 @@ fn start_on_from(
         if let Err(e) = proxy::serve(listener, proxy, draining).await {
             tracing::error!(error = %e, "proxy stopped with an error");
         }
-        if tokio::time::timeout(FLUSH_DEADLINE, aggregating)
+        let flushed = tokio::time::timeout(FLUSH_DEADLINE, aggregating)
             .await
-            .is_err()
-        {
+            .is_ok();
+        if !flushed {
             tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
         }
-        // The aggregator is done: the exporters send what is left (bounded by their timeout).
-        if let Some(tasks) = otlp_tasks {
+        // Once the aggregator is done, the exporters send what is left (bounded by their
+        // timeout); while it still holds the exporter, they are not waited for.
+        if let Some(tasks) = otlp_tasks.filter(|_| flushed) {
             tasks.finish().await;
         }
         if let Some(w) = watcher {

@@ -3,7 +3,11 @@
 //! and a bounded read of the (unused) response body. It replaces the exporters' default
 //! reqwest client, which would add a second HTTP stack to the build.
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, header::USER_AGENT};
@@ -39,6 +43,9 @@ pub struct CollectorClient {
     inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     headers: Vec<(HeaderName, HeaderValue)>,
     timeout: Duration,
+    /// The last transport failure, for the log: the exporters report it only as a
+    /// "network error".
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 impl fmt::Debug for CollectorClient {
@@ -72,7 +79,21 @@ impl CollectorClient {
             inner: builder.build(connector),
             headers: cfg.headers.clone(),
             timeout: cfg.timeout,
+            last_error: Arc::default(),
         }
+    }
+
+    /// A client of its own (the same connection pool) whose failures are reported apart.
+    pub fn for_signal(&self) -> CollectorClient {
+        CollectorClient {
+            last_error: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Takes the last transport failure, if any since the last call.
+    pub fn take_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|mut e| e.take())
     }
 
     async fn send(&self, request: Request<Bytes>) -> Result<Response<Bytes>, SendError> {
@@ -107,6 +128,28 @@ impl CollectorClient {
 #[async_trait::async_trait]
 impl HttpClient for CollectorClient {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        Ok(self.send(request).await?)
+        let result = self.send(request).await;
+        if let Err(e) = &result
+            && let Ok(mut last) = self.last_error.lock()
+        {
+            *last = Some(chain(e));
+        }
+        Ok(result?)
     }
+}
+
+/// The error with its sources ("client error (Connect): tcp connect error: Connection
+/// refused"): hyper's own message alone does not say what failed.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }

@@ -99,13 +99,14 @@ pub fn start(
         .with_version(env!("CARGO_PKG_VERSION"))
         .build();
     let client = CollectorClient::new(cfg);
+    let (metrics_client, traces_client) = (client.for_signal(), client.for_signal());
     let (stop, stopped) = watch::channel(());
     let mut handles = Vec::new();
 
     let instruments = if cfg.metrics {
         let exporter = MetricExporter::builder()
             .with_http()
-            .with_http_client(client.clone())
+            .with_http_client(metrics_client.clone())
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(cfg.metrics_url.to_string())
             .with_timeout(cfg.timeout)
@@ -120,7 +121,7 @@ pub fn start(
             exporter,
             cfg.interval,
             cfg.timeout,
-            Health::new("metrics", counters),
+            Health::new("metrics", counters).with_cause(metrics_client),
             stopped,
         )));
         Some(instruments)
@@ -131,7 +132,7 @@ pub fn start(
     let spans = if cfg.traces {
         let mut exporter = SpanExporter::builder()
             .with_http()
-            .with_http_client(client)
+            .with_http_client(traces_client.clone())
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(cfg.traces_url.to_string())
             .with_timeout(cfg.timeout)
@@ -148,7 +149,7 @@ pub fn start(
             exporter,
             cfg.batch_size,
             cfg.timeout,
-            Health::new("traces", counters),
+            Health::new("traces", counters).with_cause(traces_client),
             counters.spans_dropped.clone(),
         )));
         Some(queue)
@@ -244,6 +245,8 @@ pub struct Health {
     failing_since_log: u64,
     last_log: Option<Instant>,
     failing: bool,
+    /// Where the transport failure behind an export error can be read.
+    client: Option<CollectorClient>,
 }
 
 impl Health {
@@ -256,13 +259,22 @@ impl Health {
             failing_since_log: 0,
             last_log: None,
             failing: false,
+            client: None,
         }
+    }
+
+    fn with_cause(mut self, client: CollectorClient) -> Health {
+        self.client = Some(client);
+        self
     }
 
     pub fn report(&mut self, result: OTelSdkResult) {
         let now = Instant::now();
         match result {
             Ok(()) => {
+                if let Some(c) = &self.client {
+                    c.take_error();
+                }
                 self.ok.inc();
                 if self.failing {
                     self.failing = false;
@@ -276,10 +288,12 @@ impl Health {
                 let due = self
                     .last_log
                     .is_none_or(|at| now.duration_since(at) >= LOG_EVERY);
+                let cause = self.client.as_ref().and_then(CollectorClient::take_error);
                 if due {
                     tracing::warn!(
                         signal = self.signal,
                         error = %e,
+                        cause = cause.as_deref().unwrap_or("-"),
                         failures = self.failing_since_log,
                         "otlp: export failed (logged at most once a minute; see goodput_otlp_export_failures_total)"
                     );

@@ -14,6 +14,7 @@
 //! - [`stats`]: the aggregator that finishes records, updates metrics, keeps recent ones.
 //! - [`admin`]: `/metrics`, the JSON API, health and readiness, on their own address.
 //! - [`calibrate`]: the engine's own latency metrics, scraped, beside the proxy's.
+//! - [`otlp`]: OpenTelemetry export (GenAI metrics, request spans) to a collector.
 //! - [`sim`]: an OpenAI-compatible upstream simulator for the demo, tests and benchmarks.
 //! - [`run`]: wiring of all of the above into a running server with graceful shutdown.
 //! - [`demo`]: simulator + proxy + synthetic load, with a live summary line.
@@ -27,6 +28,7 @@ pub mod config;
 pub mod decode;
 pub mod demo;
 pub mod measure;
+pub mod otlp;
 pub mod profile;
 pub mod proxy;
 pub mod replay;

@@ -58,6 +58,9 @@ pub mod names {
     pub const ENGINE_WAITING: &str = "goodput_engine_requests_waiting";
     pub const ENGINE_RUNNING: &str = "goodput_engine_requests_running";
     pub const ENGINE_PREEMPTIONS: &str = "goodput_engine_preemptions";
+    pub const OTLP_EXPORTS: &str = "goodput_otlp_exports";
+    pub const OTLP_EXPORT_FAILURES: &str = "goodput_otlp_export_failures";
+    pub const OTLP_SPANS_DROPPED: &str = "goodput_otlp_spans_dropped";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -173,6 +176,23 @@ pub struct CurrencyLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: &'static str,
+}
+
+/// An OTLP signal: `metrics` or `traces`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabel {
+    pub signal: &'static str,
+}
+
+/// The OTLP exporter's own health (`[otlp]`).
+#[derive(Clone, Debug, Default)]
+pub struct OtlpMetrics {
+    /// Export requests the collector accepted.
+    pub exports: Family<SignalLabel, Counter>,
+    /// Export requests that failed (refused, timed out, non-2xx).
+    pub export_failures: Family<SignalLabel, Counter>,
+    /// Spans lost: `queue_full` (the export queue was full), `export_failed`.
+    pub spans_dropped: Family<DropReasonLabel, Counter>,
 }
 
 /// Why a profile record was dropped: `queue_full`, `disk`, `closed`.
@@ -313,6 +333,7 @@ pub struct Metrics {
     pub engine_waiting: Family<EngineModel, Gauge<f64, AtomicU64>>,
     pub engine_running: Family<EngineModel, Gauge<f64, AtomicU64>>,
     pub engine_preemptions: Family<EngineModel, Gauge<f64, AtomicU64>>,
+    pub otlp: OtlpMetrics,
 }
 
 impl Metrics {
@@ -362,6 +383,7 @@ impl Metrics {
             engine_waiting: Family::default(),
             engine_running: Family::default(),
             engine_preemptions: Family::default(),
+            otlp: OtlpMetrics::default(),
         };
         registry.register_with_unit(
             names::TTFT,
@@ -489,6 +511,21 @@ impl Metrics {
             names::ADMIN_UNAUTHORIZED,
             "Admin requests refused for a missing or wrong bearer token",
             m.admin_unauthorized.clone(),
+        );
+        registry.register(
+            names::OTLP_EXPORTS,
+            "OTLP export requests the collector accepted, by signal",
+            m.otlp.exports.clone(),
+        );
+        registry.register(
+            names::OTLP_EXPORT_FAILURES,
+            "OTLP export requests that failed (refused, timed out, non-2xx), by signal",
+            m.otlp.export_failures.clone(),
+        );
+        registry.register(
+            names::OTLP_SPANS_DROPPED,
+            "Request spans not delivered: queue_full (export queue full), export_failed",
+            m.otlp.spans_dropped.clone(),
         );
         registry.register(
             names::TOKENIZER_FALLBACK,

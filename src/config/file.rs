@@ -34,6 +34,8 @@ pub struct FileConfig {
     pub drift: super::profile_file::DriftSection,
     #[serde(default)]
     pub calibration: super::calibration::CalibrationSection,
+    /// Export to an OpenTelemetry collector; absent: off.
+    pub otlp: Option<super::otlp::OtlpSection>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod calibration;
 pub mod counting;
 pub mod file;
+pub mod otlp;
 pub mod profile_file;
 pub mod slo;
 pub mod slo_file;
@@ -19,6 +20,7 @@ use http::uri::{Authority, Scheme};
 pub use admin::{AdminAccess, AdminToken};
 pub use calibration::Calibration;
 pub use counting::{Counting, UsageInjection};
+pub use otlp::Otlp;
 pub use profile_file::{DriftConfig, ProfileConfig};
 pub use slo::{Cost, Slo, SloClass};
 pub use validate::{load, load_str, load_with_salt};
@@ -53,6 +55,8 @@ pub struct Config {
     pub drift: Option<DriftConfig>,
     /// Comparison with the engine's own metrics (`[calibration]`).
     pub calibration: Calibration,
+    /// Export to an OpenTelemetry collector (`[otlp]`); `None` when off.
+    pub otlp: Option<Otlp>,
 }
 
 #[derive(Debug, Clone)]

@@ -103,15 +103,20 @@ pub fn server_config(
 /// Trust roots for the upstream: the public web PKI, plus an operator's CA file for
 /// gateways behind a private CA.
 pub fn client_config(ca_file: Option<&str>) -> Result<rustls::ClientConfig, Problem> {
+    client_config_for("upstream.ca_file", ca_file)
+}
+
+/// As [`client_config`], for the TLS client named by `key` (the CA file's config key).
+pub fn client_config_for(
+    key: &'static str,
+    ca_file: Option<&str>,
+) -> Result<rustls::ClientConfig, Problem> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = ca_file {
-        for cert in read_certs("upstream.ca_file", path)? {
+        for cert in read_certs(key, path)? {
             roots.add(cert).map_err(|e| {
-                Problem::invalid(
-                    "upstream.ca_file",
-                    format!("`{path}`: unusable certificate: {e}"),
-                )
+                Problem::invalid(key, format!("`{path}`: unusable certificate: {e}"))
             })?;
         }
     }

@@ -7,7 +7,7 @@ use http::{Uri, uri::Scheme};
 
 use super::{
     Config, ConfigError, Log, LogFormat, Measure, Overrides, Problem, Server, ServerLimits,
-    Upstream, admin, calibration, counting, file::FileConfig, profile_file, slo, tls,
+    Upstream, admin, calibration, counting, file::FileConfig, otlp, profile_file, slo, tls,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -123,6 +123,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
     let upstream = upstream(&file, overrides, &mut problems);
     let calibration =
         calibration::validate_calibration(&file.calibration, upstream.as_ref(), &mut problems);
+    let otlp = otlp::validate_otlp(file.otlp.as_ref(), &mut problems);
 
     let s = &file.server;
     positive(
@@ -258,6 +259,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                 profile,
                 drift,
                 calibration,
+                otlp,
             })
         }
         _ => Err(ConfigError(problems)),

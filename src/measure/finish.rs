@@ -284,6 +284,10 @@ impl Pending {
             arrival: self.arrival,
             tenant: self.tenant,
             slo_overrides: self.slo_overrides,
+            trace: self.traced.then_some(super::RequestTrace {
+                started: self.started_at,
+                parent: self.trace_parent,
+            }),
         };
         (record, gaps)
     }

@@ -34,6 +34,9 @@ use crate::{
     proxy::Tunnel,
 };
 
+/// The W3C Trace Context header a request's span joins.
+const TRACEPARENT: &str = "traceparent";
+
 /// What the layer needs from the configuration; swapped as a whole on reload and loaded
 /// once per request.
 #[derive(Debug, Clone)]
@@ -49,6 +52,8 @@ pub struct Settings {
     pub usage_injection: UsageInjection,
     /// `usage_injection.models`, shared by every candidate request's plan.
     pub inject_models: Arc<[String]>,
+    /// Request spans are exported: read each request's `traceparent`.
+    pub traced: bool,
 }
 
 impl Settings {
@@ -63,6 +68,7 @@ impl Settings {
             text_limit: cfg.tokenizer.enabled().then_some(cfg.tokenizer.text_limit),
             usage_injection: cfg.usage_injection.clone(),
             inject_models: cfg.usage_injection.models.clone().into(),
+            traced: cfg.otlp.as_ref().is_some_and(|o| o.traces),
         }
     }
 
@@ -105,10 +111,19 @@ impl Settings {
         } else {
             Targets::default()
         };
+        let trace_parent = if self.traced {
+            headers
+                .get(TRACEPARENT)
+                .and_then(|v| crate::otlp::TraceParent::parse(v.as_bytes()))
+        } else {
+            None
+        };
         HeadInfo {
             long_input,
             tenant,
             slo_overrides,
+            traced: self.traced,
+            trace_parent,
         }
     }
 }

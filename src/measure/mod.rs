@@ -20,7 +20,7 @@ pub use body::{MeasuredBody, RequestCapture, RequestTap};
 pub use clock::ReadClock;
 pub use delivery::{Delivery, Mark};
 pub use layer::{Measure, MeasureLayer, Settings};
-pub use record::{Outcome, RequestRecord, TokenCount, TokenSource};
+pub use record::{Fault, Outcome, RequestRecord, RequestTrace, TokenCount, TokenSource};
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Recorder};
 pub use tap::{Delivered, Ending, HeadInfo, Pending, ProxyFailure, Tap, Timeline};

@@ -102,6 +102,14 @@ pub fn status_class(status: Option<u16>) -> &'static str {
     }
 }
 
+/// What a request's span is made from (`[otlp] traces`): the wall-clock start and the
+/// caller's trace context, when it sent a valid `traceparent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestTrace {
+    pub started: std::time::SystemTime,
+    pub parent: Option<crate::otlp::TraceParent>,
+}
+
 /// Where a token count came from; the record always says. In order of preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -223,6 +231,9 @@ pub struct RequestRecord {
     /// Per-request targets from `x-slo-*` headers.
     #[serde(skip)]
     pub slo_overrides: crate::config::slo::Targets,
+    /// Set when request spans are exported (`[otlp] traces`).
+    #[serde(skip)]
+    pub trace: Option<RequestTrace>,
 }
 
 #[cfg(test)]

@@ -122,6 +122,9 @@ pub struct Pending {
     pub tenant: Option<u64>,
     /// Per-request SLO targets from `x-slo-*` headers (when enabled).
     pub slo_overrides: Targets,
+    /// Whether the request's span is exported, and the caller's `traceparent`.
+    pub traced: bool,
+    pub trace_parent: Option<crate::otlp::TraceParent>,
     /// The generated text, kept for counting because no usage was expected or came.
     pub output_text: Option<TextBuf>,
     /// The request body capture, once the tokenizer stage has taken it off its channel.
@@ -139,6 +142,10 @@ pub struct HeadInfo {
     pub long_input: bool,
     pub tenant: Option<u64>,
     pub slo_overrides: Targets,
+    /// Request spans are exported (`[otlp] traces`).
+    pub traced: bool,
+    /// A valid incoming `traceparent`, read only when `traced`.
+    pub trace_parent: Option<crate::otlp::TraceParent>,
 }
 
 /// Marks a response the proxy produced itself, with the outcome it stands for.
@@ -205,6 +212,8 @@ impl Tap {
             long_input: head.long_input,
             tenant: head.tenant,
             slo_overrides: head.slo_overrides,
+            traced: head.traced,
+            trace_parent: head.trace_parent,
             output_text: None,
             request_capture: None,
             request_failed: false,

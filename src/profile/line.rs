@@ -135,6 +135,7 @@ pub(crate) mod tests {
             arrival: Default::default(),
             tenant: Some(5),
             slo_overrides: Default::default(),
+            trace: None,
         }
     }
 

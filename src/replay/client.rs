@@ -334,6 +334,7 @@ impl Seen {
             },
             tenant: None,
             slo_overrides: Default::default(),
+            trace: None,
         };
         (record, gaps)
     }

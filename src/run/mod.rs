@@ -43,6 +43,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Otlp(#[from] crate::otlp::OtlpError),
 }
 
 /// A running proxy with its admin server.
@@ -197,6 +199,13 @@ fn start_on_from(
         proxy_totals.clone(),
         calibration_view.clone(),
     );
+    let (otlp, otlp_tasks) = match &cfg.otlp {
+        Some(o) => {
+            let (exporter, tasks) = crate::otlp::start(o, &cfg.upstream, &metrics.otlp)?;
+            (Some(exporter), Some(tasks))
+        }
+        None => (None, None),
+    };
     let aggregator = Aggregator::new(
         rx,
         live.clone(),
@@ -206,7 +215,8 @@ fn start_on_from(
         slo_view.clone(),
         profiling,
     )
-    .with_calibration(proxy_totals);
+    .with_calibration(proxy_totals)
+    .with_otlp(otlp);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let forward = Forward::new(
@@ -281,11 +291,16 @@ fn start_on_from(
         if let Err(e) = proxy::serve(listener, proxy, draining).await {
             tracing::error!(error = %e, "proxy stopped with an error");
         }
-        if tokio::time::timeout(FLUSH_DEADLINE, aggregating)
+        let flushed = tokio::time::timeout(FLUSH_DEADLINE, aggregating)
             .await
-            .is_err()
-        {
+            .is_ok();
+        if !flushed {
             tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
+        }
+        // Once the aggregator is done, the exporters send what is left (bounded by their
+        // timeout); while it still holds the exporter, they are not waited for.
+        if let Some(tasks) = otlp_tasks.filter(|_| flushed) {
+            tasks.finish().await;
         }
         if let Some(w) = watcher {
             w.abort();

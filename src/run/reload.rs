@@ -125,6 +125,12 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     check(old.profile.salt != new.profile.salt, "profile.salt");
     let baseline = |c: &Config| c.drift.as_ref().map(|d| d.baseline_path.clone());
     check(baseline(old) != baseline(new), "drift.baseline");
+    let otlp_same = match (&old.otlp, &new.otlp) {
+        (None, None) => true,
+        (Some(o), Some(n)) => o.same_exporter(n),
+        _ => false,
+    };
+    check(!otlp_same, "otlp");
     changed
 }
 

@@ -43,6 +43,9 @@ pub struct Aggregator {
     profiling: Profiling,
     /// The proxy's side of self-calibration, fed while `[calibration]` is enabled.
     calibration: Option<Arc<ProxyTotals>>,
+    /// OpenTelemetry export (`[otlp]`); dropped when the aggregator ends, which makes the
+    /// export tasks send what is left and stop.
+    otlp: Option<crate::otlp::Exporter>,
 }
 
 impl Aggregator {
@@ -66,7 +69,14 @@ impl Aggregator {
             live,
             profiling,
             calibration: None,
+            otlp: None,
         }
+    }
+
+    /// Also records every judged request into the OpenTelemetry export.
+    pub fn with_otlp(mut self, exporter: Option<crate::otlp::Exporter>) -> Aggregator {
+        self.otlp = exporter;
+        self
     }
 
     /// Also adds every finished request to `totals` while `[calibration]` is enabled.
@@ -103,6 +113,11 @@ impl Aggregator {
                         last_refresh = now;
                         engine.advance(now);
                         refresh_gauges(&engine, &self.config.load(), &self.metrics, now);
+                        if let Some(otlp) = &self.otlp
+                            && otlp.exports_metrics()
+                        {
+                            otlp.refresh(&engine.gauges(now));
+                        }
                     }
                     drop(engine);
                     self.profiling.tick(&self.config.load(), &self.metrics, now);
@@ -251,6 +266,9 @@ impl Aggregator {
             && let Some(totals) = &self.calibration
         {
             totals.observe(&model, &record, &gaps);
+        }
+        if let Some(otlp) = &self.otlp {
+            otlp.observe(&record, &model);
         }
         if config.log.access_log {
             access_log(&record);

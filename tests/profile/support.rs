@@ -140,5 +140,6 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         arrival: Default::default(),
         tenant: None,
         slo_overrides: Default::default(),
+        trace: None,
     }
 }

@@ -1,0 +1,266 @@
+//! The metric side of the export: OpenTelemetry SDK instruments that the aggregator records
+//! each finished request into (in memory, no I/O), and the task that collects them every
+//! `interval` and sends them to the collector. Temporality is cumulative, as Prometheus-
+//! style backends expect.
+
+use std::{sync::Arc, time::Duration};
+
+use opentelemetry::{
+    InstrumentationScope, KeyValue,
+    metrics::{Counter, Gauge, Histogram, Meter, MeterProvider as _},
+};
+use opentelemetry_otlp::MetricExporter;
+use opentelemetry_sdk::{
+    Resource,
+    error::OTelSdkResult,
+    metrics::{
+        InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
+        data::ResourceMetrics, exporter::PushMetricExporter, reader::MetricReader,
+    },
+};
+use tokio::sync::watch;
+
+use super::{
+    Health,
+    semconv::{self as sc},
+};
+use crate::{measure::RequestRecord, stats::engine::Gauges};
+
+/// The instruments, recorded into by the aggregator.
+pub struct Instruments {
+    client_duration: Histogram<f64>,
+    server_duration: Histogram<f64>,
+    ttft: Histogram<f64>,
+    tpot: Histogram<f64>,
+    token_usage: Histogram<u64>,
+    requests: Counter<u64>,
+    output_tokens: Counter<u64>,
+    attainment: Gauge<f64>,
+    effective_tps: Gauge<f64>,
+    raw_tps: Gauge<f64>,
+    request_goodput: Gauge<f64>,
+}
+
+/// What the export task owns: the provider (the instruments record into its pipeline while
+/// it lives) and the reader it collects through.
+pub struct Collection {
+    provider: SdkMeterProvider,
+    reader: SharedReader,
+}
+
+/// A [`ManualReader`] the provider and the export task share.
+#[derive(Debug, Clone)]
+struct SharedReader(Arc<ManualReader>);
+
+impl MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: std::sync::Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline);
+    }
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        self.0.temporality(kind)
+    }
+}
+
+pub fn build(resource: Resource, scope: InstrumentationScope) -> (Instruments, Collection) {
+    let reader = SharedReader(Arc::new(
+        ManualReader::builder()
+            .with_temporality(Temporality::Cumulative)
+            .build(),
+    ));
+    let provider = SdkMeterProvider::builder()
+        .with_resource(resource)
+        .with_reader(reader.clone())
+        .build();
+    let meter = provider.meter_with_scope(scope);
+    let instruments = Instruments::new(&meter);
+    (instruments, Collection { provider, reader })
+}
+
+impl Instruments {
+    fn new(m: &Meter) -> Instruments {
+        let seconds = |name: &'static str, what: &'static str, buckets: &[f64]| {
+            m.f64_histogram(name)
+                .with_unit("s")
+                .with_description(what)
+                .with_boundaries(buckets.to_vec())
+                .build()
+        };
+        let gauge = |name: &'static str, unit: &'static str, what: &'static str| {
+            m.f64_gauge(name)
+                .with_unit(unit)
+                .with_description(what)
+                .build()
+        };
+        Instruments {
+            client_duration: seconds(
+                sc::CLIENT_OPERATION_DURATION,
+                "GenAI operation duration, as the proxy saw it (arrival to the end of the response)",
+                &sc::DURATION_BUCKETS,
+            ),
+            server_duration: seconds(
+                sc::SERVER_REQUEST_DURATION,
+                "Generative AI server request duration (arrival to the end of the response)",
+                &sc::DURATION_BUCKETS,
+            ),
+            ttft: seconds(
+                sc::SERVER_TTFT,
+                "Time to generate first token for successful responses",
+                &sc::TTFT_BUCKETS,
+            ),
+            tpot: seconds(
+                sc::SERVER_TPOT,
+                "Time per output token generated after the first token for successful responses",
+                &sc::TPOT_BUCKETS,
+            ),
+            token_usage: m
+                .u64_histogram(sc::CLIENT_TOKEN_USAGE)
+                .with_unit("{token}")
+                .with_description("Number of input and output tokens used")
+                .with_boundaries(sc::TOKEN_BUCKETS.to_vec())
+                .build(),
+            requests: m
+                .u64_counter(sc::REQUESTS)
+                .with_unit("{request}")
+                .with_description("Finished generation requests by outcome and SLO verdict")
+                .build(),
+            output_tokens: m
+                .u64_counter(sc::OUTPUT_TOKENS)
+                .with_unit("{token}")
+                .with_description(
+                    "Output tokens by SLO verdict; verdict=met are the effective (goodput) tokens",
+                )
+                .build(),
+            attainment: gauge(
+                sc::ATTAINMENT,
+                "1",
+                "SLO attainment over the window: met / (met + missed)",
+            ),
+            effective_tps: gauge(
+                sc::EFFECTIVE_TPS,
+                "{token}/s",
+                "Effective goodput: output tokens of requests that met their SLO, per second",
+            ),
+            raw_tps: gauge(
+                sc::RAW_TPS,
+                "{token}/s",
+                "Raw throughput: all output tokens per second",
+            ),
+            request_goodput: gauge(
+                sc::REQUEST_GOODPUT,
+                "{request}/s",
+                "Requests that met their SLO, per second",
+            ),
+        }
+    }
+
+    /// Records one judged generation request. `common` holds the attributes every GenAI
+    /// metric carries (operation, provider, model, server address and port).
+    pub fn record(&self, r: &RequestRecord, common: &[KeyValue], verdict: &'static str) {
+        let mut attrs = Vec::with_capacity(common.len() + 2);
+        attrs.extend_from_slice(common);
+        attrs.push(KeyValue::new(sc::G_CLASS, r.slo_class.clone()));
+        let ok = r.outcome == crate::measure::Outcome::Ok;
+        if ok {
+            if let Some(ttft) = r.ttft_ms {
+                self.ttft.record(ttft / 1000.0, &attrs);
+            }
+            if let Some(tpot) = r.tpot_ms {
+                self.tpot.record(tpot / 1000.0, &attrs);
+            }
+        }
+        for (kind, n) in [("input", r.input_tokens), ("output", r.output_tokens)] {
+            if let Some(n) = n {
+                attrs.push(KeyValue::new(sc::TOKEN_TYPE, kind));
+                self.token_usage.record(n, &attrs);
+                attrs.pop();
+            }
+        }
+        if !ok {
+            attrs.push(KeyValue::new(sc::ERROR_TYPE, r.outcome.as_str()));
+        }
+        let e2e = r.e2e_ms / 1000.0;
+        self.server_duration.record(e2e, &attrs);
+        self.client_duration.record(e2e, &attrs);
+
+        let class = KeyValue::new(sc::G_CLASS, r.slo_class.clone());
+        let verdict = KeyValue::new(sc::G_VERDICT, verdict);
+        let model = common
+            .iter()
+            .find(|kv| kv.key.as_str() == sc::REQUEST_MODEL);
+        let mut counted = vec![
+            KeyValue::new(sc::G_API, r.api),
+            KeyValue::new(sc::G_OUTCOME, r.outcome.as_str()),
+            class.clone(),
+            verdict.clone(),
+        ];
+        counted.extend(model.cloned());
+        self.requests.add(1, &counted);
+        if let Some(n) = r.output_tokens {
+            self.output_tokens.add(n, &[class, verdict]);
+        }
+    }
+
+    /// The windowed SLO and goodput figures, as `/metrics` has them.
+    pub fn refresh(&self, g: &Gauges<'_>) {
+        for w in &g.windows {
+            for c in w.classes.iter().chain(std::iter::once(&w.overall)) {
+                let attrs = [
+                    KeyValue::new(sc::G_CLASS, c.class.to_owned()),
+                    KeyValue::new(sc::G_WINDOW, w.window.to_owned()),
+                ];
+                // No samples: no attainment (a gauge keeps its last value; 0 would lie).
+                if let Some(a) = c.attainment {
+                    self.attainment.record(a, &attrs);
+                }
+                self.effective_tps.record(c.effective_tokens_per_s, &attrs);
+                self.raw_tps.record(c.raw_tokens_per_s, &attrs);
+                self.request_goodput.record(c.request_goodput_per_s, &attrs);
+            }
+        }
+    }
+}
+
+/// Collects and exports every `interval` until `stop`'s sender is gone, then once more so
+/// the last requests are not lost.
+pub async fn run(
+    collection: Collection,
+    exporter: MetricExporter,
+    interval: Duration,
+    timeout: Duration,
+    mut health: Health,
+    mut stop: watch::Receiver<()>,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let last = tokio::select! {
+            _ = tick.tick() => false,
+            changed = stop.changed() => changed.is_err(),
+        };
+        let mut rm = ResourceMetrics::default();
+        match collection.reader.collect(&mut rm) {
+            Ok(()) => {
+                let result = tokio::time::timeout(timeout, exporter.export(&rm)).await;
+                health.report(result.map_err(|_| timed_out(timeout)).and_then(|r| r));
+            }
+            Err(e) => tracing::error!(error = %e, "otlp: collecting metrics failed"),
+        }
+        if last {
+            break;
+        }
+    }
+    let _ = collection.provider.shutdown();
+}
+
+fn timed_out(after: Duration) -> opentelemetry_sdk::error::OTelSdkError {
+    opentelemetry_sdk::error::OTelSdkError::Timeout(after)
+}

@@ -16,6 +16,7 @@ mod request_body;
 mod server;
 mod slots;
 mod tunnel;
+mod wire;
 
 use std::net::SocketAddr;
 
@@ -31,4 +32,6 @@ pub use tunnel::Tunnel;
 pub struct ConnInfo {
     pub remote: SocketAddr,
     pub tls: bool,
+    /// When the connection's reads arrived (the request head's gives `t_arrival`).
+    pub reads: Option<std::sync::Arc<crate::measure::ReadClock>>,
 }

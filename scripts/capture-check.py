@@ -15,7 +15,7 @@ Prints P50/P90/P99 of |recorded - packet| and of the signed difference, per reco
 `clock` (`kernel` or `user`; a build without the field counts as `user`).
 
 Usage: scripts/capture-check.py [--goodput BIN] [--n 200] [--concurrency 4]
-       [--max-tokens 16] [--busy 0]
+       [--max-tokens 16] [--busy 0] [--require-kernel] [--max-kernel-p99-ms MS]
 Needs tcpdump and the right to capture on `lo` (root or CAP_NET_RAW); exits 77 (skipped)
 with a message otherwise. `--busy N` runs N busy-looping processes beside it, to measure
 on busy cores.
@@ -117,6 +117,10 @@ def main():
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--busy", type=int, default=0)
+    ap.add_argument("--require-kernel", action="store_true",
+                    help="fail unless most requests were timed by kernel receive stamps")
+    ap.add_argument("--max-kernel-p99-ms", type=float,
+                    help="fail if P99 of |d| of the kernel-clock requests exceeds this")
     a = ap.parse_args()
     tcpdump = shutil.which("tcpdump")
     if tcpdump is None:
@@ -205,6 +209,12 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     if matched < a.n * 0.9:
         raise SystemExit("fewer than 90% of the requests were found in the capture")
+    kernel = [abs(x) for x in by_clock.get("kernel", [])]
+    if a.require_kernel and len(kernel) < matched * 0.9:
+        raise SystemExit(f"only {len(kernel)} of {matched} requests have clock=kernel")
+    if a.max_kernel_p99_ms is not None and kernel and pct(kernel, .99) > a.max_kernel_p99_ms:
+        raise SystemExit(f"kernel-clock P99 {pct(kernel, .99):.3f} ms is over "
+                         f"{a.max_kernel_p99_ms} ms")
 
 
 if __name__ == "__main__":

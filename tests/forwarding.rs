@@ -1025,8 +1025,9 @@ async fn unknown_path_passes_bytes_and_records_e2e_and_bytes_only() {
 /// The contract field set of a record (issue 2, "Admin server"), then the fields later
 /// capabilities added (TTFO from the dialects; the SLO verdict; the finish reason; whether
 /// the terminal event was delivered).
-const RECORD_FIELDS: [&str; 24] = [
+const RECORD_FIELDS: [&str; 25] = [
     "id",
+    "clock",
     "started_at",
     "model",
     "api",
@@ -1139,6 +1140,10 @@ async fn metrics_and_records_api_agree_with_the_traffic() {
     assert_eq!(r["id"], "m2", "newest last");
     let keys: BTreeSet<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(keys, RECORD_FIELDS.into_iter().collect::<BTreeSet<_>>());
+    assert!(
+        ["kernel", "user"].contains(&r["clock"].as_str().unwrap()),
+        "{r}"
+    );
     let itl_keys: BTreeSet<&str> = r["itl_ms"]
         .as_object()
         .unwrap()

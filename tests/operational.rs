@@ -482,3 +482,56 @@ async fn cached_input_tokens_reach_the_record_and_split_ttft_by_cache() {
     );
     proxy.shutdown().await;
 }
+
+/// Waits for the in-flight gauge to read `want`; returns what it read last.
+async fn in_flight_becomes(proxy: &Running, want: f64) -> Option<f64> {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let seen = metric_value(
+            &metrics(proxy.admin_addr).await,
+            "goodput_in_flight_requests",
+        );
+        if seen == Some(want) || tokio::time::Instant::now() >= deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_in_flight_gauge_counts_generation_requests_only() {
+    // Every answer is a head and then nothing: each request stays open until dropped.
+    let up = FakeUpstream::start(common::fake::Script::stall_after_head()).await;
+    let proxy = proxy_with(&up.url(), "").await;
+    let c = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<Bytes>>();
+    let probe = c
+        .request(
+            Request::get(format!("http://{}/health", proxy.proxy_addr))
+                .body(Empty::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    // The probe's head came back through the proxy: it is being served, yet not counted.
+    assert_eq!(probe.status(), 200);
+    assert_eq!(in_flight_becomes(&proxy, 0.0).await, Some(0.0));
+    let chat = post(
+        &client(),
+        &format!("http://{}/v1/chat/completions", proxy.proxy_addr),
+        chat_body(true, 8, true),
+    )
+    .await;
+    assert_eq!(chat.status(), 200);
+    assert_eq!(in_flight_becomes(&proxy, 1.0).await, Some(1.0));
+    // A probe ending changes nothing; the chat ending brings the gauge back to zero.
+    drop(probe);
+    let recs = wait_records(proxy.admin_addr, 1, T).await;
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["api"], "unknown");
+    assert_eq!(in_flight_becomes(&proxy, 1.0).await, Some(1.0));
+    drop(chat);
+    assert_eq!(wait_records(proxy.admin_addr, 2, T).await.len(), 2);
+    assert_eq!(in_flight_becomes(&proxy, 0.0).await, Some(0.0));
+    proxy.shutdown().await;
+}

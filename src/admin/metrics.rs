@@ -436,7 +436,7 @@ impl Metrics {
         );
         registry.register(
             names::IN_FLIGHT,
-            "Requests being served now",
+            "Generation requests being served now (passthrough requests are not counted)",
             m.in_flight.clone(),
         );
         registry.register(

@@ -168,6 +168,8 @@ pub struct MeasureSection {
     pub channel_capacity: usize,
     pub recent_requests: usize,
     pub max_models: usize,
+    /// Time request arrivals and upstream reads by the kernel's receive stamps.
+    pub kernel_timestamps: bool,
 }
 
 impl Default for MeasureSection {
@@ -178,6 +180,7 @@ impl Default for MeasureSection {
             channel_capacity: 8192,
             recent_requests: 1000,
             max_models: 50,
+            kernel_timestamps: false,
         }
     }
 }

@@ -110,6 +110,8 @@ pub struct Measure {
     pub channel_capacity: usize,
     pub recent_requests: usize,
     pub max_models: usize,
+    /// Reads timed by the kernel's receive stamps where it gives them (`proxy::wire`).
+    pub kernel_timestamps: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -246,6 +246,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                     channel_capacity: m.channel_capacity,
                     recent_requests: m.recent_requests,
                     max_models: m.max_models,
+                    kernel_timestamps: m.kernel_timestamps,
                 },
                 log: Log {
                     format,

@@ -18,7 +18,7 @@ use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
 
 use super::{
-    clock::ReadClock,
+    clock::{Clock, ReadClock},
     delivery::{Delivery, Mark},
     tap::{Delivered, Ending, Tap},
 };
@@ -299,9 +299,19 @@ where
             // Data and the end arrive with a read; an error (a timeout) happens now.
             let read_at = match &polled {
                 Some(Err(_)) => None,
-                _ => this.reads.as_ref().and_then(|r| r.latest()),
+                _ => this.reads.as_ref().and_then(|r| r.latest_read()),
             };
-            let now = read_at.unwrap_or_else(Instant::now);
+            let now = match read_at {
+                Some((at, Clock::Kernel)) => at,
+                Some((at, Clock::User)) => {
+                    this.tap.user_clock();
+                    at
+                }
+                None => {
+                    this.tap.user_clock();
+                    Instant::now()
+                }
+            };
             let polled = match polled {
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {

@@ -274,6 +274,11 @@ impl Pending {
             slo_class: String::new(),
             slo_met: None,
             slo_miss_reason: None,
+            clock: if self.kernel_clock {
+                super::Clock::Kernel
+            } else {
+                super::Clock::User
+            },
             finished_at: Some(self.client_end()),
             bytes_in: bytes_in.max(self.bytes_in),
             finish_reason: self

@@ -1,4 +1,6 @@
-//! The tower layer that puts a request under measurement. `t_arrival` is taken when the
+//! The tower layer that puts a request under measurement. `t_arrival` is when the read
+//! that completed the request head arrived: the kernel's receive stamp of its packet
+//! where the client connection has one ([`crate::proxy::ConnInfo`]), else the time the
 //! service is called, i.e. as soon as hyper has parsed the request head.
 
 use std::{
@@ -20,7 +22,7 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::{
-    Delivery, MeasuredBody, Outcome, ReadClock, Recorder, RequestTap, Tap, request_id,
+    Clock, Delivery, MeasuredBody, Outcome, ReadClock, Recorder, RequestTap, Tap, request_id,
     tap::{HeadInfo, ProxyFailure},
 };
 use crate::config::{
@@ -31,7 +33,7 @@ use crate::proxy::inject::{InjectPlan, UsageFilter, UsageRequest};
 use crate::{
     BoxError,
     decode::{Api, StreamKind},
-    proxy::Tunnel,
+    proxy::{ConnInfo, Tunnel},
 };
 
 /// The W3C Trace Context header a request's span joins.
@@ -174,9 +176,16 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let t_arrival = Instant::now();
-        let settings = self.layer.settings.load();
+        let now = Instant::now();
         let (mut parts, body) = req.into_parts();
+        // The read that completed the head, as the kernel stamped its packet, if it did.
+        let (t_arrival, clock) = parts
+            .extensions
+            .get::<ConnInfo>()
+            .and_then(|c| c.reads.as_ref()?.latest_read())
+            .filter(|(at, _)| *at <= now)
+            .unwrap_or((now, Clock::User));
+        let settings = self.layer.settings.load();
         let id = request_id::ensure(&mut parts.headers);
         let api = Api::from_path(parts.uri.path());
         let head = settings.head_info(&parts.headers);
@@ -195,6 +204,9 @@ where
         );
         if let Some(limit) = settings.text_limit {
             tap.count_text(limit);
+        }
+        if clock == Clock::User {
+            tap.user_clock();
         }
         let delivery = parts.extensions.get::<Arc<Delivery>>().cloned();
         let http2 = parts.version == http::Version::HTTP_2;

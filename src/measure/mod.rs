@@ -17,7 +17,7 @@ pub mod slo;
 mod tap;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
-pub use clock::ReadClock;
+pub use clock::{Clock, ReadClock};
 pub use delivery::{Delivery, Mark};
 pub use layer::{Measure, MeasureLayer, Settings};
 pub use record::{Fault, Outcome, RequestRecord, RequestTrace, TokenCount, TokenSource};

@@ -210,6 +210,9 @@ pub struct RequestRecord {
     pub slo_met: Option<bool>,
     /// Why it missed: `ttft`, `tpot`, `e2e` or `error`.
     pub slo_miss_reason: Option<&'static str>,
+    /// `kernel` when the arrival and every upstream read were timed by the kernel's
+    /// receive stamps of their packets, `user` when any came from the process clock.
+    pub clock: super::Clock,
     /// When the record was finished (monotonic), for windowed views; not serialized.
     #[serde(skip)]
     pub finished_at: Option<Instant>,

@@ -59,7 +59,15 @@ impl Recorder {
         }
     }
 
-    pub(crate) fn started(&self, long_input: bool) -> Arrival {
+    /// A request arrived. Only judged (generation) requests are counted in flight; a
+    /// passthrough request (a metrics scrape, a health probe) is told the load it met.
+    pub(crate) fn started(&self, judged: bool, long_input: bool) -> Arrival {
+        if !judged {
+            return Arrival {
+                concurrency: u32::try_from(self.in_flight.get().max(0)).unwrap_or(u32::MAX),
+                long_in_flight: self.long_in_flight.load(Ordering::Relaxed) > 0,
+            };
+        }
         let before = self.in_flight.inc();
         let long_before = if long_input {
             self.long_in_flight.fetch_add(1, Ordering::Relaxed)
@@ -72,14 +80,18 @@ impl Recorder {
         }
     }
 
-    pub(crate) fn ended(&self, long_input: bool) {
+    /// A request [`started`](Recorder::started) with the same arguments ended.
+    pub(crate) fn ended(&self, judged: bool, long_input: bool) {
+        if !judged {
+            return;
+        }
         self.in_flight.dec();
         if long_input {
             self.long_in_flight.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
-    /// Requests in flight now.
+    /// Judged (generation) requests in flight now.
     pub fn in_flight(&self) -> i64 {
         self.in_flight.get()
     }
@@ -91,5 +103,34 @@ impl Recorder {
 
     pub(crate) fn is_cutting(&self) -> bool {
         self.cutting.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_judged_requests_count_in_flight() {
+        let gauge = Gauge::default();
+        let (recorder, _rx) = Recorder::new(4, Counter::default(), gauge.clone());
+        let first = recorder.started(true, true);
+        assert_eq!(first.concurrency, 1);
+        assert!(!first.long_in_flight);
+        // A health probe meets the load but adds none.
+        let probe = recorder.started(false, false);
+        assert_eq!(probe.concurrency, 1);
+        assert!(probe.long_in_flight);
+        assert_eq!(gauge.get(), 1);
+        let second = recorder.started(true, false);
+        assert_eq!(second.concurrency, 2);
+        assert!(second.long_in_flight);
+        recorder.ended(false, false);
+        assert_eq!(recorder.in_flight(), 2);
+        recorder.ended(true, true);
+        recorder.ended(true, false);
+        assert_eq!(gauge.get(), 0);
+        assert!(!recorder.started(false, false).long_in_flight);
+        assert_eq!(gauge.get(), 0);
     }
 }

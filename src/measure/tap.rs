@@ -134,6 +134,9 @@ pub struct Pending {
     /// Counts made by the tokenizer stage, used where the upstream reported none.
     pub counted_input: Option<TokenCount>,
     pub counted_output: Option<TokenCount>,
+    /// Every time that went into the record (arrival, upstream reads) is a kernel receive
+    /// stamp; false once one came from the process clock.
+    pub kernel_clock: bool,
 }
 
 /// What the layer learnt from the request head for the SLO and load views.
@@ -187,7 +190,7 @@ impl Tap {
         capture_limit: usize,
         head: HeadInfo,
     ) -> Tap {
-        let arrival = recorder.started(head.long_input);
+        let arrival = recorder.started(api.is_generation(), head.long_input);
         let pending = Pending {
             id,
             t_arrival,
@@ -219,6 +222,7 @@ impl Tap {
             request_failed: false,
             counted_input: None,
             counted_output: None,
+            kernel_clock: true,
         };
         Tap {
             recorder,
@@ -235,6 +239,13 @@ impl Tap {
     /// reports usage only on request (OpenAI chat and completions).
     pub fn count_text(&mut self, limit: usize) {
         self.text_limit = Some(limit);
+    }
+
+    /// A time of this request came from the process clock, not a kernel receive stamp.
+    pub fn user_clock(&mut self) {
+        if let Some(p) = self.pending.as_mut() {
+            p.kernel_clock = false;
+        }
     }
 
     /// The upstream was asked for usage (by the client or by injection): no text needed.
@@ -343,7 +354,7 @@ impl Tap {
         }
         p.ended_at = now;
         p.ending = ending;
-        self.recorder.ended(p.long_input);
+        self.recorder.ended(p.api.is_generation(), p.long_input);
         self.recorder.submit(p);
     }
 

@@ -128,6 +128,7 @@ pub(crate) mod tests {
             slo_class: "interactive".into(),
             slo_met: Some(true),
             slo_miss_reason: None,
+            clock: crate::measure::Clock::User,
             finished_at: None,
             bytes_in: 10,
             finish_reason: None,

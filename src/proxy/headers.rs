@@ -228,6 +228,7 @@ mod tests {
         let conn = ConnInfo {
             remote: "10.1.2.3:5555".parse::<SocketAddr>().unwrap(),
             tls: true,
+            reads: None,
         };
         let mut h = map(&[("host", "proxy.local:8080"), ("x-forwarded-for", "1.1.1.1")]);
         prepare_request(&mut h, Some(&conn), None, false, false);

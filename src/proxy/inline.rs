@@ -44,7 +44,6 @@ use hyper::{
     client::conn::http1::{self, Connection, SendRequest},
 };
 use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
-use tokio::net::TcpStream;
 use tower::Service;
 
 use super::{
@@ -52,6 +51,7 @@ use super::{
     inject::ForwardBody,
     request_body::ClientBody,
     slots::{Got, Slot, Slots},
+    wire::WireStream,
 };
 use crate::{
     BoxError,
@@ -267,12 +267,11 @@ impl Wake for NudgeState {
     }
 }
 
-/// The upstream socket, noting in a [`ReadClock`] when each read completed: the measured
-/// body stamps the frames of a read with its time (one clock read per read, not per
-/// streamed event).
+/// The upstream socket, noting in a [`ReadClock`] when each read's bytes arrived
+/// ([`WireStream`]): the measured body stamps the frames of a read with its time (one
+/// stamp per read, not per streamed event).
 pub struct Stamped {
-    io: TokioIo<TcpStream>,
-    reads: Arc<ReadClock>,
+    io: TokioIo<WireStream>,
 }
 
 impl hyper::rt::Read for Stamped {
@@ -281,12 +280,7 @@ impl hyper::rt::Read for Stamped {
         cx: &mut Context<'_>,
         buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<std::io::Result<()>> {
-        let read = Pin::new(&mut self.io).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = read {
-            // Bytes, or the end of the stream: either arrived now.
-            self.reads.stamp();
-        }
-        read
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
@@ -477,8 +471,7 @@ impl Pool {
             .map_err(|e| ProxyError::connect(Box::new(e)))?;
         let reads = Arc::new(ReadClock::new());
         let io = Stamped {
-            io,
-            reads: Arc::clone(&reads),
+            io: TokioIo::new(WireStream::new(io.into_inner(), Arc::clone(&reads))),
         };
         let (send, driver) = self
             .builder

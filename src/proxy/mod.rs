@@ -17,6 +17,8 @@ mod request_body;
 mod server;
 mod slots;
 mod tunnel;
+mod wire;
+pub use wire::kernel_timestamps;
 
 use std::net::SocketAddr;
 
@@ -32,4 +34,6 @@ pub use tunnel::Tunnel;
 pub struct ConnInfo {
     pub remote: SocketAddr,
     pub tls: bool,
+    /// When the connection's reads arrived (the request head's gives `t_arrival`).
+    pub reads: Option<std::sync::Arc<crate::measure::ReadClock>>,
 }

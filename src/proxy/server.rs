@@ -49,12 +49,13 @@ use super::{
     fds::ClientBudget,
     first_bytes::{FirstBytes, H2_PREFACE},
     h2guard::{self, H2Guard},
+    wire::WireStream,
 };
 use crate::{
     BoxError,
     admin::metrics::LimitMetrics,
     config::Server,
-    measure::{Delivery, Measure, MeasureLayer, Recorder},
+    measure::{Delivery, Measure, MeasureLayer, ReadClock, Recorder},
 };
 
 /// Streams an HTTP/2 client may reset before the server has seen them, before the
@@ -219,7 +220,7 @@ impl Proxy {
 
     /// A plaintext connection known to speak HTTP/1: hyper's HTTP/1 server on the socket
     /// itself, with upgrades, shut down gracefully when draining starts.
-    async fn http1(self: Arc<Self>, io: TcpStream, conn: ConnInfo) {
+    async fn http1(self: Arc<Self>, io: WireStream, conn: ConnInfo) {
         let delivery = Arc::new(Delivery::new());
         let svc = self.service(conn, &delivery);
         let io = Coalesce::new(io, Arc::clone(&delivery));
@@ -396,7 +397,7 @@ enum Opening {
 
 /// Peeks (without consuming) at a connection's first bytes until they leave or complete the
 /// HTTP/2 preface, for at most `timeout`.
-async fn opening(stream: &TcpStream, timeout: Duration) -> Opening {
+async fn opening(stream: &WireStream, timeout: Duration) -> Opening {
     let deadline = tokio::time::Instant::from_std(Instant::now() + timeout);
     let mut buf = [0u8; 24];
     loop {
@@ -511,8 +512,16 @@ async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open:
             proxy.drain_started().await;
         }
     };
+    // Reads are stamped with the packets' arrival where the kernel tells it (`wire`).
+    let reads = Arc::new(ReadClock::new());
+    let stream = WireStream::new(stream, Arc::clone(&reads));
+    let reads = Some(reads);
     let Some(acceptor) = proxy.tls.as_ref().map(|t| TlsAcceptor::from(t.load_full())) else {
-        let conn = ConnInfo { remote, tls: false };
+        let conn = ConnInfo {
+            remote,
+            tls: false,
+            reads,
+        };
         // A connection that has sent nothing yet when draining starts has nothing to
         // finish: closed, rather than holding the drain until its header timeout.
         // Biased: a request already received (queued while the listener was being closed)
@@ -540,7 +549,11 @@ async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open:
     });
     match handshake.await {
         Some(Ok(Ok(tls))) => {
-            let conn = ConnInfo { remote, tls: true };
+            let conn = ConnInfo {
+                remote,
+                tls: true,
+                reads,
+            };
             Box::pin(proxy.connection(tls, conn)).await;
         }
         Some(Ok(Err(e))) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),

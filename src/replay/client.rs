@@ -321,6 +321,7 @@ impl Seen {
             slo_class: String::new(),
             slo_met: None,
             slo_miss_reason: None,
+            clock: crate::measure::Clock::User,
             finished_at: Some(ended),
             bytes_in,
             finish_reason: self

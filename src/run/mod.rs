@@ -178,6 +178,7 @@ fn start_on_from(
     let budget = ClientBudget::raise_open_files_limit();
     let reload_counters = (metrics.reloads.clone(), metrics.reload_failures.clone());
     let m = &cfg.measure;
+    crate::proxy::kernel_timestamps(m.kernel_timestamps);
     let (recorder, rx) = Recorder::new(
         m.channel_capacity,
         metrics.dropped.clone(),

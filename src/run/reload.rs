@@ -100,6 +100,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
         "server.http1_half_close",
     );
     check(
+        old.measure.kernel_timestamps != new.measure.kernel_timestamps,
+        "measure.kernel_timestamps",
+    );
+    check(
         old.measure.channel_capacity != new.measure.channel_capacity,
         "measure.channel_capacity",
     );

@@ -133,6 +133,7 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         slo_class: "default".into(),
         slo_met: Some(true),
         slo_miss_reason: None,
+        clock: goodput::measure::Clock::User,
         finished_at: None,
         bytes_in: 3000,
         finish_reason: None,

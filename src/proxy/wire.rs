@@ -1,0 +1,303 @@
+//! Sockets whose reads carry the kernel's receive timestamp.
+//!
+//! The time the proxy reads bytes lags the time their packet arrived by however long the
+//! task took to be scheduled and to get to the read: under load, milliseconds. On Linux,
+//! `SO_TIMESTAMPING` with software receive stamps makes the kernel note when each packet
+//! reached the network stack, and `recvmsg` hands that time over with the bytes (the
+//! stamp of the last packet the read took data from: the time the bytes were complete).
+//! [`WireStream`] reads this way and notes each read's stamp in a [`ReadClock`]; where
+//! the option cannot be set (another platform, another kind of socket) it reads as usual
+//! and stamps reads with the process clock. The kernel turns stamping on in deferred work
+//! when the first socket asks for it, so the first packets after start may come without a
+//! stamp; those reads are stamped with the process clock too (and the record says `user`).
+//!
+//! The read itself stays one system call; the cost is the control message, a second
+//! clock read to carry the wall-clock stamp onto the monotonic clock, and zeroing the part
+//! of the buffer a read may fill (a safe `recvmsg` needs initialised memory), which is why
+//! one read takes at most [`READ_CHUNK`] bytes (docs/PERFORMANCE.md has the measurements).
+
+use std::{
+    io,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::{Context, Poll},
+};
+
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+};
+
+use crate::measure::ReadClock;
+
+/// The most one stamped read takes. Streamed events are far smaller; a large body takes a
+/// few more reads.
+pub const READ_CHUNK: usize = 16 * 1024;
+
+/// Whether new sockets ask the kernel for receive stamps (`measure.kernel_timestamps`,
+/// set once at start). Off, every read is an ordinary one stamped by the process clock.
+static KERNEL_STAMPS: AtomicBool = AtomicBool::new(false);
+
+/// Turns kernel receive stamps on or off for sockets made from now on.
+pub fn kernel_timestamps(on: bool) {
+    KERNEL_STAMPS.store(on, Ordering::Relaxed);
+}
+
+/// A TCP stream that notes when each read's bytes arrived (see the module doc).
+#[derive(Debug)]
+pub struct WireStream {
+    io: TcpStream,
+    reads: Arc<ReadClock>,
+    /// Room for the timestamping control message, made once per connection; empty when
+    /// the kernel gives no stamps on this socket.
+    cmsg: Vec<u8>,
+}
+
+impl WireStream {
+    /// Asks the kernel for receive stamps on `io`; reads are noted in `reads`.
+    pub fn new(io: TcpStream, reads: Arc<ReadClock>) -> WireStream {
+        let cmsg = if KERNEL_STAMPS.load(Ordering::Relaxed) {
+            imp::enable(&io).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        WireStream { io, reads, cmsg }
+    }
+
+    /// Whether reads carry the kernel's stamps.
+    #[cfg(test)]
+    pub fn kernel_stamps(&self) -> bool {
+        !self.cmsg.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn reads(&self) -> &Arc<ReadClock> {
+        &self.reads
+    }
+
+    /// Receives into `buf` without taking the bytes off the socket (no stamp).
+    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.io.peek(buf).await
+    }
+}
+
+impl AsyncRead for WireStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.cmsg.is_empty() || buf.remaining() == 0 {
+            let read = Pin::new(&mut this.io).poll_read(cx, buf);
+            if let Poll::Ready(Ok(())) = read {
+                this.reads.stamp();
+            }
+            return read;
+        }
+        loop {
+            std::task::ready!(this.io.poll_read_ready(cx))?;
+            let want = buf.remaining().min(READ_CHUNK);
+            let dst = buf.initialize_unfilled_to(want);
+            let cmsg = &mut this.cmsg;
+            let got = this.io.try_io(tokio::io::Interest::READABLE, || {
+                imp::recv(&this.io, dst, cmsg)
+            });
+            match got {
+                Ok((n, stamp)) => {
+                    buf.advance(n);
+                    // Bytes, or the end of the stream (no packet, so no stamp): now.
+                    match stamp {
+                        Some(wall) => this.reads.stamp_kernel(wall),
+                        None => this.reads.stamp(),
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                // Readiness was cleared: wait for the next.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for WireStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use std::{io, os::fd::AsRawFd, time::Duration};
+
+    use nix::sys::socket::{
+        ControlMessageOwned, MsgFlags, TimestampingFlag, recvmsg, setsockopt, sockopt,
+    };
+    use tokio::net::TcpStream;
+
+    /// Turns on software receive stamps; the control-message room to read them with.
+    pub fn enable(io: &TcpStream) -> io::Result<Vec<u8>> {
+        let flags = TimestampingFlag::SOF_TIMESTAMPING_RX_SOFTWARE
+            | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE;
+        setsockopt(io, sockopt::Timestamping, &flags)?;
+        Ok(nix::cmsg_space!(nix::sys::socket::Timestamps))
+    }
+
+    /// One `recvmsg` into `dst`: the bytes read and the software receive stamp (since the
+    /// Unix epoch) when one came.
+    pub fn recv(
+        io: &TcpStream,
+        dst: &mut [u8],
+        cmsg: &mut [u8],
+    ) -> io::Result<(usize, Option<Duration>)> {
+        let mut iov = [io::IoSliceMut::new(dst)];
+        let msg = recvmsg::<()>(io.as_raw_fd(), &mut iov, Some(cmsg), MsgFlags::empty())?;
+        let mut stamp = None;
+        // A truncated control message (ENOBUFS) only loses the stamp, not the bytes.
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::ScmTimestampsns(ts) = c {
+                    let (s, ns) = (ts.system.tv_sec(), ts.system.tv_nsec());
+                    if s > 0 || ns > 0 {
+                        stamp = Some(Duration::new(
+                            u64::try_from(s).unwrap_or(0),
+                            u32::try_from(ns).unwrap_or(0),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok((msg.bytes, stamp))
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use std::{io, time::Duration};
+
+    use tokio::net::TcpStream;
+
+    pub fn enable(_: &TcpStream) -> io::Result<Vec<u8>> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+
+    pub fn recv(
+        _: &TcpStream,
+        _: &mut [u8],
+        _: &mut [u8],
+    ) -> io::Result<(usize, Option<Duration>)> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::measure::Clock;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        kernel_timestamps(true);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, server)
+    }
+
+    #[tokio::test]
+    async fn reads_carry_the_packets_arrival_not_the_reads_time() {
+        let (mut client, server) = pair().await;
+        let mut wire = WireStream::new(server, Arc::new(ReadClock::new()));
+        if !cfg!(target_os = "linux") {
+            assert!(!wire.kernel_stamps());
+            return;
+        }
+        assert!(wire.kernel_stamps());
+        // The kernel switches receive stamping on (a static key) in deferred work when
+        // the first socket asks: packets that came before that have no stamp. Exchange
+        // bytes until one is stamped.
+        let mut one = [0u8; 1];
+        for _ in 0..10_000 {
+            client.write_all(b"x").await.unwrap();
+            wire.read_exact(&mut one).await.unwrap();
+            if wire.reads().latest_read().unwrap().1 == Clock::Kernel {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let sent = Instant::now();
+        // On loopback the packet is in the receive queue once the write returns.
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let written = Instant::now();
+        // The proxy gets to the read late (a busy worker): the stamp must not move.
+        std::thread::sleep(Duration::from_millis(30));
+        let mut buf = [0u8; 64];
+        let n = wire.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\n\r\n");
+        let (at, how) = wire.reads().latest_read().unwrap();
+        assert_eq!(how, Clock::Kernel);
+        let slack = Duration::from_millis(1);
+        assert!(
+            at + slack >= sent && at <= written + slack,
+            "stamp {at:?} outside the write {sent:?}..{written:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn bytes_pass_unchanged_across_small_reads_and_the_end_is_stamped() {
+        let (mut client, server) = pair().await;
+        let mut wire = WireStream::new(server, Arc::new(ReadClock::new()));
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let sent = data.clone();
+        let writer = tokio::spawn(async move {
+            client.write_all(&sent).await.unwrap();
+            client.shutdown().await.unwrap();
+        });
+        let mut got = Vec::new();
+        wire.read_to_end(&mut got).await.unwrap();
+        writer.await.unwrap();
+        assert_eq!(got, data);
+        // The end of the stream came with no packet to stamp: the process clock.
+        assert_eq!(wire.reads().latest_read().unwrap().1, Clock::User);
+        // Writes pass through.
+        let (mut client, server) = pair().await;
+        let mut wire = WireStream::new(server, Arc::new(ReadClock::new()));
+        wire.write_all(b"pong").await.unwrap();
+        let mut buf = [0u8; 4];
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"pong");
+    }
+}

@@ -71,7 +71,8 @@ struct World {
     proxy: SocketAddr,
     upstream: Arc<Mutex<Upstream>>,
     state: Mutex<State>,
-    in_flight: Gauge,
+    /// Every open measurement (tunnels and passthrough included, unlike the in-flight gauge).
+    recorder: Recorder,
     dropped: Counter,
     _sigpipe: Signal,
     /// `HTTP_EXCHANGE_TRACE=1`: print what each input did (when replaying one).
@@ -106,7 +107,7 @@ fn start() -> World {
     let upstream = Arc::new(Mutex::new(Upstream::default()));
     let in_flight = Gauge::default();
     let dropped = Counter::default();
-    let (proxy, records, sigpipe) = rt.block_on(async {
+    let (proxy, records, sigpipe, recorder) = rt.block_on(async {
         // libFuzzer's `main` is not Rust's, which would have ignored SIGPIPE: a write to a
         // connection the peer reset would kill the process. A handler of tokio's replaces
         // the default action.
@@ -140,14 +141,14 @@ fn start() -> World {
             &cfg.server,
             forward,
             layer,
-            recorder,
+            recorder.clone(),
             limits,
             ClientBudget::unlimited(),
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
         tokio::spawn(proxy::serve(listener, proxy, std::future::pending()));
-        (addr, records, sigpipe)
+        (addr, records, sigpipe, recorder)
     });
     World {
         rt,
@@ -158,7 +159,7 @@ fn start() -> World {
             balance: HashMap::new(),
             inputs: 0,
         }),
-        in_flight,
+        recorder,
         dropped,
         _sigpipe: sigpipe,
         trace: std::env::var_os("HTTP_EXCHANGE_TRACE").is_some(),
@@ -284,18 +285,18 @@ fn run(data: &[u8]) {
         let got = client(w.proxy, request, &sent).await;
         // The client has gone: every measurement must end (the proxy's timeouts bound it).
         let deadline = Instant::now() + SETTLE;
-        while w.in_flight.get() > 0 {
+        while w.recorder.open() > 0 {
             assert!(
                 Instant::now() < deadline,
                 "{} measurement(s) still open {SETTLE:?} after the client left",
-                w.in_flight.get()
+                w.recorder.open()
             );
             sleep(Duration::from_millis(1)).await;
         }
         got
     });
     // Nothing runs between here and the next `block_on`: the counts are a snapshot.
-    assert_eq!(w.in_flight.get(), 0, "more measurements ended than started");
+    assert_eq!(w.recorder.open(), 0, "more measurements ended than started");
     assert_eq!(w.dropped.get(), 0, "records were dropped");
     let (records, seen) = check_records(w);
 

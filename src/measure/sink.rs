@@ -23,6 +23,8 @@ pub struct Recorder {
     cutting: Arc<AtomicBool>,
     /// Long-input requests in flight, to tell whether long requests slow down short ones.
     long_in_flight: Arc<AtomicI64>,
+    /// Every measurement open now, judged or not (tunnels and passthrough included).
+    open: Arc<AtomicI64>,
 }
 
 /// The load a request arrived into.
@@ -48,6 +50,7 @@ impl Recorder {
                 in_flight,
                 cutting: Arc::new(AtomicBool::new(false)),
                 long_in_flight: Arc::new(AtomicI64::new(0)),
+                open: Arc::new(AtomicI64::new(0)),
             },
             rx,
         )
@@ -62,6 +65,7 @@ impl Recorder {
     /// A request arrived. Only judged (generation) requests are counted in flight; a
     /// passthrough request (a metrics scrape, a health probe) is told the load it met.
     pub(crate) fn started(&self, judged: bool, long_input: bool) -> Arrival {
+        self.open.fetch_add(1, Ordering::Relaxed);
         if !judged {
             return Arrival {
                 concurrency: u32::try_from(self.in_flight.get().max(0)).unwrap_or(u32::MAX),
@@ -82,6 +86,7 @@ impl Recorder {
 
     /// A request [`started`](Recorder::started) with the same arguments ended.
     pub(crate) fn ended(&self, judged: bool, long_input: bool) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
         if !judged {
             return;
         }
@@ -94,6 +99,11 @@ impl Recorder {
     /// Judged (generation) requests in flight now.
     pub fn in_flight(&self) -> i64 {
         self.in_flight.get()
+    }
+
+    /// Measurements open now, of every kind: none once every record is out.
+    pub fn open(&self) -> i64 {
+        self.open.load(Ordering::Relaxed)
     }
 
     /// From now on, streams that end without finishing were cut by the proxy's shutdown.
@@ -128,8 +138,10 @@ mod tests {
         recorder.ended(false, false);
         assert_eq!(recorder.in_flight(), 2);
         recorder.ended(true, true);
+        assert_eq!(recorder.open(), 1);
         recorder.ended(true, false);
         assert_eq!(gauge.get(), 0);
+        assert_eq!(recorder.open(), 0);
         assert!(!recorder.started(false, false).long_in_flight);
         assert_eq!(gauge.get(), 0);
     }

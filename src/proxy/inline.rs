@@ -270,49 +270,7 @@ impl Wake for NudgeState {
 /// The upstream socket, noting in a [`ReadClock`] when each read's bytes arrived
 /// ([`WireStream`]): the measured body stamps the frames of a read with its time (one
 /// stamp per read, not per streamed event).
-pub struct Stamped {
-    io: TokioIo<WireStream>,
-}
-
-impl hyper::rt::Read for Stamped {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for Stamped {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
+pub type Stamped = TokioIo<WireStream>;
 
 /// What a response holds of the upstream while its body streams: an inline connection on
 /// loan (the body drives it and hands it back), or, on hyper's client, a slot of the
@@ -470,9 +428,7 @@ impl Pool {
             .await
             .map_err(|e| ProxyError::connect(Box::new(e)))?;
         let reads = Arc::new(ReadClock::new());
-        let io = Stamped {
-            io: TokioIo::new(WireStream::new(io.into_inner(), Arc::clone(&reads))),
-        };
+        let io: Stamped = TokioIo::new(WireStream::new(io.into_inner(), Arc::clone(&reads)));
         let (send, driver) = self
             .builder
             .handshake(io)

@@ -11,7 +11,8 @@
 //! `--out FILE` (default `target/goodput-bench/load.json`), `--goodput PATH` (measure
 //! another build of goodput, e.g. to compare two commits on the same machine),
 //! `--plain-hyper` (measure a plain hyper proxy that measures nothing in goodput's place:
-//! what the engine alone costs; `plain.rs`).
+//! what the engine alone costs; `plain.rs`), `--goodput-config FILE` (TOML appended to the
+//! generated configuration, e.g. a `[measure]` section to measure a setting's cost).
 //!
 //! The simulator runs in this process on its own runtime (threads `sim`); the load client
 //! is hyper on a multi-thread runtime (threads `client`); nginx (`nginx-light`, installed
@@ -47,11 +48,13 @@ struct Args {
     goodput: Option<PathBuf>,
     /// Measure the plain hyper proxy (`plain.rs`) in goodput's place.
     plain: bool,
+    /// TOML appended to goodput's generated configuration.
+    goodput_config: Option<String>,
 }
 
 const USAGE: &str = "usage: cargo bench --bench load -- [--quick] [--rounds N] \
                      [--only latency,throughput,memory] [--no-usage] [--out FILE] \
-                     [--goodput PATH | --plain-hyper]";
+                     [--goodput PATH | --plain-hyper] [--goodput-config FILE]";
 
 fn parse_args() -> Result<Option<Args>> {
     let mut args = Args {
@@ -62,6 +65,7 @@ fn parse_args() -> Result<Option<Args>> {
         out: target_dir().join("goodput-bench").join("load.json"),
         goodput: None,
         plain: false,
+        goodput_config: None,
     };
     // `cargo bench` passes `--bench`; without it (or `--run`) this binary was started by
     // something else (`cargo test --benches`) and must not start a benchmark.
@@ -85,6 +89,12 @@ fn parse_args() -> Result<Option<Args>> {
                 args.goodput = Some(PathBuf::from(it.next().context("--goodput needs a path")?));
             }
             "--plain-hyper" => args.plain = true,
+            "--goodput-config" => {
+                let file = it.next().context("--goodput-config needs a file")?;
+                let toml = std::fs::read_to_string(&file)
+                    .with_context(|| format!("cannot read --goodput-config {file}"))?;
+                args.goodput_config = Some(toml);
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
@@ -162,6 +172,7 @@ fn run(args: Args) -> Result<()> {
         usage: args.usage,
         goodput_bin: snapshot_binary(&dir, args.goodput.as_deref(), args.plain)?,
         plain: args.plain,
+        goodput_config: args.goodput_config.clone().unwrap_or_default(),
         nginx_bin: procs::find_nginx(),
         dir: dir.clone(),
         sim_rt: sim_rt.handle().clone(),

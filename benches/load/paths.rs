@@ -40,6 +40,8 @@ pub struct Env {
     pub goodput_bin: PathBuf,
     /// goodput's path runs the plain hyper proxy (`goodput_bin` is this executable).
     pub plain: bool,
+    /// TOML appended to goodput's generated configuration (`--goodput-config`).
+    pub goodput_config: String,
     pub nginx_bin: Option<PathBuf>,
     /// Generated configs and the proxies' logs.
     pub dir: PathBuf,
@@ -87,7 +89,14 @@ impl Env {
             PathKind::Direct => Ok(None),
             PathKind::Goodput => {
                 let mode = if self.plain { "plain-proxy" } else { "serve" };
-                procs::start_goodput(&self.goodput_bin, mode, &dir, upstream).map(Some)
+                procs::start_goodput(
+                    &self.goodput_bin,
+                    mode,
+                    &dir,
+                    upstream,
+                    &self.goodput_config,
+                )
+                .map(Some)
             }
             PathKind::Nginx => match &self.nginx_bin {
                 Some(bin) => start_nginx_or_warn(bin, &dir, upstream),

@@ -180,7 +180,7 @@ impl Default for MeasureSection {
             channel_capacity: 8192,
             recent_requests: 1000,
             max_models: 50,
-            kernel_timestamps: false,
+            kernel_timestamps: true,
         }
     }
 }

@@ -11,10 +11,20 @@
 //! when the first socket asks for it, so the first packets after start may come without a
 //! stamp; those reads are stamped with the process clock too (and the record says `user`).
 //!
+//! One limit is the kernel's: packets that wait in a socket's receive queue are merged
+//! (TCP receive coalescing), and the merged buffer keeps the newest packet's stamp. When
+//! the proxy gets to a socket only after the next event has come too, the read's earlier
+//! bytes carry the later arrival; such a read is late by how long the proxy was kept
+//! from it, as a process-clock read would be (looking at the first packet with
+//! `MSG_PEEK` does not help: the merge already dropped its stamp).
+//!
 //! The read itself stays one system call; the cost is the control message, a second
 //! clock read to carry the wall-clock stamp onto the monotonic clock, and zeroing the part
-//! of the buffer a read may fill (a safe `recvmsg` needs initialised memory), which is why
-//! one read takes at most [`READ_CHUNK`] bytes (docs/PERFORMANCE.md has the measurements).
+//! of the buffer a read may fill (a safe `recvmsg` needs initialised memory). So that a
+//! stream of small events does not zero a large buffer for every few hundred bytes, a
+//! read offers room for twice what the last one took, from [`MIN_CHUNK`] up to
+//! [`READ_CHUNK`]: a large body takes a few more reads while the size doubles
+//! (docs/PERFORMANCE.md has the measurements).
 
 use std::{
     io,
@@ -37,9 +47,19 @@ use crate::measure::ReadClock;
 /// few more reads.
 pub const READ_CHUNK: usize = 16 * 1024;
 
+/// The least room one stamped read offers.
+pub const MIN_CHUNK: usize = 2 * 1024;
+
+/// The room the next read offers after one that took `got` bytes: twice that (so a full
+/// read doubles it), within [`MIN_CHUNK`]..=[`READ_CHUNK`].
+fn next_chunk(got: usize) -> usize {
+    got.saturating_mul(2).clamp(MIN_CHUNK, READ_CHUNK)
+}
+
 /// Whether new sockets ask the kernel for receive stamps (`measure.kernel_timestamps`,
-/// set once at start). Off, every read is an ordinary one stamped by the process clock.
-static KERNEL_STAMPS: AtomicBool = AtomicBool::new(false);
+/// on unless configured off at start). Off, every read is an ordinary one stamped by the
+/// process clock.
+static KERNEL_STAMPS: AtomicBool = AtomicBool::new(true);
 
 /// Turns kernel receive stamps on or off for sockets made from now on.
 pub fn kernel_timestamps(on: bool) {
@@ -54,6 +74,8 @@ pub struct WireStream {
     /// Room for the timestamping control message, made once per connection; empty when
     /// the kernel gives no stamps on this socket.
     cmsg: Vec<u8>,
+    /// The most the next stamped read takes ([`next_chunk`]).
+    chunk: usize,
 }
 
 impl WireStream {
@@ -64,7 +86,12 @@ impl WireStream {
         } else {
             Vec::new()
         };
-        WireStream { io, reads, cmsg }
+        WireStream {
+            io,
+            reads,
+            cmsg,
+            chunk: MIN_CHUNK,
+        }
     }
 
     /// Whether reads carry the kernel's stamps.
@@ -100,15 +127,16 @@ impl AsyncRead for WireStream {
         }
         loop {
             std::task::ready!(this.io.poll_read_ready(cx))?;
-            let want = buf.remaining().min(READ_CHUNK);
-            let dst = buf.initialize_unfilled_to(want);
             let cmsg = &mut this.cmsg;
+            let want = buf.remaining().min(this.chunk);
+            let dst = buf.initialize_unfilled_to(want);
             let got = this.io.try_io(tokio::io::Interest::READABLE, || {
                 imp::recv(&this.io, dst, cmsg)
             });
             match got {
                 Ok((n, stamp)) => {
                     buf.advance(n);
+                    this.chunk = next_chunk(n);
                     // Bytes, or the end of the stream (no packet, so no stamp): now.
                     match stamp {
                         Some(wall) => this.reads.stamp_kernel(wall),
@@ -275,6 +303,16 @@ mod tests {
             at + Duration::from_millis(25) >= sent && at <= written + Duration::from_millis(1),
             "stamp {at:?} outside the write {sent:?}..{written:?}"
         );
+    }
+
+    #[test]
+    fn the_read_size_follows_what_reads_take() {
+        assert_eq!(next_chunk(0), MIN_CHUNK);
+        assert_eq!(next_chunk(300), MIN_CHUNK);
+        assert_eq!(next_chunk(MIN_CHUNK), 2 * MIN_CHUNK);
+        assert_eq!(next_chunk(3000), 6000);
+        assert_eq!(next_chunk(READ_CHUNK), READ_CHUNK);
+        assert_eq!(next_chunk(usize::MAX), READ_CHUNK);
     }
 
     #[tokio::test]

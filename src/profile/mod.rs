@@ -21,11 +21,13 @@
 //! - [`drift`]: thresholds, comparison, the live [`drift::Monitor`], webhook, snapshots.
 //! - `summary`: `goodput profile summarize`.
 //! - `export`: Mooncake JSONL, Azure and BurstGPT CSV, and the replay command lines.
+//! - `columnar`: the Parquet export, one row group at a time.
 //! - `merge`: several files (instances) into one, streamed from [`Sorted`].
 //! - `sample`: the k-anonymity guard.
 //! - [`cli`]: the `goodput profile` commands.
 
 pub mod cli;
+mod columnar;
 pub mod drift;
 mod export;
 mod format;
@@ -41,7 +43,7 @@ mod stats;
 mod summary;
 pub mod writer;
 
-pub use export::{ExportFormat, ReplayTarget, export, export_sorted, replay_commands};
+pub use export::{ExportError, ExportFormat, ReplayTarget, export, export_sorted, replay_commands};
 pub use format::{
     Anonymized, Block, BlockUnit, BlocksLine, Contract, Entry, FORMAT, Header,
     MOONCAKE_BLOCK_TOKENS, VERSION, from_unix_ms, unix_ms,

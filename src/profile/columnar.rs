@@ -8,7 +8,7 @@
 //! row group plus the block id map, whatever the input size. Strings are dictionary
 //! encoded and pages Snappy-compressed.
 
-use std::{collections::HashMap, io::Write, sync::Arc};
+use std::{io::Write, sync::Arc};
 
 use parquet::{
     basic::Compression,
@@ -22,7 +22,10 @@ use parquet::{
     schema::parser::parse_message_type,
 };
 
-use super::read::{BlockId, Loaded, ProfileFile};
+use super::{
+    read::{BlockId, Loaded, ProfileFile},
+    table::BlockMap,
+};
 
 /// The Parquet schema of an export, column order included.
 pub const SCHEMA: &str = "message goodput_request {
@@ -78,7 +81,7 @@ pub struct ParquetExport<W: Write + Send> {
     first: i64,
     rows: Vec<Row>,
     ids_held: usize,
-    ids: HashMap<BlockId, u64>,
+    ids: BlockMap<u64>,
     next_id: u64,
     written: usize,
     row_groups: usize,
@@ -105,7 +108,7 @@ impl<W: Write + Send> ParquetExport<W> {
             first,
             rows: Vec::new(),
             ids_held: 0,
-            ids: HashMap::new(),
+            ids: BlockMap::new(u64::MAX),
             next_id: 0,
             written: 0,
             row_groups: 0,
@@ -120,7 +123,7 @@ impl<W: Write + Send> ParquetExport<W> {
             blocks
                 .iter()
                 .map(|b| {
-                    let id = *self.ids.entry(*b).or_insert_with(|| {
+                    let id = self.ids.get_or_insert_with(*b, || {
                         self.next_id += 1;
                         self.next_id - 1
                     });
@@ -290,6 +293,7 @@ mod tests {
         file::reader::{FileReader, SerializedFileReader},
         record::{Field, RowAccessor},
     };
+    use std::collections::HashMap;
 
     /// Every row of `bytes`, as the parquet crate's reader gives it.
     fn read_back(
@@ -439,7 +443,7 @@ mod tests {
             ),
             start_ms: 1_000,
             report: Default::default(),
-            keys: HashMap::new(),
+            keys: crate::profile::table::IdTable::new(u64::MAX),
         };
         let n = ROW_GROUP_ROWS + 3;
         let mut x = ParquetExport::start(Vec::new(), &[file], 1_000).unwrap();

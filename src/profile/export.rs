@@ -21,7 +21,7 @@
 //! [`export_sorted`] streams the rows as requests come off the external sort by arrival
 //! ([`Sorted`]), so an export holds no more than the id map, whatever the input size.
 
-use std::{collections::HashMap, io::Write};
+use std::io::Write;
 
 use serde::Serialize;
 
@@ -32,6 +32,7 @@ use super::{
     format::{MOONCAKE_BLOCK_TOKENS, from_unix_ms},
     read::{BlockId, Loaded, Profile},
     sorted::{SortError, Sorted},
+    table::BlockMap,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -123,7 +124,7 @@ pub fn export_sorted(
     let Some(text) = Text::of(format) else {
         let mut x = ParquetExport::start(&mut *out, &sorted.profile().files, first)?;
         sorted.for_each(&mut |profile, loaded| {
-            let blocks = profile.identities_of(&loaded, linked);
+            let blocks = profile.compact_identities_of(&loaded, linked);
             x.push(loaded, &blocks).map_err(ExportError::from)
         })?;
         let (written, _, _) = x.finish()?;
@@ -134,7 +135,7 @@ pub fn export_sorted(
     };
     let mut x = Exporter::start(text, first, out).map_err(SortError::Write)?;
     sorted.for_each(&mut |profile, loaded| {
-        let blocks = profile.identities_of(&loaded, linked);
+        let blocks = profile.compact_identities_of(&loaded, linked);
         x.row(&loaded, &blocks, out).map_err(SortError::Write)
     })?;
     out.flush().map_err(SortError::Write)?;
@@ -164,7 +165,7 @@ impl Text {
 struct Exporter {
     format: Text,
     first: i64,
-    ids: HashMap<BlockId, u64>,
+    ids: BlockMap<u64>,
     next_id: u64,
     stats: ExportStats,
 }
@@ -183,7 +184,7 @@ impl Exporter {
         Ok(Exporter {
             format,
             first,
-            ids: HashMap::new(),
+            ids: BlockMap::new(u64::MAX),
             next_id: 0,
             stats: ExportStats::default(),
         })
@@ -213,7 +214,7 @@ impl Exporter {
                     .iter()
                     .take(want)
                     .map(|b| {
-                        *ids.entry(*b).or_insert_with(|| {
+                        ids.get_or_insert_with(*b, || {
                             *next_id += 1;
                             *next_id - 1
                         })

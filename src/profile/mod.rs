@@ -15,6 +15,7 @@
 //! - `recorder`: [`ProfileRecorder`], the bounded queue and writer thread.
 //! - `writer`: files, rotation, retention, fsync, per-file id remap, disk errors.
 //! - `read`: [`Profile`], reading files back (torn lines, unknown fields, versions).
+//! - `table`: compact per-file tables keyed by block id (keys, ids handed out, seen).
 //! - `sorted`: [`Sorted`], requests in arrival order by an external sort, in bounded memory.
 //! - `stats`: percentiles, CV, PSI, KS, TVD and their noise floors.
 //! - `shape`: [`Shape`], the distributions a profile or a live window is described by.
@@ -41,6 +42,7 @@ mod shape;
 mod sorted;
 mod stats;
 mod summary;
+mod table;
 pub mod writer;
 
 pub use export::{ExportError, ExportFormat, ReplayTarget, export, export_sorted, replay_commands};
@@ -57,6 +59,7 @@ pub use sample::{SampleReport, k_anonymize, k_anonymize_sorted};
 pub use shape::{Sample, Shape, sample_of, samples_of, shape_of_sorted};
 pub use sorted::{RUN_BYTES, SortError, Sorted, Span};
 pub use summary::Summary;
+pub use table::{BlockMap, BlockSet, IdTable};
 
 /// The recording component under its role name: `profile::Recorder::start(...)`.
 pub use recorder::ProfileRecorder as Recorder;

@@ -2,7 +2,7 @@
 """Profile tools at fleet scale: time and peak memory of `goodput profile` commands.
 
 Generates synthetic profiles in the recorded format (docs/PROFILE.md, version 1) and runs
-summarize, diff, export (mooncake), merge and sample on them under `/usr/bin/time -v`,
+summarize, diff, export (mooncake and parquet), merge and sample on them under `/usr/bin/time -v`,
 printing wall time and maximum RSS per command. Results are recorded in
 docs/PERFORMANCE.md ("Profile tools at scale").
 
@@ -179,6 +179,7 @@ def main():
             ("summarize", ["summarize", full]),
             ("diff", ["diff", full, half_a]),
             ("export --format mooncake", ["export", "--format", "mooncake", full]),
+            ("export --format parquet", ["export", "--format", "parquet", full]),
             ("merge (two halves)", ["merge", half_a, half_b]),
             ("sample --k 5", ["sample", "--k", "5", full]),
         ]

@@ -153,6 +153,34 @@ async fn captured_profiles_are_anonymous_and_keep_prefix_sharing() {
             "{v}"
         );
     }
+    // Parquet, named with --out: every request, readable by the parquet crate's reader.
+    let pq = tmp.path().join("out.parquet");
+    let (code, out) = goodput(&[
+        "profile",
+        "export",
+        "--format",
+        "parquet",
+        "--out",
+        pq.to_str().unwrap(),
+        path,
+    ]);
+    assert_eq!((code, out.as_str()), (0, ""));
+    let reader =
+        parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&pq).unwrap())
+            .unwrap();
+    use parquet::file::reader::FileReader as _;
+    assert_eq!(reader.metadata().file_metadata().num_rows(), 30);
+    let unwritable = tmp.path().join("no/such/dir/out.parquet");
+    let (code, _) = goodput(&[
+        "profile",
+        "export",
+        "--format",
+        "parquet",
+        "--out",
+        unwritable.to_str().unwrap(),
+        path,
+    ]);
+    assert_eq!(code, 2, "an output that cannot be created is an error");
     let (code, _) = goodput(&["profile", "diff", path, path]);
     assert_eq!(code, 0, "a profile does not drift from itself");
 }

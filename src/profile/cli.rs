@@ -7,7 +7,7 @@
 
 use std::{
     fs::File,
-    io::{self, BufWriter, Write},
+    io::{self, BufWriter, IsTerminal, Write},
     path::{Path, PathBuf},
     process::ExitCode,
 };
@@ -48,11 +48,12 @@ pub enum ProfileCommand {
         #[command(flatten)]
         opts: DiffOpts,
     },
-    /// Convert to a replay tool's trace format (stdout or -o) and print the replay commands.
+    /// Convert to a replay tool's trace format, or to Parquet for analysis (stdout or
+    /// -o), and print the replay commands.
     Export {
         #[arg(long, value_enum)]
         format: ExportFormat,
-        #[arg(long, short, value_name = "OUT")]
+        #[arg(long, short, visible_alias = "out", value_name = "OUT")]
         output: Option<PathBuf>,
         /// Print the replay command lines to stdout instead of the data.
         #[arg(long)]
@@ -74,7 +75,7 @@ pub enum ProfileCommand {
         /// Merge files with different salts, keeping their block ids apart.
         #[arg(long)]
         keep_separate: bool,
-        #[arg(long, short, value_name = "OUT")]
+        #[arg(long, short, visible_alias = "out", value_name = "OUT")]
         output: Option<PathBuf>,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
@@ -86,7 +87,7 @@ pub enum ProfileCommand {
         /// Largest share of requests dropped rather than coarsening further.
         #[arg(long, default_value_t = 0.01)]
         max_drop: f64,
-        #[arg(long, short, value_name = "OUT")]
+        #[arg(long, short, visible_alias = "out", value_name = "OUT")]
         output: Option<PathBuf>,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
@@ -138,12 +139,12 @@ fn read_sorted(files: &[PathBuf]) -> Result<Sorted> {
     Ok(s)
 }
 
-fn sink(output: Option<&Path>) -> Result<Box<dyn Write>> {
+fn sink(output: Option<&Path>) -> Result<Box<dyn Write + Send>> {
     Ok(match output {
         Some(path) => Box::new(BufWriter::new(File::create(path).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot create `{}`: {e}", path.display()))
         })?)),
-        None => Box::new(BufWriter::new(io::stdout().lock())),
+        None => Box::new(BufWriter::new(io::stdout())),
     })
 }
 
@@ -176,16 +177,21 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
             tokenizer,
             files,
         } => {
+            if format == ExportFormat::Parquet
+                && output.is_none()
+                && !commands
+                && io::stdout().is_terminal()
+            {
+                return Err(
+                    "Parquet is binary: redirect stdout to a file or name one with --out".into(),
+                );
+            }
             let sorted = read_sorted(&files)?;
             let model = model.unwrap_or_else(|| top_model(sorted.models()));
-            let ext = if format == ExportFormat::Mooncake {
-                "jsonl"
-            } else {
-                "csv"
-            };
-            let shown = output
-                .as_ref()
-                .map_or_else(|| format!("out.{ext}"), |p| p.display().to_string());
+            let shown = output.as_ref().map_or_else(
+                || format!("out.{}", format.extension()),
+                |p| p.display().to_string(),
+            );
             let lines =
                 replay_commands(format, &shown, sorted.requests(), &model, &url, &tokenizer);
             if commands {
@@ -196,10 +202,14 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
             }
             let mut out = sink(output.as_deref())?;
             let stats = export_sorted(&sorted, format, &mut out)?;
-            eprintln!(
-                "exported {} requests ({} skipped without token counts; hash_ids padded on {}, cut on {})",
-                stats.written, stats.skipped, stats.padded, stats.truncated
-            );
+            if format == ExportFormat::Parquet {
+                eprintln!("exported {} requests", stats.written);
+            } else {
+                eprintln!(
+                    "exported {} requests ({} skipped without token counts; hash_ids padded on {}, cut on {})",
+                    stats.written, stats.skipped, stats.padded, stats.truncated
+                );
+            }
             if !lines.is_empty() {
                 eprintln!(
                     "replay with{}:",

@@ -15,17 +15,24 @@
 //!   Total tokens,Log Type`, `Timestamp` in seconds from the first request, `Log Type`
 //!   `API log`.
 //!
+//! - **Parquet** (`parquet`): every request, all its fields, one row each in arrival order
+//!   (see `columnar`).
+//!
 //! [`export_sorted`] streams the rows as requests come off the external sort by arrival
 //! ([`Sorted`]), so an export holds no more than the id map, whatever the input size.
 
-use std::{collections::HashMap, io::Write};
+use std::io::Write;
 
 use serde::Serialize;
 
+use parquet::errors::ParquetError;
+
 use super::{
+    columnar::ParquetExport,
     format::{MOONCAKE_BLOCK_TOKENS, from_unix_ms},
     read::{BlockId, Loaded, Profile},
     sorted::{SortError, Sorted},
+    table::BlockMap,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -33,6 +40,27 @@ pub enum ExportFormat {
     Mooncake,
     AzureCsv,
     BurstgptCsv,
+    Parquet,
+}
+
+impl ExportFormat {
+    /// The usual file extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            ExportFormat::Mooncake => "jsonl",
+            ExportFormat::AzureCsv | ExportFormat::BurstgptCsv => "csv",
+            ExportFormat::Parquet => "parquet",
+        }
+    }
+}
+
+/// An export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Sort(#[from] SortError),
+    #[error("writing Parquet: {0}")]
+    Parquet(#[from] ParquetError),
 }
 
 /// What an export wrote and adjusted.
@@ -58,10 +86,24 @@ struct MooncakeRow {
 pub fn export(
     profile: &Profile,
     format: ExportFormat,
-    out: &mut dyn Write,
+    out: &mut (dyn Write + Send),
 ) -> std::io::Result<ExportStats> {
     let first = profile.entries.first().map_or(0, |e| e.at_ms);
-    let mut x = Exporter::start(format, first, out)?;
+    let Some(text) = Text::of(format) else {
+        let mut parquet = || -> Result<ExportStats, ParquetError> {
+            let mut x = ParquetExport::start(&mut *out, &profile.files, first)?;
+            for (loaded, blocks) in profile.entries.iter().zip(profile.block_identities()) {
+                x.push(loaded.clone(), &blocks)?;
+            }
+            let (written, _, _) = x.finish()?;
+            Ok(ExportStats {
+                written,
+                ..ExportStats::default()
+            })
+        };
+        return parquet().map_err(std::io::Error::other);
+    };
+    let mut x = Exporter::start(text, first, out)?;
     for (loaded, blocks) in profile.entries.iter().zip(profile.block_identities()) {
         x.row(loaded, &blocks, out)?;
     }
@@ -75,35 +117,66 @@ pub fn export(
 pub fn export_sorted(
     sorted: &Sorted,
     format: ExportFormat,
-    out: &mut dyn Write,
-) -> Result<ExportStats, SortError> {
+    out: &mut (dyn Write + Send),
+) -> Result<ExportStats, ExportError> {
     let linked = sorted.profile().common_salt_id().is_some();
     let first = sorted.earliest().unwrap_or(0);
-    let mut x = Exporter::start(format, first, out).map_err(SortError::Write)?;
+    let Some(text) = Text::of(format) else {
+        let mut x = ParquetExport::start(&mut *out, &sorted.profile().files, first)?;
+        sorted.for_each(&mut |profile, loaded| {
+            let blocks = profile.compact_identities_of(&loaded, linked);
+            x.push(loaded, &blocks).map_err(ExportError::from)
+        })?;
+        let (written, _, _) = x.finish()?;
+        return Ok(ExportStats {
+            written,
+            ..ExportStats::default()
+        });
+    };
+    let mut x = Exporter::start(text, first, out).map_err(SortError::Write)?;
     sorted.for_each(&mut |profile, loaded| {
-        let blocks = profile.identities_of(&loaded, linked);
+        let blocks = profile.compact_identities_of(&loaded, linked);
         x.row(&loaded, &blocks, out).map_err(SortError::Write)
     })?;
     out.flush().map_err(SortError::Write)?;
     Ok(x.stats)
 }
 
-/// An export under way: the first arrival, the Mooncake ids handed out, the counts.
+/// The formats written line by line.
+#[derive(Clone, Copy)]
+enum Text {
+    Mooncake,
+    AzureCsv,
+    BurstgptCsv,
+}
+
+impl Text {
+    fn of(format: ExportFormat) -> Option<Text> {
+        match format {
+            ExportFormat::Mooncake => Some(Text::Mooncake),
+            ExportFormat::AzureCsv => Some(Text::AzureCsv),
+            ExportFormat::BurstgptCsv => Some(Text::BurstgptCsv),
+            ExportFormat::Parquet => None,
+        }
+    }
+}
+
+/// A text export under way: the first arrival, the Mooncake ids handed out, the counts.
 struct Exporter {
-    format: ExportFormat,
+    format: Text,
     first: i64,
-    ids: HashMap<BlockId, u64>,
+    ids: BlockMap<u64>,
     next_id: u64,
     stats: ExportStats,
 }
 
 impl Exporter {
     /// Writes the CSV header line, if any.
-    fn start(format: ExportFormat, first: i64, out: &mut dyn Write) -> std::io::Result<Self> {
+    fn start(format: Text, first: i64, out: &mut dyn Write) -> std::io::Result<Self> {
         match format {
-            ExportFormat::Mooncake => {}
-            ExportFormat::AzureCsv => writeln!(out, "TIMESTAMP,ContextTokens,GeneratedTokens")?,
-            ExportFormat::BurstgptCsv => writeln!(
+            Text::Mooncake => {}
+            Text::AzureCsv => writeln!(out, "TIMESTAMP,ContextTokens,GeneratedTokens")?,
+            Text::BurstgptCsv => writeln!(
                 out,
                 "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
             )?,
@@ -111,7 +184,7 @@ impl Exporter {
         Ok(Exporter {
             format,
             first,
-            ids: HashMap::new(),
+            ids: BlockMap::new(u64::MAX),
             next_id: 0,
             stats: ExportStats::default(),
         })
@@ -132,7 +205,7 @@ impl Exporter {
         };
         let offset_ms = loaded.at_ms - self.first;
         match self.format {
-            ExportFormat::Mooncake => {
+            Text::Mooncake => {
                 let want =
                     usize::try_from(input.div_ceil(MOONCAKE_BLOCK_TOKENS)).unwrap_or(usize::MAX);
                 let next_id = &mut self.next_id;
@@ -141,7 +214,7 @@ impl Exporter {
                     .iter()
                     .take(want)
                     .map(|b| {
-                        *ids.entry(*b).or_insert_with(|| {
+                        ids.get_or_insert_with(*b, || {
                             *next_id += 1;
                             *next_id - 1
                         })
@@ -165,10 +238,10 @@ impl Exporter {
                 serde_json::to_writer(&mut *out, &row)?;
                 writeln!(out)?;
             }
-            ExportFormat::AzureCsv => {
+            Text::AzureCsv => {
                 writeln!(out, "{},{input},{output}", azure_time(loaded.at_ms))?;
             }
-            ExportFormat::BurstgptCsv => {
+            Text::BurstgptCsv => {
                 let model = csv_field(e.model.as_deref().unwrap_or("unknown"));
                 let secs = offset_ms as f64 / 1000.0;
                 writeln!(
@@ -268,7 +341,7 @@ pub fn replay_commands(
                 q(tokenizer)
             ),
         )],
-        ExportFormat::AzureCsv => Vec::new(),
+        ExportFormat::AzureCsv | ExportFormat::Parquet => Vec::new(),
     }
 }
 

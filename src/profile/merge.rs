@@ -14,12 +14,13 @@
 //! block-id maps (one entry per distinct prompt block). [`merge`] does the same from a
 //! [`Profile`] already in memory.
 
-use std::{collections::HashMap, io::Write};
+use std::io::Write;
 
 use super::{
     format::{BlocksLine, Entry, Header, from_unix_ms},
-    read::{BlockId, Loaded, Profile, ProfileFile},
+    read::{Loaded, Profile},
     sorted::{SortError, Sorted},
+    table::BlockMap,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +55,7 @@ pub fn merge(
     let earliest = profile.entries.first().map(|e| e.at_ms);
     let mut w = Merged::start(profile, earliest, keep_separate, out)?;
     for loaded in &profile.entries {
-        w.write(&profile.files[loaded.file], loaded, out)?;
+        w.write(profile, loaded, out)?;
     }
     out.flush()?;
     Ok(w.stats(profile))
@@ -67,10 +68,8 @@ pub fn merge_sorted(
     out: &mut dyn Write,
 ) -> Result<MergeStats, MergeError> {
     let mut w = Merged::start(sorted.profile(), sorted.earliest(), keep_separate, out)?;
-    sorted.for_each(&mut |profile, loaded| {
-        w.write(&profile.files[loaded.file], &loaded, out)
-            .map_err(MergeError::Io)
-    })?;
+    sorted
+        .for_each(&mut |profile, loaded| w.write(profile, &loaded, out).map_err(MergeError::Io))?;
     out.flush()?;
     Ok(w.stats(sorted.profile()))
 }
@@ -79,7 +78,8 @@ pub fn merge_sorted(
 struct Merged {
     start_ms: i64,
     linked: bool,
-    ids: HashMap<BlockId, u32>,
+    ids: BlockMap<u32>,
+    next_id: u32,
     requests: usize,
 }
 
@@ -128,7 +128,8 @@ impl Merged {
         Ok(Merged {
             start_ms,
             linked,
-            ids: HashMap::new(),
+            ids: BlockMap::new(u32::MAX),
+            next_id: 0,
             requests: 0,
         })
     }
@@ -136,27 +137,23 @@ impl Merged {
     /// Writes one request (in arrival order), preceded by the keys of ids new to it.
     fn write(
         &mut self,
-        file: &ProfileFile,
+        profile: &Profile,
         loaded: &Loaded,
         out: &mut dyn Write,
     ) -> std::io::Result<()> {
+        let file = &profile.files[loaded.file];
         let mut fresh: Vec<(u32, Option<u64>)> = Vec::new();
+        let linked = self.linked;
+        let blocks = profile.compact_identities_of(loaded, linked);
+        let (ids, next_id) = (&mut self.ids, &mut self.next_id);
         let hash_ids: Option<Vec<u32>> = loaded.entry.hash_ids.as_ref().map(|raw| {
             raw.iter()
-                .map(|id| {
-                    let b = match file.keys.get(id) {
-                        Some(key) if self.linked => BlockId::Key(*key),
-                        _ => BlockId::Local(loaded.file, *id),
-                    };
-                    let next = u32::try_from(self.ids.len()).unwrap_or(u32::MAX);
-                    *self.ids.entry(b).or_insert_with(|| {
-                        fresh.push((
-                            next,
-                            match b {
-                                BlockId::Key(k) => Some(k),
-                                BlockId::Local(..) => None,
-                            },
-                        ));
+                .zip(&blocks)
+                .map(|(id, b)| {
+                    ids.get_or_insert_with(*b, || {
+                        let next = *next_id;
+                        *next_id = next_id.saturating_add(1);
+                        fresh.push((next, file.keys.get(*id).filter(|_| linked)));
                         next
                     })
                 })

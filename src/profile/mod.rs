@@ -15,17 +15,20 @@
 //! - `recorder`: [`ProfileRecorder`], the bounded queue and writer thread.
 //! - `writer`: files, rotation, retention, fsync, per-file id remap, disk errors.
 //! - `read`: [`Profile`], reading files back (torn lines, unknown fields, versions).
+//! - `table`: compact per-file tables keyed by block id (keys, ids handed out, seen).
 //! - `sorted`: [`Sorted`], requests in arrival order by an external sort, in bounded memory.
 //! - `stats`: percentiles, CV, PSI, KS, TVD and their noise floors.
 //! - `shape`: [`Shape`], the distributions a profile or a live window is described by.
 //! - [`drift`]: thresholds, comparison, the live [`drift::Monitor`], webhook, snapshots.
 //! - `summary`: `goodput profile summarize`.
 //! - `export`: Mooncake JSONL, Azure and BurstGPT CSV, and the replay command lines.
+//! - `columnar`: the Parquet export, one row group at a time.
 //! - `merge`: several files (instances) into one, streamed from [`Sorted`].
 //! - `sample`: the k-anonymity guard.
 //! - [`cli`]: the `goodput profile` commands.
 
 pub mod cli;
+mod columnar;
 pub mod drift;
 mod export;
 mod format;
@@ -39,9 +42,10 @@ mod shape;
 mod sorted;
 mod stats;
 mod summary;
+mod table;
 pub mod writer;
 
-pub use export::{ExportFormat, ReplayTarget, export, export_sorted, replay_commands};
+pub use export::{ExportError, ExportFormat, ReplayTarget, export, export_sorted, replay_commands};
 pub use format::{
     Anonymized, Block, BlockUnit, BlocksLine, Contract, Entry, FORMAT, Header,
     MOONCAKE_BLOCK_TOKENS, VERSION, from_unix_ms, unix_ms,
@@ -55,6 +59,7 @@ pub use sample::{SampleReport, k_anonymize, k_anonymize_sorted};
 pub use shape::{Sample, Shape, sample_of, samples_of, shape_of_sorted};
 pub use sorted::{RUN_BYTES, SortError, Sorted, Span};
 pub use summary::Summary;
+pub use table::{BlockMap, BlockSet, IdTable};
 
 /// The recording component under its role name: `profile::Recorder::start(...)`.
 pub use recorder::ProfileRecorder as Recorder;

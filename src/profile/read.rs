@@ -8,15 +8,19 @@
 //! skipped and counted; unknown fields are ignored and listed.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap, HashSet},
     fmt,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
+    sync::OnceLock,
 };
 
 use serde_json::Value;
 
-use super::format::{BlocksLine, Entry, FORMAT, Header, VERSION};
+use super::{
+    format::{BlocksLine, Entry, FORMAT, Header, VERSION},
+    table::IdTable,
+};
 
 /// A profile file could not be used at all.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +57,7 @@ pub struct ProfileFile {
     pub start_ms: i64,
     pub report: FileReport,
     /// Key (64-bit keyed hash) of each `hash_ids` id of this file, where known.
-    pub keys: HashMap<u32, u64>,
+    pub keys: IdTable<u64>,
 }
 
 /// One request of a profile, with its file and absolute arrival time.
@@ -73,6 +77,8 @@ pub struct Profile {
     /// Files left out because a crash left them without a complete header (empty, or a
     /// torn first line), with why.
     pub skipped_files: Vec<(PathBuf, String)>,
+    /// [`Profile::shared_keys`], once asked for.
+    shared: OnceLock<HashSet<u64>>,
 }
 
 impl Profile {
@@ -92,6 +98,7 @@ impl Profile {
 
     /// Reads one file's text from `reader`, named `path` in errors.
     pub fn add(&mut self, path: &Path, reader: impl BufRead) -> Result<(), ReadError> {
+        self.shared = OnceLock::new();
         let entries = &mut self.entries;
         if let Some(file) = read_file(
             path,
@@ -157,11 +164,56 @@ impl Profile {
             .hash_ids
             .iter()
             .flatten()
-            .map(|id| match file.keys.get(id) {
-                Some(key) if linked => BlockId::Key(*key),
+            .map(|id| match file.keys.get(*id) {
+                Some(key) if linked => BlockId::Key(key),
                 _ => BlockId::Local(l.file, *id),
             })
             .collect()
+    }
+
+    /// Identities equal where [`Profile::identities_of`]'s are, for tables of millions
+    /// of blocks: a block is named by its key only when the key stands behind more than
+    /// one id ([`Profile::shared_keys`]); otherwise its file and id name it just as well,
+    /// and fit in compact per-file tables ([`BlockMap`](super::BlockMap)).
+    pub fn compact_identities_of(&self, l: &Loaded, linked: bool) -> Vec<BlockId> {
+        let file = &self.files[l.file];
+        let shared = linked.then(|| self.shared_keys());
+        l.entry
+            .hash_ids
+            .iter()
+            .flatten()
+            .map(|id| match (file.keys.get(*id), shared) {
+                (Some(key), Some(shared)) if shared.contains(&key) => BlockId::Key(key),
+                _ => BlockId::Local(l.file, *id),
+            })
+            .collect()
+    }
+
+    /// The keys that stand behind more than one id: in several files (the prefixes
+    /// their traffic shared) or, rarely, twice in one. Found once, in two passes over the
+    /// keys without a copy of them: a Bloom filter marks the candidates (every repeat,
+    /// and about 1% of the rest), whose occurrences are then counted exactly.
+    pub fn shared_keys(&self) -> &HashSet<u64> {
+        self.shared.get_or_init(|| {
+            let keys = || self.files.iter().flat_map(|f| f.keys.values());
+            let mut filter = Bloom::with_capacity(keys().count());
+            let mut counts: HashMap<u64, u32> = HashMap::new();
+            for k in keys() {
+                if !filter.insert(k) {
+                    counts.insert(k, 0);
+                }
+            }
+            for k in keys() {
+                if let Some(n) = counts.get_mut(&k) {
+                    *n += 1;
+                }
+            }
+            counts
+                .into_iter()
+                .filter(|(_, n)| *n > 1)
+                .map(|(k, _)| k)
+                .collect()
+        })
     }
 
     /// Human-readable notes on what was skipped or ignored, one per line.
@@ -204,6 +256,39 @@ impl fmt::Debug for Profile {
             )
             .field("requests", &self.entries.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// A Bloom filter of 64-bit keys: 10 bits and 7 probes a key, about 1% false positives.
+struct Bloom {
+    bits: Vec<u64>,
+}
+
+impl Bloom {
+    fn with_capacity(n: usize) -> Bloom {
+        Bloom {
+            bits: vec![0; (n.max(64) * 10).div_ceil(64)],
+        }
+    }
+
+    /// Adds `key`; `false` when it was (probably) there already.
+    fn insert(&mut self, key: u64) -> bool {
+        let m = self.bits.len() as u64 * 64;
+        // Double hashing from the key's two halves, spread first (keys are hashes, but
+        // a hand-made file's need not be).
+        let mut h = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^= h >> 31;
+        let (a, b) = (h, h.rotate_left(32) | 1);
+        let mut fresh = false;
+        for i in 0..7u64 {
+            let bit = a.wrapping_add(i.wrapping_mul(b)) % m;
+            let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+            fresh |= self.bits[word] & mask == 0;
+            self.bits[word] |= mask;
+        }
+        fresh
     }
 }
 
@@ -281,7 +366,7 @@ fn read_file(
         },
         header,
         start_ms,
-        keys: HashMap::new(),
+        keys: IdTable::new(u64::MAX),
     };
     let mut line_no = 1;
     loop {
@@ -400,12 +485,40 @@ mod tests {
         assert_eq!(p.entries.len(), 1);
         assert_eq!(p.entries[0].at_ms, 1_767_225_600_005);
         assert!(p.files[0].report.torn_last_line);
-        assert_eq!(p.files[0].keys[&1], 0x100);
+        assert_eq!(p.files[0].keys.get(1), Some(0x100));
         assert_eq!(
             p.block_identities()[0],
             [BlockId::Key(0xff), BlockId::Key(0x100)]
         );
+        // One file, each key behind one id: the ids name the blocks as well.
+        assert_eq!(
+            p.compact_identities_of(&p.entries[0], true),
+            [BlockId::Local(0, 0), BlockId::Local(0, 1)]
+        );
         assert!(p.notes()[0].contains("torn"));
+    }
+
+    #[test]
+    fn shared_keys_are_those_behind_more_than_one_id() {
+        let file = |keys: &[u64]| {
+            let hex: Vec<String> = keys.iter().map(|k| format!("\"{k:016x}\"")).collect();
+            format!(
+                "{HEADER}\n{{\"type\":\"blocks\",\"first_id\":0,\"keys\":[{}]}}\n{LINE}\n",
+                hex.join(",")
+            )
+        };
+        let mut p = Profile::default();
+        // 0xa in both files, 0xb twice in the second; 20,000 keys of their own, so
+        // the filter's false positives are tried and dropped.
+        let own = |base: u64| (0..10_000u64).map(move |i| base + i);
+        let a: Vec<u64> = [0xa].into_iter().chain(own(1 << 40)).collect();
+        let b: Vec<u64> = [0xb, 0xa, 0xb].into_iter().chain(own(2 << 40)).collect();
+        p.add(Path::new("a"), file(&a).as_bytes()).unwrap();
+        assert_eq!(p.shared_keys().len(), 0);
+        p.add(Path::new("b"), file(&b).as_bytes()).unwrap();
+        let mut shared: Vec<u64> = p.shared_keys().iter().copied().collect();
+        shared.sort_unstable();
+        assert_eq!(shared, [0xa, 0xb]);
     }
 
     #[test]

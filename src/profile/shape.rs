@@ -2,12 +2,13 @@
 //! Built from [`Sample`]s, which come from profile files ([`samples_of`]) or from the live
 //! window ([`super::drift::Monitor`]), so both sides are measured the same way.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use super::{
     read::{BlockId, Loaded, Profile},
     sorted::{SortError, Sorted, Span},
-    stats,
+    stats::{self, Counts},
+    table::BlockSet,
 };
 
 /// One request, reduced to what shapes are made of.
@@ -32,7 +33,7 @@ pub struct Sample {
 /// (by [`Profile::block_identities`]) arrived earlier in the profile.
 pub fn samples_of(profile: &Profile) -> Vec<Sample> {
     let identities = profile.block_identities();
-    let mut seen: HashSet<BlockId> = HashSet::new();
+    let mut seen = BlockSet::default();
     profile
         .entries
         .iter()
@@ -44,7 +45,7 @@ pub fn samples_of(profile: &Profile) -> Vec<Sample> {
 /// One request as a sample, `None` unless it is generation traffic: only that is
 /// profiled; older files may hold scrapes and probes (`api` unknown), which would shift
 /// every shape and drift statistic. `seen`: the blocks of the requests before it.
-pub fn sample_of(l: &Loaded, ids: &[BlockId], seen: &mut HashSet<BlockId>) -> Option<Sample> {
+pub fn sample_of(l: &Loaded, ids: &[BlockId], seen: &mut BlockSet) -> Option<Sample> {
     let e = &l.entry;
     if !crate::decode::is_generation_label(&e.api) {
         return None;
@@ -72,10 +73,10 @@ pub fn sample_of(l: &Loaded, ids: &[BlockId], seen: &mut HashSet<BlockId>) -> Op
 pub fn shape_of_sorted(sorted: &Sorted) -> Result<Shape, SortError> {
     let span = sorted.generation();
     let linked = sorted.profile().common_salt_id().is_some();
-    let mut seen: HashSet<BlockId> = HashSet::new();
+    let mut seen = BlockSet::default();
     let mut acc = Accumulator::new(span);
     sorted.for_each(&mut |profile, l| {
-        let ids = profile.identities_of(&l, linked);
+        let ids = profile.compact_identities_of(&l, linked);
         if let Some(s) = sample_of(&l, &ids, &mut seen) {
             acc.push(&s);
         }
@@ -182,19 +183,14 @@ impl Accumulator {
         let gaps = n.saturating_sub(1);
         let burstiness = (gaps >= 2 && self.mean_gap > 0.0)
             .then(|| (self.gap_sq / gaps as f64).sqrt() / self.mean_gap);
-        let expand = |m: &BTreeMap<u64, u64>| -> Vec<f64> {
-            m.iter()
-                .flat_map(|(v, k)| std::iter::repeat_n(*v as f64, *k as usize))
-                .collect()
-        };
         Shape {
             requests: n,
             duration_s,
             rate_mean: n as f64 / duration_s,
             rate_peak: self.peak,
             burstiness,
-            input: expand(&self.input),
-            output: expand(&self.output),
+            input: Counts::from_map(&self.input),
+            output: Counts::from_map(&self.output),
             models: self.models,
             apis: self.apis,
             stream_share: if n == 0 {
@@ -221,10 +217,10 @@ pub struct Shape {
     /// Most arrivals within one wall-clock second.
     pub rate_peak: u64,
     pub burstiness: Option<f64>,
-    /// Sorted.
-    pub input: Vec<f64>,
-    /// Sorted.
-    pub output: Vec<f64>,
+    /// Input lengths (one count per distinct length).
+    pub input: Counts,
+    /// Output lengths.
+    pub output: Counts,
     pub models: BTreeMap<String, u64>,
     pub apis: BTreeMap<String, u64>,
     pub stream_share: f64,
@@ -255,7 +251,7 @@ impl Shape {
         let sorted = |f: fn(&Sample) -> Option<u64>| {
             let mut v: Vec<f64> = samples.iter().filter_map(f).map(|n| n as f64).collect();
             v.sort_by(f64::total_cmp);
-            v
+            Counts::from_sorted(&v)
         };
         let count = |f: fn(&Sample) -> &str| {
             let mut m = BTreeMap::new();

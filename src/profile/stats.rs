@@ -17,6 +17,74 @@
 
 use std::collections::BTreeMap;
 
+/// A sample as its distinct values, sorted, each with how often it occurs: lengths are
+/// integers, so this is exact and holds one entry per distinct length, not per request.
+/// Percentiles, PSI and KS over it equal those over the expanded sorted values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counts {
+    values: Vec<(f64, u64)>,
+    n: usize,
+}
+
+impl Counts {
+    /// From sorted values.
+    pub fn from_sorted(sorted: &[f64]) -> Counts {
+        let mut values: Vec<(f64, u64)> = Vec::new();
+        for v in sorted {
+            match values.last_mut() {
+                Some((last, k)) if *last == *v => *k += 1,
+                _ => values.push((*v, 1)),
+            }
+        }
+        Counts {
+            values,
+            n: sorted.len(),
+        }
+    }
+
+    /// From integer values and their counts.
+    pub fn from_map(m: &BTreeMap<u64, u64>) -> Counts {
+        Counts {
+            values: m.iter().map(|(v, k)| (*v as f64, *k)).collect(),
+            n: m.values().map(|k| *k as usize).sum(),
+        }
+    }
+
+    /// How many values (with repeats).
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    pub fn max(&self) -> Option<f64> {
+        self.values.last().map(|(v, _)| *v)
+    }
+
+    /// Distinct values and their counts, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+        self.values.iter().copied()
+    }
+
+    /// Nearest-rank percentile, as [`percentile`] of the expanded values.
+    pub fn percentile(&self, q: f64) -> Option<f64> {
+        if self.n == 0 {
+            return None;
+        }
+        let rank = ((q * self.n as f64).ceil() as usize).clamp(1, self.n) as u64;
+        let mut seen = 0u64;
+        for (v, k) in &self.values {
+            seen += k;
+            if seen >= rank {
+                return Some(*v);
+            }
+        }
+        self.max()
+    }
+}
+
 /// Nearest-rank percentile of sorted values; `None` when empty.
 pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
     if sorted.is_empty() {
@@ -60,16 +128,16 @@ pub fn log_bin(v: f64) -> usize {
     }
 }
 
-fn histogram(values: &[f64]) -> BTreeMap<usize, f64> {
+fn histogram(values: &Counts) -> BTreeMap<usize, f64> {
     let mut h = BTreeMap::new();
-    for v in values {
-        *h.entry(log_bin(*v)).or_insert(0.0) += 1.0;
+    for (v, k) in values.iter() {
+        *h.entry(log_bin(v)).or_insert(0.0) += k as f64;
     }
     h
 }
 
 /// PSI over log bins with 0.5 smoothing; also returns the bins used (for the noise floor).
-pub fn psi(base: &[f64], live: &[f64]) -> Option<(f64, usize)> {
+pub fn psi(base: &Counts, live: &Counts) -> Option<(f64, usize)> {
     if base.is_empty() || live.is_empty() {
         return None;
     }
@@ -104,20 +172,28 @@ pub fn psi_noise_floor(n: usize, m: usize, bins: usize) -> f64 {
     chi * (1.0 / n as f64 + 1.0 / m as f64)
 }
 
-/// Two-sample Kolmogorov–Smirnov statistic of sorted samples.
-pub fn ks(a: &[f64], b: &[f64]) -> Option<f64> {
+/// Two-sample Kolmogorov–Smirnov statistic.
+pub fn ks(a: &Counts, b: &Counts) -> Option<f64> {
     if a.is_empty() || b.is_empty() {
         return None;
     }
-    let (mut i, mut j, mut d) = (0usize, 0usize, 0f64);
-    let (n, m) = (a.len() as f64, b.len() as f64);
-    while i < a.len() && j < b.len() {
-        let x = a[i].min(b[j]);
-        while i < a.len() && a[i] <= x {
-            i += 1;
+    let (a, b) = (&a.values, &b.values);
+    let (n, m) = (
+        a.iter().map(|x| x.1).sum::<u64>(),
+        b.iter().map(|x| x.1).sum::<u64>(),
+    );
+    let (n, m) = (n as f64, m as f64);
+    // i, j: how many values of each side are ≤ x (as the expanded walk counts them).
+    let (mut ia, mut ib, mut i, mut j, mut d) = (0usize, 0usize, 0u64, 0u64, 0f64);
+    while ia < a.len() && ib < b.len() {
+        let x = a[ia].0.min(b[ib].0);
+        while ia < a.len() && a[ia].0 <= x {
+            i += a[ia].1;
+            ia += 1;
         }
-        while j < b.len() && b[j] <= x {
-            j += 1;
+        while ib < b.len() && b[ib].0 <= x {
+            j += b[ib].1;
+            ib += 1;
         }
         d = d.max((i as f64 / n - j as f64 / m).abs());
     }
@@ -176,27 +252,79 @@ mod tests {
         assert_eq!(log_bin(724.1), 20);
     }
 
+    fn counts(v: &[f64]) -> Counts {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        Counts::from_sorted(&v)
+    }
+
     #[test]
     fn psi_ks_and_tvd_see_shifts_not_copies() {
         let a: Vec<f64> = (0..1000).map(|i| 100.0 + f64::from(i % 100)).collect();
-        let (same, _) = psi(&a, &a).unwrap();
+        let (ca, cb) = (
+            counts(&a),
+            counts(&a.iter().map(|v| v * 3.0).collect::<Vec<_>>()),
+        );
+        let (same, _) = psi(&ca, &ca).unwrap();
         assert!(same.abs() < 1e-12);
-        let b: Vec<f64> = a.iter().map(|v| v * 3.0).collect();
-        let (moved, bins) = psi(&a, &b).unwrap();
+        let (moved, bins) = psi(&ca, &cb).unwrap();
         assert!(
             moved > 1.0 && moved > psi_noise_floor(1000, 1000, bins),
             "{moved}"
         );
-        assert_eq!(ks(&a, &a), Some(0.0));
-        let mut sb = b.clone();
-        sb.sort_by(f64::total_cmp);
-        let mut sa = a.clone();
-        sa.sort_by(f64::total_cmp);
-        assert_eq!(ks(&sa, &sb), Some(1.0));
+        assert_eq!(ks(&ca, &ca), Some(0.0));
+        assert_eq!(ks(&ca, &cb), Some(1.0));
+        assert_eq!(psi(&ca, &Counts::default()), None);
         let m1 = BTreeMap::from([("a".to_string(), 50), ("b".to_string(), 50)]);
         let m2 = BTreeMap::from([("a".to_string(), 100)]);
         assert_eq!(tvd(&m1, &m2), Some(0.5));
         assert_eq!(tvd(&m1, &m1), Some(0.0));
+    }
+
+    /// KS and percentiles over counts equal the walk over every value.
+    #[test]
+    fn counts_give_what_the_expanded_values_give() {
+        fn ks_expanded(a: &[f64], b: &[f64]) -> f64 {
+            let (mut i, mut j, mut d) = (0usize, 0usize, 0f64);
+            let (n, m) = (a.len() as f64, b.len() as f64);
+            while i < a.len() && j < b.len() {
+                let x = a[i].min(b[j]);
+                while i < a.len() && a[i] <= x {
+                    i += 1;
+                }
+                while j < b.len() && b[j] <= x {
+                    j += 1;
+                }
+                d = d.max((i as f64 / n - j as f64 / m).abs());
+            }
+            d
+        }
+        let mut seed = 7u64;
+        let mut draw = |n: usize, scale: u64| -> Vec<f64> {
+            let mut v: Vec<f64> = (0..n)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    ((seed >> 33) % scale) as f64
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        for (n, m, scale) in [(1, 1, 3), (500, 300, 40), (1000, 2000, 900), (50, 5000, 7)] {
+            let (a, b) = (draw(n, scale), draw(m, scale + 5));
+            let (ca, cb) = (Counts::from_sorted(&a), Counts::from_sorted(&b));
+            assert_eq!(ks(&ca, &cb), Some(ks_expanded(&a, &b)));
+            assert_eq!(ca.len(), n);
+            assert_eq!(ca.max(), a.last().copied());
+            for q in [0.0, 0.01, 0.5, 0.9, 0.95, 0.99, 1.0] {
+                assert_eq!(ca.percentile(q), percentile(&a, q), "q {q} n {n}");
+            }
+            let map: BTreeMap<u64, u64> = ca.iter().map(|(v, k)| (v as u64, k)).collect();
+            assert_eq!(Counts::from_map(&map), ca);
+        }
+        assert_eq!(Counts::default().percentile(0.5), None);
     }
 
     #[test]

@@ -25,24 +25,24 @@ pub struct Distribution {
 }
 
 impl Distribution {
-    fn of(sorted: &[f64]) -> Distribution {
-        let q = |q| stats::percentile(sorted, q);
+    fn of(values: &stats::Counts) -> Distribution {
+        let q = |q| values.percentile(q);
         let mut buckets: BTreeMap<u64, u64> = BTreeMap::new();
-        for v in sorted {
-            let floor = if *v < 1.0 {
+        for (v, k) in values.iter() {
+            let floor = if v < 1.0 {
                 0
             } else {
                 1u64 << (v.log2().floor() as u32).min(62)
             };
-            *buckets.entry(floor).or_insert(0) += 1;
+            *buckets.entry(floor).or_insert(0) += k;
         }
         Distribution {
-            count: sorted.len(),
+            count: values.len(),
             p50: q(0.5),
             p90: q(0.9),
             p95: q(0.95),
             p99: q(0.99),
-            max: sorted.last().copied(),
+            max: values.max(),
             histogram: buckets.into_iter().collect(),
         }
     }
@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn octave_histogram() {
-        let d = Distribution::of(&[0.0, 1.0, 3.0, 3.5, 700.0]);
+        let d = Distribution::of(&stats::Counts::from_sorted(&[0.0, 1.0, 3.0, 3.5, 700.0]));
         assert_eq!(d.histogram, [(0, 1), (1, 1), (2, 2), (512, 1)]);
         assert_eq!(d.p50, Some(3.0));
         assert_eq!(d.max, Some(700.0));

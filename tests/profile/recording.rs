@@ -130,7 +130,7 @@ async fn rotation_by_size_restarts_ids_and_retention_keeps_the_newest() {
             .flat_map(|e| e.entry.hash_ids.clone().unwrap())
             .collect();
         assert_eq!(ids.iter().min(), Some(&0), "{f:?}");
-        assert!(ids.iter().all(|id| p.files[0].keys.contains_key(id)));
+        assert!(ids.iter().all(|id| p.files[0].keys.get(*id).is_some()));
     }
     assert_eq!(total, 60);
     // The same traffic with `max_files = 2`: only the two newest files are left.

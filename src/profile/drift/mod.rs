@@ -142,7 +142,7 @@ pub fn compare(base: &Shape, live: &Shape, t: &Thresholds, min_samples: usize) -
         ("input_length", "input length", &base.input, &live.input),
         ("output_length", "output length", &base.output, &live.output),
     ] {
-        let p50 = |v: &[f64]| stats::percentile(v, 0.5).unwrap_or(0.0);
+        let p50 = |v: &stats::Counts| v.percentile(0.5).unwrap_or(0.0);
         let moved = format!("{label} P50 {} → {} tokens", p50(b), p50(l));
         if !enough(b.len(), l.len()) {
             for statistic in ["psi", "ks"] {

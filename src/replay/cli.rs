@@ -96,6 +96,17 @@ pub struct ReplayArgs {
     /// Put two reports side by side instead of running: A/report.json B/report.json.
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["profile", "target"])]
     pub compare: Option<Vec<PathBuf>>,
+    /// Run `--fault-cmd` this long after the run started (while the load keeps going) and
+    /// report the recovery.
+    #[arg(long, value_name = "DURATION", value_parser = duration, requires = "fault_cmd")]
+    pub fault_at: Option<Duration>,
+    /// The fault: a shell command (`sh -c`) that restarts a replica, kills a process, ...;
+    /// its output goes to `fault-cmd.log` in the report directory.
+    #[arg(long, value_name = "CMD", requires = "fault_at")]
+    pub fault_cmd: Option<String>,
+    /// The fault must be recovered from (attainment back at target) within this long.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
+    pub recovery_deadline: Duration,
     /// No live progress display, even on a terminal.
     #[arg(long)]
     pub quiet: bool,
@@ -189,6 +200,34 @@ mod tests {
         assert_eq!(a.contract, [("hardware".to_owned(), "8xH100".to_owned())]);
         assert!(!a.ignore_eos);
         assert_eq!(a.mode, Mode::Steps);
+        assert_eq!(a.fault_at, None);
+        assert_eq!(a.recovery_deadline, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_fault_needs_its_time_and_its_command() {
+        let base = ["replay", "--profile", "p", "--target", "http://h:1"];
+        let with = |extra: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            Cli::try_parse_from(all)
+        };
+        let a = with(&[
+            "--fault-at",
+            "30s",
+            "--fault-cmd",
+            "systemctl restart vllm",
+            "--recovery-deadline",
+            "2m",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(a.fault_at, Some(Duration::from_secs(30)));
+        assert_eq!(a.fault_cmd.as_deref(), Some("systemctl restart vllm"));
+        assert_eq!(a.recovery_deadline, Duration::from_secs(120));
+        assert!(with(&["--fault-at", "30s"]).is_err());
+        assert!(with(&["--fault-cmd", "true"]).is_err());
+        assert!(with(&["--fault-at", "soon", "--fault-cmd", "true"]).is_err());
     }
 
     #[test]

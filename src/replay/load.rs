@@ -137,6 +137,11 @@ impl Runner {
         AbortHandle(self.0.abort_tx.clone())
     }
 
+    /// Turns true when the run is aborted (Ctrl-C).
+    pub fn abort_signal(&self) -> watch::Receiver<bool> {
+        self.0.abort.clone()
+    }
+
     pub fn aborted(&self) -> bool {
         *self.0.abort.borrow()
     }

@@ -20,6 +20,7 @@
 //! - `session`: the load patterns as sequences of steps.
 //! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
 //! - `progress`: the live terminal line.
+//! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
 //! - `compare`: `--compare`.
 
@@ -31,6 +32,7 @@ pub mod measure;
 pub mod plan;
 mod progress;
 pub mod prompt;
+pub mod recovery;
 pub mod report;
 mod session;
 
@@ -166,11 +168,33 @@ pub async fn execute(
     });
     let started_at = SystemTime::now();
     let t0: Instant = runner.started();
+    let fault = match (&args.fault_cmd, args.fault_at) {
+        (Some(cmd), Some(at)) => {
+            std::fs::create_dir_all(&args.out).map_err(|source| ReplayError::Write {
+                dir: args.out.display().to_string(),
+                source,
+            })?;
+            let log = args.out.join(recovery::LOG_FILE);
+            Some((
+                recovery::Fault::schedule(cmd, at, t0, log, runner.abort_signal()),
+                cmd,
+                at,
+            ))
+        }
+        _ => None,
+    };
     let ticker = runner.progress().start();
     let driven = session::drive(&runner, args, &workload).await;
     drop(ticker);
+    let fault_run = match fault {
+        Some((f, cmd, at)) => Some(f.finish(cmd, at).await),
+        None => None,
+    };
     watcher.abort();
     let samples = runner.samples();
+    let recovery = fault_run
+        .as_ref()
+        .map(|f| recovery::analyse(&samples, f, args.recovery_deadline, &config.slo));
     let scale = args.rate_scale;
     let required_concurrency = (args.mode == Mode::Steps).then(|| {
         args.required_concurrency.unwrap_or_else(|| {
@@ -204,6 +228,7 @@ pub async fn execute(
         soak_rate: driven.soak_rate,
         prompt_lengths,
         notes,
+        recovery,
     });
     report::write(&report, &args.out)
         .and_then(|()| report::json::write_requests(&samples, &args.out))

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::{
     json::Report,
-    md::{contract_rows, num, pct, signed},
+    md::{contract_rows, num, pct, recovery_lines, signed},
     svg::{Chart, Mark, STYLE, Series, escape},
 };
 
@@ -167,6 +167,43 @@ fn time_charts(r: &Report) -> Vec<Chart> {
     ]
 }
 
+fn recovery_chart(r: &crate::replay::recovery::Recovery) -> Chart {
+    let points = |f: &dyn Fn(&crate::replay::recovery::Bin) -> Option<f64>| -> Vec<(f64, f64)> {
+        r.bins.iter().filter_map(|b| Some((b.t_s, f(b)?))).collect()
+    };
+    let mut marks = Vec::new();
+    if let Some(at) = r.fault_at_s {
+        marks.push(Mark {
+            x: at,
+            y: 0.0,
+            label: "fault".into(),
+        });
+        if let Some(t) = r.recovery_time_s {
+            marks.push(Mark {
+                x: at + t,
+                y: r.attainment_target.unwrap_or(1.0) * 100.0,
+                label: "recovered".into(),
+            });
+        }
+    }
+    Chart {
+        title: "Attainment around the fault (by send time)".into(),
+        x_label: "seconds".into(),
+        y_label: "%".into(),
+        series: vec![Series {
+            name: "attainment".into(),
+            points: points(&|b| b.attainment.map(|a| a * 100.0)),
+            labels: Vec::new(),
+        }],
+        marks,
+        hlines: r
+            .attainment_target
+            .map(|t| vec![(t * 100.0, "target".to_owned())])
+            .unwrap_or_default(),
+        ..Chart::default()
+    }
+}
+
 fn input_chart(r: &Report) -> Chart {
     let b = &r.overall.ttft_ms_by_input;
     let series = |name: &str, k: usize| Series {
@@ -319,6 +356,20 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_first),
             pct(d.error_rate_last)
         );
+    }
+    if let Some(rec) = &r.recovery {
+        o.push_str("<h2>Recovery</h2><ul>");
+        for line in recovery_lines(rec) {
+            let _ = write!(o, "<li>{}</li>", escape(&line));
+        }
+        o.push_str("</ul>");
+        if !rec.bins.is_empty() {
+            let _ = write!(
+                o,
+                "<div class=\"charts\">{}</div>",
+                recovery_chart(rec).render()
+            );
+        }
     }
     if !r.notes.is_empty() {
         o.push_str("<h2>Notes</h2><ul>");

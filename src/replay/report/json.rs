@@ -49,6 +49,9 @@ pub struct Report {
     /// Every finished request (warm-up and cancelled ones included) by finish time.
     pub timeline: Vec<TimePoint>,
     pub drift: Option<Drift>,
+    /// `--fault-cmd`: what the fault cost and how long the target took to come back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<crate::replay::recovery::Recovery>,
     pub notes: Vec<String>,
 }
 

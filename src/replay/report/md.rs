@@ -279,6 +279,12 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_last)
         );
     }
+    if let Some(rec) = &r.recovery {
+        let _ = writeln!(o, "\n## Recovery\n");
+        for line in recovery_lines(rec) {
+            let _ = writeln!(o, "- {line}");
+        }
+    }
     if !r.notes.is_empty() {
         let _ = writeln!(o, "\n## Notes\n");
         for n in &r.notes {
@@ -286,6 +292,68 @@ pub fn render(r: &Report) -> String {
         }
     }
     o
+}
+
+/// The recovery section, one line per answer (shared by report.md and report.html).
+pub fn recovery_lines(r: &crate::replay::recovery::Recovery) -> Vec<String> {
+    let mut v = Vec::new();
+    let ran = match r.fault_at_s {
+        Some(at) => format!(
+            "fault `{}` started at {at:.2}s (planned {:.2}s){}",
+            r.fault_cmd,
+            r.planned_fault_at_s,
+            match (r.fault_finished_s, r.fault_exit_code, &r.fault_error) {
+                (_, _, Some(e)) => format!(", {e}"),
+                (Some(end), Some(code), None) => format!(", exited {code} after {:.2}s", end - at),
+                (Some(end), None, None) => format!(", ended by a signal after {:.2}s", end - at),
+                _ => String::new(),
+            }
+        ),
+        None => format!(
+            "fault `{}` was due at {:.2}s but the run ended first: nothing measured",
+            r.fault_cmd, r.planned_fault_at_s
+        ),
+    };
+    v.push(ran);
+    if r.fault_at_s.is_none() {
+        return v;
+    }
+    v.push(format!(
+        "recovered: {} (attainment back at the target {} for {} intervals of {}s in a row after {} s; deadline {}s)",
+        if r.recovered { "yes" } else { "NO" },
+        pct(r.attainment_target),
+        r.stable_bins,
+        r.bin_s,
+        num(r.recovery_time_s, 1),
+        r.recovery_deadline_s
+    ));
+    let outcomes: Vec<String> = r
+        .failed_outcomes
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    v.push(format!(
+        "failed requests: {} ({} cut while in flight){}",
+        r.failed_requests,
+        r.requests_cut,
+        if outcomes.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", outcomes.join(", "))
+        }
+    ));
+    v.push(format!(
+        "attainment: {} before the fault, {} from the fault to recovery, worst interval {}",
+        pct(r.baseline_attainment),
+        pct(r.dip_attainment),
+        pct(r.min_attainment)
+    ));
+    v.push(format!(
+        "effective goodput: {} tok/s before the fault, {} tok/s from the fault to recovery",
+        num(r.baseline_goodput_tokens_per_s, 1),
+        num(r.dip_goodput_tokens_per_s, 1)
+    ));
+    v
 }
 
 /// A relative change as `+12.3%`.

@@ -50,6 +50,7 @@ pub struct Inputs<'a> {
     pub soak_rate: Option<f64>,
     pub prompt_lengths: String,
     pub notes: Vec<String>,
+    pub recovery: Option<super::recovery::Recovery>,
 }
 
 fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
@@ -225,6 +226,12 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let interval = a.step_duration.as_secs_f64();
     let mut notes = i.notes.clone();
     notes.extend(step_notes(&steps));
+    if let Some(r) = i.recovery.as_ref().filter(|r| r.fault_at_s.is_none()) {
+        notes.push(format!(
+            "the fault command was due {:.1}s after the start but the run ended first: no recovery measured",
+            r.planned_fault_at_s
+        ));
+    }
     let passed = !verdicts.is_empty() && verdicts.iter().all(|v| v.verdict == "pass");
     Report {
         report_format: REPORT_FORMAT,
@@ -259,6 +266,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         capacity,
         capacity_by_class: by_class,
         timeline: timeline(i.samples, run_s, &i.config.slo),
+        recovery: i.recovery.clone(),
         notes,
     }
 }

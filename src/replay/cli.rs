@@ -96,6 +96,13 @@ pub struct ReplayArgs {
     /// Put two reports side by side instead of running: A/report.json B/report.json.
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["profile", "target"])]
     pub compare: Option<Vec<PathBuf>>,
+    /// Quality probes: JSON Lines of requests with an expected answer (`contains`,
+    /// `regex` or `json_schema`), mixed into the load (README: Quality probes).
+    #[arg(long, value_name = "FILE")]
+    pub probes: Option<PathBuf>,
+    /// Share of the requests that are probes (every round(1/F)-th request).
+    #[arg(long, value_name = "F", default_value_t = 0.05, value_parser = share)]
+    pub probe_share: f64,
     /// Run `--fault-cmd` this long after the run started (while the load keeps going) and
     /// report the recovery.
     #[arg(long, value_name = "DURATION", value_parser = duration, requires = "fault_cmd")]
@@ -144,6 +151,13 @@ fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a share in (0, 1]")),
     }
 }
 
@@ -228,6 +242,23 @@ mod tests {
         assert!(with(&["--fault-at", "30s"]).is_err());
         assert!(with(&["--fault-cmd", "true"]).is_err());
         assert!(with(&["--fault-at", "soon", "--fault-cmd", "true"]).is_err());
+    }
+
+    #[test]
+    fn probe_share_is_a_share() {
+        let base = ["replay", "--profile", "p", "--target", "http://h:1"];
+        let with = |extra: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            Cli::try_parse_from(all)
+        };
+        let a = with(&["--probes", "q.jsonl"]).unwrap().args;
+        assert_eq!(a.probe_share, 0.05);
+        assert_eq!(a.probes.as_deref(), Some(std::path::Path::new("q.jsonl")));
+        assert_eq!(with(&["--probe-share", "1"]).unwrap().args.probe_share, 1.0);
+        for bad in ["0", "1.5", "-0.1", "x"] {
+            assert!(with(&["--probe-share", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

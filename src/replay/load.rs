@@ -85,6 +85,7 @@ pub struct Setup {
     pub progress: Progress,
     pub max_requests: Option<u64>,
     pub max_in_flight: u32,
+    pub probes: Option<Arc<super::probes::Probes>>,
 }
 
 /// Runs the steps of one run; cheap to clone (tasks hold a clone).
@@ -276,12 +277,23 @@ impl Inner {
     }
 
     fn outgoing(&self, t: &Template, seq: u64) -> Outgoing {
+        if let Some((k, p)) = self.s.probes.as_ref().and_then(|p| p.pick(seq)) {
+            return Outgoing {
+                api: p.api,
+                model: p.model.clone(),
+                body: p.body.clone(),
+                id: format!("replay-{:08x}-{seq}", self.nonce),
+                concurrency: 0,
+                probe: Some(k),
+            };
+        }
         Outgoing {
             api: t.api,
             model: t.model.clone(),
             body: Bytes::from(self.s.prompts.body(t, seq)),
             id: format!("replay-{:08x}-{seq}", self.nonce),
             concurrency: 0,
+            probe: None,
         }
     }
 
@@ -391,11 +403,26 @@ impl Inner {
             .in_flight
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
+        let probe = out.probe;
         let m = self.s.client.send(out, cancel).await;
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         let mut record = m.record;
         crate::measure::slo::judge(&mut record, &self.s.slo);
         let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
+        // A probe is judged on its answer when it has one (errors are counted as such).
+        let probe = match (probe, &self.s.probes) {
+            (Some(k), Some(probes)) if record.outcome == Outcome::Ok => {
+                let text = super::probes::answer_text(m.answer.as_deref().unwrap_or_default());
+                let verdict = probes.check(k, &text);
+                Some(super::probes::ProbeResult {
+                    probe: k,
+                    passed: verdict.is_ok(),
+                    excerpt: verdict.is_err().then(|| super::probes::excerpt(&text)),
+                    reason: verdict.err(),
+                })
+            }
+            _ => None,
+        };
         self.s.progress.finished(record.ttft_ms, error);
         let sample = Sample {
             lag_ms: scheduled.map(|s| m.sent.saturating_duration_since(s).as_secs_f64() * 1e3),
@@ -405,6 +432,7 @@ impl Inner {
             gaps_us: m.gaps_us,
             step,
             measured: false,
+            probe,
         };
         self.lock().push(sample);
     }

@@ -35,6 +35,8 @@ pub struct Sample {
     pub step: usize,
     /// Finished inside its step's measuring window.
     pub measured: bool,
+    /// A quality probe's verdict (`--probes`); `None` for profile requests.
+    pub probe: Option<super::probes::ProbeResult>,
 }
 
 /// Nearest-rank percentiles in ms; `null`s without values.

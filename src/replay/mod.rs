@@ -19,6 +19,7 @@
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
 //! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
+//! - [`probes`]: `--probes`, quality probes mixed into the load and their checks.
 //! - `progress`: the live terminal line.
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
@@ -30,6 +31,7 @@ mod compare;
 mod load;
 pub mod measure;
 pub mod plan;
+pub mod probes;
 mod progress;
 pub mod prompt;
 pub mod recovery;
@@ -85,6 +87,8 @@ pub enum ReplayError {
     },
     #[error(transparent)]
     Compare(#[from] CompareError),
+    #[error(transparent)]
+    Probes(#[from] probes::ProbeError),
     #[error("missing {0}")]
     Missing(&'static str),
 }
@@ -150,6 +154,18 @@ pub async fn execute(
         Some(t) => format!("exact input token counts with the tokenizer {}", t.path()),
         None => "about 4 bytes of text per recorded input token (no tokenizer)".to_owned(),
     };
+    let probe_model = args
+        .model
+        .clone()
+        .or_else(|| workload.templates.first().and_then(|t| t.model.clone()));
+    let probes = match &args.probes {
+        Some(path) => Some(Arc::new(probes::Probes::load(
+            path,
+            probe_model.as_deref(),
+            args.probe_share,
+        )?)),
+        None => None,
+    };
     let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
     let runner = Runner::new(Setup {
         client: Client::new(target, pool, args.idle_timeout),
@@ -160,6 +176,7 @@ pub async fn execute(
         progress: Progress::new(args.quiet),
         max_requests: args.max_requests,
         max_in_flight: args.max_in_flight.max(1),
+        probes: probes.clone(),
     });
     let abort = runner.abort_handle();
     let watcher = tokio::spawn(async move {
@@ -229,6 +246,7 @@ pub async fn execute(
         prompt_lengths,
         notes,
         recovery,
+        probes: probes.as_deref(),
     });
     report::write(&report, &args.out)
         .and_then(|()| report::json::write_requests(&samples, &args.out))

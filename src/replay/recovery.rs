@@ -391,6 +391,7 @@ mod tests {
             lag_ms: None,
             step: 0,
             measured: true,
+            probe: None,
         }
     }
 

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::{
     json::Report,
-    md::{contract_rows, num, pct, recovery_lines, signed},
+    md::{FAILURES_SHOWN, contract_rows, num, pct, quality_rows, recovery_lines, signed},
     svg::{Chart, Mark, STYLE, Series, escape},
 };
 
@@ -356,6 +356,39 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_first),
             pct(d.error_rate_last)
         );
+    }
+    let rows = quality_rows(r);
+    if !rows.is_empty() {
+        o.push_str("<h2>Quality and finish reasons</h2><table><tr><th>step</th><th>probes</th><th>passed</th><th>pass rate</th><th>finish reasons</th><th>length share</th></tr>");
+        for row in rows {
+            o.push_str("<tr>");
+            for cell in row {
+                let _ = write!(o, "<td>{}</td>", escape(&cell));
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</table>");
+        if let Some(q) = &r.quality {
+            let _ = write!(
+                o,
+                "<p>Probes over the run: {} of {} passed ({}).</p><ul>",
+                q.passed,
+                q.probes,
+                pct(q.pass_rate)
+            );
+            for f in q.failures.iter().take(FAILURES_SHOWN) {
+                let _ = write!(
+                    o,
+                    "<li class=\"fail\">{} ({}, {}): {}; answer: <code>{}</code></li>",
+                    escape(&f.name),
+                    escape(&f.step),
+                    escape(&f.request_id),
+                    escape(&f.reason),
+                    escape(&f.answer)
+                );
+            }
+            o.push_str("</ul>");
+        }
     }
     if let Some(rec) = &r.recovery {
         o.push_str("<h2>Recovery</h2><ul>");

@@ -52,6 +52,9 @@ pub struct Report {
     /// `--fault-cmd`: what the fault cost and how long the target took to come back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<crate::replay::recovery::Recovery>,
+    /// `--probes`: pass rate of the quality probes over every measured request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::replay::probes::Quality>,
     pub notes: Vec<String>,
 }
 
@@ -159,6 +162,13 @@ pub struct StepOut {
     /// The measuring window the rates divide by.
     pub duration_s: f64,
     pub cut_short: bool,
+    /// Finish reasons reported by the target (`stop`, `length`, ...).
+    pub finish_reasons: BTreeMap<&'static str, u64>,
+    /// `length` among them: a high share means answers were truncated.
+    pub length_share: Option<f64>,
+    /// `--probes`: the step's quality probes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::replay::probes::Quality>,
     #[serde(flatten)]
     pub stats: Stats,
     pub spread: Spread,

@@ -279,6 +279,39 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_last)
         );
     }
+    let rows = quality_rows(r);
+    if !rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Quality and finish reasons\n\n| step | probes | passed | pass rate | finish reasons | length share |\n|---|---|---|---|---|---|"
+        );
+        for row in rows {
+            let _ = writeln!(o, "| {} |", row.join(" | ").replace('\n', " "));
+        }
+        if let Some(q) = &r.quality {
+            let _ = writeln!(
+                o,
+                "\nProbes over the run: {} of {} passed ({}).",
+                q.passed,
+                q.probes,
+                pct(q.pass_rate)
+            );
+            for f in q.failures.iter().take(FAILURES_SHOWN) {
+                let _ = writeln!(
+                    o,
+                    "- {} ({}, `{}`): {}; answer: {:?}",
+                    f.name, f.step, f.request_id, f.reason, f.answer
+                );
+            }
+            if q.failures.len() > FAILURES_SHOWN {
+                let _ = writeln!(
+                    o,
+                    "- … {} more in report.json",
+                    q.failures.len() - FAILURES_SHOWN
+                );
+            }
+        }
+    }
     if let Some(rec) = &r.recovery {
         let _ = writeln!(o, "\n## Recovery\n");
         for line in recovery_lines(rec) {
@@ -292,6 +325,43 @@ pub fn render(r: &Report) -> String {
         }
     }
     o
+}
+
+/// Failures listed in report.md and report.html (report.json has all).
+pub const FAILURES_SHOWN: usize = 20;
+
+/// Rows of the quality table: step, probes, passed, pass rate, finish reasons, length
+/// share (shared by report.md and report.html); empty when no step has either.
+pub fn quality_rows(r: &Report) -> Vec<[String; 6]> {
+    if r.steps
+        .iter()
+        .all(|s| s.quality.is_none() && s.finish_reasons.is_empty())
+    {
+        return Vec::new();
+    }
+    r.steps
+        .iter()
+        .map(|s| {
+            let q = s.quality.as_ref();
+            let reasons: Vec<String> = s
+                .finish_reasons
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            [
+                s.label.clone(),
+                q.map_or("-".into(), |q| q.probes.to_string()),
+                q.map_or("-".into(), |q| q.passed.to_string()),
+                pct(q.and_then(|q| q.pass_rate)),
+                if reasons.is_empty() {
+                    "-".into()
+                } else {
+                    reasons.join(", ")
+                },
+                pct(s.length_share),
+            ]
+        })
+        .collect()
 }
 
 /// The recovery section, one line per answer (shared by report.md and report.html).

@@ -51,6 +51,45 @@ pub struct Inputs<'a> {
     pub prompt_lengths: String,
     pub notes: Vec<String>,
     pub recovery: Option<super::recovery::Recovery>,
+    pub probes: Option<&'a super::probes::Probes>,
+}
+
+/// The probes among `samples` that have a verdict, as `quality`.
+fn quality(
+    samples: &[&Sample],
+    probes: &super::probes::Probes,
+    label: &dyn Fn(usize) -> String,
+) -> super::probes::Quality {
+    let mut q = super::probes::Quality::default();
+    for s in samples {
+        let Some(p) = &s.probe else { continue };
+        q.probes += 1;
+        if p.passed {
+            q.passed += 1;
+        } else {
+            q.failures.push(super::probes::Failure {
+                name: probes.name(p.probe).to_owned(),
+                step: label(s.step),
+                request_id: s.record.id.clone(),
+                reason: p.reason.clone().unwrap_or_default(),
+                answer: p.excerpt.clone().unwrap_or_default(),
+            });
+        }
+    }
+    q.pass_rate = (q.probes > 0).then(|| q.passed as f64 / q.probes as f64);
+    q
+}
+
+/// Finish reasons of the requests that report one, and the share cut by a length limit.
+fn finish_reasons(samples: &[&Sample]) -> (BTreeMap<&'static str, u64>, Option<f64>) {
+    let mut m = BTreeMap::new();
+    for r in samples.iter().filter_map(|s| s.record.finish_reason) {
+        *m.entry(r.as_str()).or_insert(0u64) += 1;
+    }
+    let total: u64 = m.values().sum();
+    let length = m.get("length").copied().unwrap_or(0);
+    let share = (total > 0).then(|| length as f64 / total as f64);
+    (m, share)
 }
 
 fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
@@ -69,7 +108,11 @@ fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
             0.0
         };
     }
+    let (finish_reasons, length_share) = finish_reasons(samples);
     StepOut {
+        finish_reasons,
+        length_share,
+        quality: None,
         index: run.spec.index,
         label: run.spec.label.clone(),
         concurrency,
@@ -160,6 +203,29 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .map(|r| step_out(r, &of_step(r.spec.index), i.config))
             .collect(),
     };
+    let mut steps = steps;
+    if let Some(p) = i.probes {
+        let label = |k: usize| -> String {
+            i.runs
+                .iter()
+                .find(|r| r.spec.index == k)
+                .map_or_else(|| k.to_string(), |r| r.spec.label.clone())
+        };
+        if a.mode == Mode::Soak {
+            for s in &mut steps {
+                let part: Vec<&Sample> = measured
+                    .iter()
+                    .copied()
+                    .filter(|m| m.ended_s >= s.started_s && m.ended_s < s.started_s + s.duration_s)
+                    .collect();
+                s.quality = Some(quality(&part, p, &|_| s.label.clone()));
+            }
+        } else {
+            for s in &mut steps {
+                s.quality = Some(quality(&of_step(s.index), p, &label));
+            }
+        }
+    }
     let measuring_s: f64 = i.runs.iter().map(StepRun::duration_s).sum();
     let overall = Stats::of(&measured, measuring_s, &i.config.slo);
     let levels: BTreeMap<usize, u32> = i
@@ -267,6 +333,14 @@ pub fn build(i: &Inputs<'_>) -> Report {
         capacity_by_class: by_class,
         timeline: timeline(i.samples, run_s, &i.config.slo),
         recovery: i.recovery.clone(),
+        quality: i.probes.map(|p| {
+            quality(&measured, p, &|k| {
+                i.runs
+                    .iter()
+                    .find(|r| r.spec.index == k)
+                    .map_or_else(|| k.to_string(), |r| r.spec.label.clone())
+            })
+        }),
         notes,
     }
 }

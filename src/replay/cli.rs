@@ -103,6 +103,19 @@ pub struct ReplayArgs {
     /// Share of the requests that are probes (every round(1/F)-th request).
     #[arg(long, value_name = "F", default_value_t = 0.05, value_parser = share)]
     pub probe_share: f64,
+    /// Replace shares of the requests with abnormal ones: over_long (past
+    /// --context-tokens), empty (no messages), malformed (not JSON), e.g.
+    /// `over_long=0.02,empty=0.01,malformed=0.01`.
+    #[arg(long, value_name = "KIND=SHARE,...", value_delimiter = ',',
+          value_parser = super::inject::parse_share)]
+    pub inject: Vec<(super::inject::Kind, f64)>,
+    /// The target's context limit in tokens (for `--inject over_long`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub context_tokens: Option<u64>,
+    /// An extra open-loop load of RATE requests/s for DURATION in the middle of each
+    /// step's measuring window, e.g. `50:5s`.
+    #[arg(long, value_name = "RATE:DURATION", value_parser = super::inject::parse_burst)]
+    pub burst: Option<(f64, Duration)>,
     /// Run `--fault-cmd` this long after the run started (while the load keeps going) and
     /// report the recovery.
     #[arg(long, value_name = "DURATION", value_parser = duration, requires = "fault_cmd")]

@@ -185,6 +185,8 @@ pub struct Outgoing {
     pub concurrency: u32,
     /// The index of the quality probe this request is (its answer is kept).
     pub probe: Option<usize>,
+    /// An injected or burst request.
+    pub inject: Option<super::inject::Kind>,
 }
 
 async fn stopping(mut stop: watch::Receiver<bool>) {

@@ -67,6 +67,8 @@ pub struct StepRun {
     pub window_end_s: f64,
     /// Stopped before its planned end (`--max-requests` or Ctrl-C).
     pub cut_short: bool,
+    /// `--burst`: its start and end, seconds after the run started.
+    pub burst: Option<(f64, f64)>,
 }
 
 impl StepRun {
@@ -86,6 +88,9 @@ pub struct Setup {
     pub max_requests: Option<u64>,
     pub max_in_flight: u32,
     pub probes: Option<Arc<super::probes::Probes>>,
+    pub injector: Option<super::inject::Injector>,
+    /// `--burst`: requests/s and how long, once per step.
+    pub burst: Option<(f64, Duration)>,
 }
 
 /// Runs the steps of one run; cheap to clone (tasks hold a clone).
@@ -188,6 +193,26 @@ impl Runner {
         let mut window_end = window_start + spec.measure;
         let mut tasks = JoinSet::new();
         let mut cut_short = false;
+        // The burst: centred in the measuring window, no longer than it.
+        let burst = me.s.burst.map(|(rate, d)| {
+            let d = d.min(spec.measure);
+            let at = window_start + (spec.measure - d) / 2;
+            let (me, cancel) = (me.clone(), cancel.clone());
+            let seed = me.s.seed ^ mix(spec.index as u64 ^ 0xb0_0575);
+            let index = spec.index;
+            let task = tokio::spawn(async move {
+                tokio::time::sleep_until(at.into()).await;
+                let plan = Plan::Rate {
+                    rate,
+                    seed,
+                    until: d,
+                };
+                let kind = Some(super::inject::Kind::Burst);
+                let (mut tasks, _) = me.open_loop(plan, at, index, &cancel, kind).await;
+                wait_all(&mut tasks).await;
+            });
+            (task, at, d)
+        });
         match spec.load {
             Load::Concurrency(c) => {
                 for _ in 0..c {
@@ -205,7 +230,10 @@ impl Runner {
                     seed: me.s.seed ^ mix(spec.index as u64),
                     until: spec.warmup + spec.measure,
                 };
-                (tasks, cut_short) = me.clone().open_loop(plan, start, spec.index, &cancel).await;
+                (tasks, cut_short) = me
+                    .clone()
+                    .open_loop(plan, start, spec.index, &cancel, None)
+                    .await;
                 let until_end = tokio::time::sleep_until(window_end.into());
                 tokio::select! {
                     () = until_end => {}
@@ -215,7 +243,10 @@ impl Runner {
             }
             Load::Trace(scale) => {
                 let plan = Plan::Trace { scale };
-                (tasks, cut_short) = me.clone().open_loop(plan, start, spec.index, &cancel).await;
+                (tasks, cut_short) = me
+                    .clone()
+                    .open_loop(plan, start, spec.index, &cancel, None)
+                    .await;
                 tokio::select! {
                     () = wait_all(&mut tasks) => {}
                     () = aborted(me.abort.clone()) => cut_short = true,
@@ -228,6 +259,13 @@ impl Runner {
         }
         cancel_tx.send_replace(true);
         wait_all(&mut tasks).await;
+        let burst = match burst {
+            Some((task, at, d)) => {
+                let _ = task.await;
+                Some((me.secs(at), me.secs(at + d)))
+            }
+            None => None,
+        };
         let trace = matches!(spec.load, Load::Trace(_));
         let (lo, hi) = (me.secs(window_start), me.secs(window_end));
         let mut last = lo;
@@ -236,7 +274,7 @@ impl Runner {
                 s.sent_s >= lo && s.record.outcome != Outcome::ClientAbort
             } else {
                 s.ended_s >= lo && s.ended_s < hi
-            };
+            } && s.inject.is_none();
             if s.measured {
                 last = last.max(s.ended_s);
             }
@@ -247,6 +285,7 @@ impl Runner {
             window_start_s: lo,
             window_end_s: if trace { last } else { hi },
             cut_short,
+            burst,
         }
     }
 }
@@ -285,6 +324,18 @@ impl Inner {
                 id: format!("replay-{:08x}-{seq}", self.nonce),
                 concurrency: 0,
                 probe: Some(k),
+                inject: None,
+            };
+        }
+        if let Some((kind, body)) = self.s.injector.as_ref().and_then(|i| i.pick(seq)) {
+            return Outgoing {
+                api: super::plan::ReplayApi::Chat,
+                model: t.model.clone(),
+                body,
+                id: format!("replay-{:08x}-{seq}", self.nonce),
+                concurrency: 0,
+                probe: None,
+                inject: Some(kind),
             };
         }
         Outgoing {
@@ -294,6 +345,7 @@ impl Inner {
             id: format!("replay-{:08x}-{seq}", self.nonce),
             concurrency: 0,
             probe: None,
+            inject: None,
         }
     }
 
@@ -316,9 +368,11 @@ impl Inner {
         start: Instant,
         step: usize,
         cancel: &Cancel,
+        tag: Option<super::inject::Kind>,
     ) -> (JoinSet<()>, bool) {
         let cancel = cancel.clone();
-        let run = tokio::task::spawn_blocking(move || self.schedule(plan, start, step, cancel));
+        let run =
+            tokio::task::spawn_blocking(move || self.schedule(plan, start, step, cancel, tag));
         run.await.unwrap_or_else(|_| (JoinSet::new(), true))
     }
 
@@ -328,6 +382,7 @@ impl Inner {
         start: Instant,
         step: usize,
         cancel: Cancel,
+        tag: Option<super::inject::Kind>,
     ) -> (JoinSet<()>, bool) {
         let mut tasks = JoinSet::new();
         let workload = self.s.workload.clone();
@@ -358,7 +413,10 @@ impl Inner {
                 return (tasks, true);
             };
             let t = template.unwrap_or_else(|| workload.draw(self.s.seed, seq));
-            let out = self.outgoing(t, seq);
+            let mut out = self.outgoing(t, seq);
+            if out.inject.is_none() && out.probe.is_none() {
+                out.inject = tag;
+            }
             let scheduled = start + at;
             if !self.sleep_until(scheduled) {
                 return (tasks, true);
@@ -403,7 +461,7 @@ impl Inner {
             .in_flight
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
-        let probe = out.probe;
+        let (probe, inject) = (out.probe, out.inject);
         let m = self.s.client.send(out, cancel).await;
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         let mut record = m.record;
@@ -433,6 +491,7 @@ impl Inner {
             step,
             measured: false,
             probe,
+            inject,
         };
         self.lock().push(sample);
     }

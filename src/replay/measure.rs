@@ -37,6 +37,8 @@ pub struct Sample {
     pub measured: bool,
     /// A quality probe's verdict (`--probes`); `None` for profile requests.
     pub probe: Option<super::probes::ProbeResult>,
+    /// An injected or burst request (`--inject`, `--burst`), kept out of the steps.
+    pub inject: Option<super::inject::Kind>,
 }
 
 /// Nearest-rank percentiles in ms; `null`s without values.

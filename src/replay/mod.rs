@@ -19,6 +19,7 @@
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
 //! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
+//! - [`inject`]: `--inject` abnormal requests and `--burst`, and their report.
 //! - [`probes`]: `--probes`, quality probes mixed into the load and their checks.
 //! - `progress`: the live terminal line.
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
@@ -28,6 +29,7 @@
 pub mod cli;
 mod client;
 mod compare;
+pub mod inject;
 mod load;
 pub mod measure;
 pub mod plan;
@@ -89,6 +91,8 @@ pub enum ReplayError {
     Compare(#[from] CompareError),
     #[error(transparent)]
     Probes(#[from] probes::ProbeError),
+    #[error(transparent)]
+    Inject(#[from] inject::InjectError),
     #[error("missing {0}")]
     Missing(&'static str),
 }
@@ -166,6 +170,17 @@ pub async fn execute(
         )?)),
         None => None,
     };
+    let injector = if args.inject.is_empty() {
+        None
+    } else {
+        Some(inject::Injector::new(
+            &args.inject,
+            args.context_tokens,
+            probe_model.as_deref(),
+            args.seed,
+            workload.block_bytes,
+        )?)
+    };
     let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
     let runner = Runner::new(Setup {
         client: Client::new(target, pool, args.idle_timeout),
@@ -177,6 +192,8 @@ pub async fn execute(
         max_requests: args.max_requests,
         max_in_flight: args.max_in_flight.max(1),
         probes: probes.clone(),
+        injector,
+        burst: args.burst,
     });
     let abort = runner.abort_handle();
     let watcher = tokio::spawn(async move {

@@ -392,6 +392,7 @@ mod tests {
             step: 0,
             measured: true,
             probe: None,
+            inject: None,
         }
     }
 

@@ -7,7 +7,10 @@ use std::fmt::Write as _;
 
 use super::{
     json::Report,
-    md::{FAILURES_SHOWN, contract_rows, num, pct, quality_rows, recovery_lines, signed},
+    md::{
+        FAILURES_SHOWN, contract_rows, injection_parts, num, pct, quality_rows, recovery_lines,
+        signed,
+    },
     svg::{Chart, Mark, STYLE, Series, escape},
 };
 
@@ -389,6 +392,22 @@ pub fn render(r: &Report) -> String {
             }
             o.push_str("</ul>");
         }
+    }
+    if let Some(inj) = &r.injection {
+        let (rows, lines) = injection_parts(inj);
+        o.push_str("<h2>Abnormal input and bursts</h2><table><tr><th>kind</th><th>requests</th><th>statuses</th><th>answer p50 / p95 / max ms</th></tr>");
+        for row in rows {
+            o.push_str("<tr>");
+            for cell in row {
+                let _ = write!(o, "<td>{}</td>", escape(&cell));
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</table><ul>");
+        for l in lines {
+            let _ = write!(o, "<li>{}</li>", escape(&l));
+        }
+        o.push_str("</ul>");
     }
     if let Some(rec) = &r.recovery {
         o.push_str("<h2>Recovery</h2><ul>");

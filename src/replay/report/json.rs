@@ -55,6 +55,10 @@ pub struct Report {
     /// `--probes`: pass rate of the quality probes over every measured request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quality: Option<crate::replay::probes::Quality>,
+    /// `--inject`, `--burst`: how the target answered abnormal requests and bursts, and
+    /// the normal requests' latency beside them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub injection: Option<crate::replay::inject::Injection>,
     pub notes: Vec<String>,
 }
 
@@ -248,6 +252,9 @@ struct RequestLine<'a> {
     measured: bool,
     sent_s: f64,
     lag_ms: Option<f64>,
+    /// `over_long`, `empty`, `malformed` or `burst` for extra requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inject: Option<&'static str>,
     #[serde(flatten)]
     record: &'a crate::measure::RequestRecord,
 }
@@ -265,6 +272,7 @@ pub fn write_requests(
             measured: s.measured,
             sent_s: s.sent_s,
             lag_ms: s.lag_ms,
+            inject: s.inject.map(crate::replay::inject::Kind::as_str),
             record: &s.record,
         };
         serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;

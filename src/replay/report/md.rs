@@ -312,6 +312,20 @@ pub fn render(r: &Report) -> String {
             }
         }
     }
+    if let Some(inj) = &r.injection {
+        let (rows, lines) = injection_parts(inj);
+        let _ = writeln!(
+            o,
+            "\n## Abnormal input and bursts\n\n| kind | requests | statuses | answer p50 / p95 / max ms |\n|---|---|---|---|"
+        );
+        for row in rows {
+            let _ = writeln!(o, "| {} |", row.join(" | "));
+        }
+        let _ = writeln!(o);
+        for l in lines {
+            let _ = writeln!(o, "- {l}");
+        }
+    }
     if let Some(rec) = &r.recovery {
         let _ = writeln!(o, "\n## Recovery\n");
         for line in recovery_lines(rec) {
@@ -362,6 +376,58 @@ pub fn quality_rows(r: &Report) -> Vec<[String; 6]> {
             ]
         })
         .collect()
+}
+
+/// The abnormal-input table rows (kind, requests, statuses, answer p50/p95/max ms) and
+/// the lines on the normal requests beside them (shared by report.md and report.html).
+pub fn injection_parts(i: &crate::replay::inject::Injection) -> (Vec<[String; 4]>, Vec<String>) {
+    let rows = i
+        .kinds
+        .iter()
+        .map(|k| {
+            let st: Vec<String> = k.statuses.iter().map(|(s, n)| format!("{s} {n}")).collect();
+            [
+                k.kind.to_owned(),
+                k.requests.to_string(),
+                st.join(", "),
+                format!(
+                    "{} / {} / {}",
+                    num(k.answer_ms.p50, 1),
+                    num(k.answer_ms.p95, 1),
+                    num(k.answer_ms.max, 1)
+                ),
+            ]
+        })
+        .collect();
+    let lat = |name: &str, l: &crate::replay::inject::Latency| {
+        format!(
+            "{name}: {} requests, TTFT p50 {} / p95 {} ms, e2e p95 {} ms",
+            l.requests,
+            num(l.ttft_ms.p50, 1),
+            num(l.ttft_ms.p95, 1),
+            num(l.e2e_ms.p95, 1)
+        )
+    };
+    let mut lines = Vec::new();
+    if !i.shares.is_empty() {
+        lines.push(lat(
+            "normal requests with an injected one in flight",
+            &i.normal_beside_injected,
+        ));
+        lines.push(lat("normal requests without", &i.normal_alone));
+    }
+    if let Some(b) = &i.burst {
+        lines.push(format!(
+            "burst: {} req/s for {}s in the middle of each step",
+            b.rate, b.duration_s
+        ));
+        lines.push(lat("normal requests sent during a burst", &b.normal_during));
+        lines.push(lat(
+            "normal requests sent outside bursts",
+            &b.normal_outside,
+        ));
+    }
+    (rows, lines)
 }
 
 /// The recovery section, one line per answer (shared by report.md and report.html).

@@ -333,6 +333,21 @@ pub fn build(i: &Inputs<'_>) -> Report {
         capacity_by_class: by_class,
         timeline: timeline(i.samples, run_s, &i.config.slo),
         recovery: i.recovery.clone(),
+        injection: (!a.inject.is_empty() || a.burst.is_some()).then(|| {
+            let extra: Vec<&Sample> = i
+                .samples
+                .iter()
+                .filter(|s| s.inject.is_some() && reported.contains(&s.step))
+                .collect();
+            super::inject::analyse(
+                &extra,
+                &measured,
+                i.runs,
+                &a.inject,
+                a.context_tokens,
+                a.burst,
+            )
+        }),
         quality: i.probes.map(|p| {
             quality(&measured, p, &|k| {
                 i.runs

@@ -28,6 +28,7 @@
 pub mod cli;
 pub mod drift;
 mod export;
+pub mod filter;
 mod format;
 mod hash;
 pub(crate) mod line;

@@ -347,6 +347,7 @@ impl Seen {
             decode_failed: self.broken,
             arrival: Arrival {
                 concurrency: out.concurrency,
+                // Set by the load generator, which knows what else is in flight.
                 long_in_flight: false,
             },
             tenant: None,

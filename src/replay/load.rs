@@ -104,6 +104,9 @@ struct Inner {
     abort: watch::Receiver<bool>,
     halted: AtomicBool,
     in_flight: AtomicU32,
+    /// Requests in flight whose body is at least `[slo] long_input_bytes` (as the proxy
+    /// counts them).
+    long_in_flight: AtomicU32,
     seq: AtomicU64,
     saturated: AtomicBool,
     samples: Mutex<Vec<Sample>>,
@@ -132,6 +135,7 @@ impl Runner {
             abort,
             halted: AtomicBool::new(false),
             in_flight: AtomicU32::new(0),
+            long_in_flight: AtomicU32::new(0),
             seq: AtomicU64::new(0),
             saturated: AtomicBool::new(false),
             samples: Mutex::new(Vec::new()),
@@ -462,9 +466,19 @@ impl Inner {
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
         let (probe, inject) = (out.probe, out.inject);
+        let long = out.body.len() as u64 >= self.s.slo.long_input_bytes;
+        let long_before = if long {
+            self.long_in_flight.fetch_add(1, Ordering::Relaxed)
+        } else {
+            self.long_in_flight.load(Ordering::Relaxed)
+        };
         let m = self.s.client.send(out, cancel).await;
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if long {
+            self.long_in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut record = m.record;
+        record.arrival.long_in_flight = long_before > 0;
         crate::measure::slo::judge(&mut record, &self.s.slo);
         let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
         // A probe is judged on its answer when it has one (errors are counted as such).

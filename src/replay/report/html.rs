@@ -9,7 +9,7 @@ use super::{
     json::Report,
     md::{
         FAILURES_SHOWN, contract_rows, injection_parts, num, pct, quality_rows, recovery_lines,
-        signed,
+        short_rows, signed,
     },
     svg::{Chart, Mark, STYLE, Series, escape},
 };
@@ -359,6 +359,25 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_first),
             pct(d.error_rate_last)
         );
+    }
+    let rows = short_rows(r);
+    if !rows.is_empty() {
+        let _ = write!(
+            o,
+            "<h2>Short requests beside long ones</h2><p>TTFT of short requests (≤ {} input tokens) sent while a long one was in flight, and without.</p><table><tr><th>step</th><th>with long: requests</th><th>p50 / p95 ms</th><th>without: requests</th><th>p50 / p95 ms</th></tr>",
+            r.overall
+                .short_ttft_ms
+                .short_max_input_tokens
+                .map_or("-".into(), |n| n.to_string())
+        );
+        for row in rows {
+            o.push_str("<tr>");
+            for cell in row {
+                let _ = write!(o, "<td>{}</td>", escape(&cell));
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</table>");
     }
     let rows = quality_rows(r);
     if !rows.is_empty() {

@@ -279,6 +279,20 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_last)
         );
     }
+    let rows = short_rows(r);
+    if !rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Short requests beside long ones\n\nTTFT of short requests (≤ {} input tokens) sent while a long one was in flight, and without.\n\n| step | with long: requests | p50 / p95 ms | without: requests | p50 / p95 ms |\n|---|---|---|---|---|",
+            r.overall
+                .short_ttft_ms
+                .short_max_input_tokens
+                .map_or("-".into(), |n| n.to_string())
+        );
+        for row in rows {
+            let _ = writeln!(o, "| {} |", row.join(" | "));
+        }
+    }
     let rows = quality_rows(r);
     if !rows.is_empty() {
         let _ = writeln!(
@@ -339,6 +353,32 @@ pub fn render(r: &Report) -> String {
         }
     }
     o
+}
+
+/// Rows of the short-request table (step, with long in flight: n, p50/p95; without: n,
+/// p50/p95), over the steps and the whole run; empty when no short request had a long one
+/// beside it.
+pub fn short_rows(r: &Report) -> Vec<[String; 5]> {
+    if r.overall.short_ttft_ms.with_long_in_flight.count == 0 {
+        return Vec::new();
+    }
+    let row = |label: &str, s: &crate::replay::measure::ShortTtft| {
+        let (w, o) = (&s.with_long_in_flight, &s.without);
+        [
+            label.to_owned(),
+            w.count.to_string(),
+            format!("{} / {}", num(w.p50, 1), num(w.p95, 1)),
+            o.count.to_string(),
+            format!("{} / {}", num(o.p50, 1), num(o.p95, 1)),
+        ]
+    };
+    let mut rows: Vec<[String; 5]> = r
+        .steps
+        .iter()
+        .map(|s| row(&s.label, &s.stats.short_ttft_ms))
+        .collect();
+    rows.push(row("all", &r.overall.short_ttft_ms));
+    rows
 }
 
 /// Failures listed in report.md and report.html (report.json has all).

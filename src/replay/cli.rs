@@ -127,6 +127,10 @@ pub struct ReplayArgs {
     /// The fault must be recovered from (attainment back at target) within this long.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
     pub recovery_deadline: Duration,
+    /// `--compare` runs whose key contract fields (profile, load mode, SLO, task, model,
+    /// revision, precision) differ instead of refusing.
+    #[arg(long, requires = "compare")]
+    pub allow_different: bool,
     /// No live progress display, even on a terminal.
     #[arg(long)]
     pub quiet: bool,

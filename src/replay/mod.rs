@@ -285,7 +285,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             eprintln!("goodput replay: --compare needs two report.json files");
             return ExitCode::from(EXIT_ERROR);
         };
-        return match compare::run(a, b, &args.out) {
+        return match compare::run(a, b, &args.out, args.allow_different) {
             Ok(md) => {
                 println!("{md}");
                 eprintln!("comparison written to {}", args.out.display());

@@ -75,6 +75,24 @@ pub struct Contract {
     pub hardware: Option<String>,
     pub precision: Option<String>,
     pub notes: Option<String>,
+    /// The named fields of an acceptance contract, from `--contract KEY=VALUE`:
+    /// parameter count, `dense`/`moe`, the business task, batching, prefix and KV cache,
+    /// speculative decoding, topology (cards, nodes, interconnect), versions.
+    pub parameters: Option<String>,
+    pub architecture: Option<String>,
+    pub task: Option<String>,
+    pub batching: Option<String>,
+    pub prefix_cache: Option<String>,
+    pub kv_cache: Option<String>,
+    pub speculative_decoding: Option<String>,
+    pub cards: Option<String>,
+    pub nodes: Option<String>,
+    pub interconnect: Option<String>,
+    pub driver_version: Option<String>,
+    pub framework_version: Option<String>,
+    pub container_image: Option<String>,
+    /// `--contract run_id=...`, else made up from the start time and a random suffix.
+    pub run_id: String,
     /// Other `--contract` keys.
     pub extra: BTreeMap<String, String>,
     /// Where each of the fields above came from: `flag` or `profile`.

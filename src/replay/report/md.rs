@@ -21,6 +21,35 @@ fn opt(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("-")
 }
 
+/// The named contract fields that are set, and the other `--contract` keys, as `k=v`.
+fn named_fields(c: &super::json::Contract) -> String {
+    let named = [
+        ("parameters", &c.parameters),
+        ("architecture", &c.architecture),
+        ("task", &c.task),
+        ("batching", &c.batching),
+        ("prefix_cache", &c.prefix_cache),
+        ("kv_cache", &c.kv_cache),
+        ("speculative_decoding", &c.speculative_decoding),
+        ("cards", &c.cards),
+        ("nodes", &c.nodes),
+        ("interconnect", &c.interconnect),
+        ("driver_version", &c.driver_version),
+        ("framework_version", &c.framework_version),
+        ("container_image", &c.container_image),
+    ];
+    let mut parts: Vec<String> = named
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+        .collect();
+    parts.extend(c.extra.iter().map(|(k, v)| format!("{k}={v}")));
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 /// The rows of the contract table: (field, value).
 pub fn contract_rows(r: &Report) -> Vec<(&'static str, String)> {
     let c = &r.contract;
@@ -64,6 +93,8 @@ pub fn contract_rows(r: &Report) -> Vec<(&'static str, String)> {
         ),
         ("hardware", opt(&c.hardware).to_owned()),
         ("precision", opt(&c.precision).to_owned()),
+        ("run id", c.run_id.clone()),
+        ("acceptance fields", named_fields(c)),
         (
             "profile",
             format!("{} ({} requests)", p.files.join(", "), p.requests),

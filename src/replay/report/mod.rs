@@ -374,6 +374,24 @@ fn step_notes(steps: &[StepOut]) -> Vec<String> {
         .collect()
 }
 
+/// `--contract` keys with a field of their own besides the recorded six.
+pub const NAMED_FIELDS: [&str; 14] = [
+    "parameters",
+    "architecture",
+    "task",
+    "batching",
+    "prefix_cache",
+    "kv_cache",
+    "speculative_decoding",
+    "cards",
+    "nodes",
+    "interconnect",
+    "driver_version",
+    "framework_version",
+    "container_image",
+    "run_id",
+];
+
 fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
     let a = i.args;
     let recorded = i
@@ -400,6 +418,18 @@ fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
     let hardware = pick("hardware", &recorded.hardware);
     let precision = pick("precision", &recorded.precision);
     let notes = pick("notes", &recorded.notes);
+    let mut named: BTreeMap<&'static str, String> = BTreeMap::new();
+    for key in NAMED_FIELDS {
+        if let Some(v) = pick(key, &None) {
+            named.insert(key, v);
+        }
+    }
+    let mut take = |k: &'static str| named.remove(k);
+    let run_id = take("run_id").unwrap_or_else(|| {
+        let at = humantime::format_rfc3339_seconds(i.started_at).to_string();
+        let compact: String = at.chars().filter(char::is_ascii_alphanumeric).collect();
+        format!("{compact}-{:08x}", rand::random::<u32>())
+    });
     let mut models: BTreeMap<String, u64> = BTreeMap::new();
     for s in i.samples {
         *models
@@ -441,6 +471,20 @@ fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
         hardware,
         precision,
         notes,
+        parameters: take("parameters"),
+        architecture: take("architecture"),
+        task: take("task"),
+        batching: take("batching"),
+        prefix_cache: take("prefix_cache"),
+        kv_cache: take("kv_cache"),
+        speculative_decoding: take("speculative_decoding"),
+        cards: take("cards"),
+        nodes: take("nodes"),
+        interconnect: take("interconnect"),
+        driver_version: take("driver_version"),
+        framework_version: take("framework_version"),
+        container_image: take("container_image"),
+        run_id,
         extra,
         sources,
         profile: ProfileId {

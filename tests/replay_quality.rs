@@ -156,3 +156,79 @@ async fn a_bad_probe_file_stops_the_run_before_any_load() {
     assert!(sim.truth().is_empty());
     assert!(!out.join("report.json").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_give_mean_and_confidence_interval_per_level() {
+    let _serial = SERIAL.lock().await;
+    let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
+    let tmp = TempDir::new("repeat");
+    let dir = tmp.path();
+    let profile = write_profile(dir);
+    let out = dir.join("report");
+    let a = args(&[
+        "--profile",
+        profile.to_str().unwrap(),
+        "--target",
+        &url,
+        "--mode",
+        "steps",
+        "--concurrency",
+        "1,2",
+        "--repeat",
+        "3",
+        "--warmup",
+        "50ms",
+        "--step-duration",
+        "300ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    replay::execute(&a, std::future::pending()).await.unwrap();
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let labels: Vec<&str> = r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        ["c=1 #1", "c=1 #2", "c=1 #3", "c=2 #1", "c=2 #2", "c=2 #3"]
+    );
+    let reps = r["repeats"].as_array().unwrap();
+    assert_eq!(reps.len(), 2);
+    for (rep, c) in reps.iter().zip([1, 2]) {
+        assert_eq!(rep["concurrency"], c);
+        assert_eq!(rep["runs"], 3);
+        let g = &rep["effective_goodput_tokens_per_s"];
+        let values: Vec<f64> = g["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(values.len(), 3);
+        let mean = g["mean"].as_f64().unwrap();
+        assert!((mean - values.iter().sum::<f64>() / 3.0).abs() < 1e-9);
+        assert!(
+            g["ci95_low"].as_f64().unwrap() <= mean && mean <= g["ci95_high"].as_f64().unwrap()
+        );
+    }
+    // A 300 ms step holds far fewer than the 100 requests a P99 needs.
+    assert!(
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("too few for its percentiles")),
+        "{}",
+        r["notes"]
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("## Repeats: mean [95% confidence interval]"),
+        "{md}"
+    );
+    assert!(md.contains("| c=2 | 3 | "), "{md}");
+}

@@ -33,6 +33,11 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1,4,8,16,32,64",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrency: Vec<u32>,
+    /// steps: run each concurrency level N times in a row; the report gives the mean and
+    /// 95% confidence interval of each step number over the repeats (`repeats`).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
     /// Measuring duration of each step (steps, ramp) and the drift interval (soak).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub step_duration: Duration,

@@ -22,6 +22,7 @@
 //! - [`inject`]: `--inject` abnormal requests and `--burst`, and their report.
 //! - [`probes`]: `--probes`, quality probes mixed into the load and their checks.
 //! - `progress`: the live terminal line.
+//! - [`repeats`]: `--repeat`, mean and 95% confidence interval per level.
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
 //! - `compare`: `--compare`.
@@ -37,6 +38,7 @@ pub mod probes;
 mod progress;
 pub mod prompt;
 pub mod recovery;
+pub mod repeats;
 pub mod report;
 mod session;
 

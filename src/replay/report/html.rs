@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use super::{
     json::Report,
     md::{
-        FAILURES_SHOWN, contract_rows, injection_parts, num, pct, quality_rows, recovery_lines,
-        short_rows, signed,
+        FAILURES_SHOWN, REPEAT_HEAD, contract_rows, injection_parts, num, pct, quality_rows,
+        recovery_lines, repeat_rows, short_rows, signed,
     },
     svg::{Chart, Mark, STYLE, Series, escape},
 };
@@ -359,6 +359,22 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_first),
             pct(d.error_rate_last)
         );
+    }
+    let rows = repeat_rows(r);
+    if !rows.is_empty() {
+        o.push_str("<h2>Repeats: mean [95% confidence interval]</h2><table><tr>");
+        for h in REPEAT_HEAD {
+            let _ = write!(o, "<th>{h}</th>");
+        }
+        o.push_str("</tr>");
+        for row in rows {
+            o.push_str("<tr>");
+            for cell in row {
+                let _ = write!(o, "<td>{}</td>", escape(&cell));
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</table>");
     }
     let rows = short_rows(r);
     if !rows.is_empty() {

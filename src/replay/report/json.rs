@@ -59,6 +59,9 @@ pub struct Report {
     /// the normal requests' latency beside them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub injection: Option<crate::replay::inject::Injection>,
+    /// `--repeat N` (steps): per concurrency level, mean and 95% CI over the repeats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<Vec<crate::replay::repeats::Repeat>>,
     pub notes: Vec<String>,
 }
 

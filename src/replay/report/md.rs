@@ -310,6 +310,18 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_last)
         );
     }
+    let rows = repeat_rows(r);
+    if !rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Repeats: mean [95% confidence interval]\n\n| {} |\n|{}",
+            REPEAT_HEAD.join(" | "),
+            "---|".repeat(REPEAT_HEAD.len())
+        );
+        for row in rows {
+            let _ = writeln!(o, "| {} |", row.join(" | "));
+        }
+    }
     let rows = short_rows(r);
     if !rows.is_empty() {
         let _ = writeln!(
@@ -410,6 +422,39 @@ pub fn short_rows(r: &Report) -> Vec<[String; 5]> {
         .collect();
     rows.push(row("all", &r.overall.short_ttft_ms));
     rows
+}
+
+/// Header and rows of the repeats table (mean [95% CI] per level).
+pub const REPEAT_HEAD: [&str; 7] = [
+    "level",
+    "runs",
+    "attainment",
+    "goodput tok/s",
+    "TTFT p95 ms",
+    "TPOT p95 ms",
+    "e2e p95 ms",
+];
+
+pub fn repeat_rows(r: &Report) -> Vec<[String; 7]> {
+    let ci = |c: &crate::replay::repeats::Ci, scale: f64, d: usize| {
+        let f = |v: Option<f64>| num(v.map(|v| v * scale), d);
+        format!("{} [{}, {}]", f(c.mean), f(c.ci95_low), f(c.ci95_high))
+    };
+    r.repeats
+        .iter()
+        .flatten()
+        .map(|x| {
+            [
+                format!("c={}", x.concurrency),
+                x.runs.to_string(),
+                format!("{}%", ci(&x.attainment, 100.0, 2)),
+                ci(&x.effective_goodput_tokens_per_s, 1.0, 1),
+                ci(&x.ttft_p95_ms, 1.0, 1),
+                ci(&x.tpot_p95_ms, 1.0, 1),
+                ci(&x.e2e_p95_ms, 1.0, 1),
+            ]
+        })
+        .collect()
 }
 
 /// Failures listed in report.md and report.html (report.json has all).

@@ -298,6 +298,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             r.planned_fault_at_s
         ));
     }
+    let repeats = (a.mode == Mode::Steps && a.repeat > 1).then(|| super::repeats::of(&steps));
     let passed = !verdicts.is_empty() && verdicts.iter().all(|v| v.verdict == "pass");
     Report {
         report_format: REPORT_FORMAT,
@@ -333,6 +334,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         capacity_by_class: by_class,
         timeline: timeline(i.samples, run_s, &i.config.slo),
         recovery: i.recovery.clone(),
+        repeats,
         injection: (!a.inject.is_empty() || a.burst.is_some()).then(|| {
             let extra: Vec<&Sample> = i
                 .samples
@@ -360,8 +362,27 @@ pub fn build(i: &Inputs<'_>) -> Report {
     }
 }
 
+/// Requests a nearest-rank P99 needs to be more than the maximum (and P95 the top 5%).
+pub const MIN_REQUESTS_P99: u64 = 100;
+pub const MIN_REQUESTS_P95: u64 = 20;
+
 fn step_notes(steps: &[StepOut]) -> Vec<String> {
-    steps
+    let few = steps.iter().filter_map(|s| {
+        let n = s.stats.requests;
+        let which = if n < MIN_REQUESTS_P95 {
+            "P95 and P99 are its slowest requests"
+        } else if n < MIN_REQUESTS_P99 {
+            "P99 is its slowest request"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "step {}: {n} requests, too few for its percentiles ({which}; P95 needs {MIN_REQUESTS_P95}, P99 {MIN_REQUESTS_P99})",
+            s.label
+        ))
+    });
+    let mut notes: Vec<String> = few.collect();
+    notes.extend(steps
         .iter()
         .filter(|s| s.concurrency.is_some())
         .filter(|s| s.stats.e2e_ms.p50.is_some_and(|e| e / 1000.0 > s.duration_s / 4.0))
@@ -370,8 +391,8 @@ fn step_notes(steps: &[StepOut]) -> Vec<String> {
                 "step {}: median e2e is over a quarter of the measuring window; use a longer --step-duration",
                 s.label
             )
-        })
-        .collect()
+        }));
+    notes
 }
 
 /// `--contract` keys with a field of their own besides the recorded six.

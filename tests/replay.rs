@@ -121,6 +121,12 @@ async fn steps_find_the_simulators_knee() {
         out.to_str().unwrap(),
         "--contract",
         "hardware=sim",
+        "--contract",
+        "architecture=moe",
+        "--contract",
+        "cards=8",
+        "--contract",
+        "queue=fifo",
     ]);
     let done = replay::execute(&a, std::future::pending()).await.unwrap();
     let r = read_json(&out.join("report.json"));
@@ -177,6 +183,20 @@ async fn steps_find_the_simulators_knee() {
         "flags override the profile's contract"
     );
     assert_eq!(contract["engine"], "vllm");
+    assert_eq!(contract["architecture"], "moe");
+    assert_eq!(contract["cards"], "8");
+    assert_eq!(contract["sources"]["cards"], "flag");
+    assert!(contract["task"].is_null());
+    assert_eq!(contract["extra"]["queue"], "fifo");
+    // Made up when not given: the start time and a random suffix.
+    let run_id = contract["run_id"].as_str().unwrap();
+    assert!(run_id.len() > 9 && run_id.contains('-'), "{run_id}");
+    let report_md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report_md.contains(&format!("| run id | {run_id} |")));
+    assert!(
+        report_md.contains("architecture=moe, cards=8, queue=fifo"),
+        "{report_md}"
+    );
     assert_eq!(contract["profile"]["salt_id"], "5a1700000000beef");
     assert_eq!(contract["profile"]["hash"].as_str().unwrap().len(), 32);
     assert_eq!(contract["profile"]["summary"]["requests"], 40);
@@ -242,6 +262,34 @@ async fn steps_find_the_simulators_knee() {
     assert!(unchanged.iter().all(|l| !l.contains("**")), "{unchanged:?}");
     let html = std::fs::read_to_string(cmp.join("compare.html")).unwrap();
     assert!(html.contains("<svg") && !html.contains("http://"));
+
+    // A run of another model and task is refused, unless --allow-different.
+    let mut other = r.clone();
+    other["contract"]["model"] = "other-model".into();
+    other["contract"]["task"] = "summarization".into();
+    std::fs::write(b_dir.join("report.json"), other.to_string()).unwrap();
+    let (ra, rb) = (out.join("report.json"), b_dir.join("report.json"));
+    let paths = [
+        "--compare",
+        ra.to_str().unwrap(),
+        rb.to_str().unwrap(),
+        "--out",
+        cmp.to_str().unwrap(),
+    ];
+    assert_eq!(
+        replay::run(args(&paths)),
+        std::process::ExitCode::from(replay::EXIT_ERROR)
+    );
+    let mut allowed = paths.to_vec();
+    allowed.push("--allow-different");
+    assert_eq!(replay::run(args(&allowed)), std::process::ExitCode::SUCCESS);
+    let md = std::fs::read_to_string(cmp.join("compare.md")).unwrap();
+    assert!(
+        md.contains("Key contract fields differ")
+            && md.contains("model (\"sim-model\" vs \"other-model\")"),
+        "{md}"
+    );
+    assert!(md.contains("task (null vs \"summarization\")"), "{md}");
 }
 
 /// Trace mode keeps the profile's schedule at 400 requests per second.

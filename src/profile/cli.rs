@@ -1,4 +1,4 @@
-//! `goodput profile summarize | diff | export | merge | sample`. Command and flag names
+//! `goodput profile summarize | diff | export | merge | sample | filter`. Command and flag names
 //! are a contract (issue "Contract" section; `docs/PROFILE.md`).
 //!
 //! Exit codes: 0 success (for `diff`: nothing drifted), 1 `diff` found drift, 2 an error
@@ -79,6 +79,30 @@ pub enum ProfileCommand {
         output: Option<PathBuf>,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+    },
+    /// The requests matching every condition, as a valid profile (header and the `blocks`
+    /// lines the kept requests need): one capture, several scenarios.
+    Filter {
+        /// Input tokens in MIN..MAX (inclusive; `4096..`, `..2048`).
+        #[arg(long, value_name = "RANGE", value_parser = super::filter::Range::parse)]
+        input_tokens: Option<super::filter::Range>,
+        /// Output tokens in MIN..MAX.
+        #[arg(long, value_name = "RANGE", value_parser = super::filter::Range::parse)]
+        output_tokens: Option<super::filter::Range>,
+        /// Keep this model (repeatable).
+        #[arg(long, value_name = "NAME")]
+        model: Vec<String>,
+        /// Keep this API, as recorded: chat_completions, completions, messages, ...
+        /// (repeatable).
+        #[arg(long, value_name = "API")]
+        api: Vec<String>,
+        /// Keep this tenant, the hash as recorded (repeatable).
+        #[arg(long, value_name = "HASH")]
+        tenant: Vec<String>,
+        #[arg(long, short, value_name = "OUT")]
+        output: Option<PathBuf>,
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
     },
     /// Coarsen lengths and times until each (model, length, time) group has k requests.
     Sample {
@@ -242,6 +266,35 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
                 } else {
                     "kept per file (different salts)"
                 }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        ProfileCommand::Filter {
+            input_tokens,
+            output_tokens,
+            model,
+            api,
+            tenant,
+            output,
+            file,
+        } => {
+            let filter = super::filter::Filter {
+                input_tokens,
+                output_tokens,
+                models: model,
+                apis: api,
+                tenants: tenant,
+            };
+            let input = io::BufReader::new(File::open(&file).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot open `{}`: {e}", file.display()))
+            })?);
+            let mut out = sink(output.as_deref())?;
+            let r = filter
+                .run(input, &mut out)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            eprintln!(
+                "kept {} of {} requests ({} blocks lines)",
+                r.kept, r.requests, r.blocks_lines
             );
             Ok(ExitCode::SUCCESS)
         }

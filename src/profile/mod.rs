@@ -31,6 +31,7 @@ pub mod cli;
 mod columnar;
 pub mod drift;
 mod export;
+pub mod filter;
 mod format;
 mod hash;
 pub(crate) mod line;

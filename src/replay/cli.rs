@@ -33,6 +33,11 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1,4,8,16,32,64",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrency: Vec<u32>,
+    /// steps: run each concurrency level N times in a row; the report gives the mean and
+    /// 95% confidence interval of each step number over the repeats (`repeats`).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
     /// Measuring duration of each step (steps, ramp) and the drift interval (soak).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub step_duration: Duration,
@@ -96,6 +101,41 @@ pub struct ReplayArgs {
     /// Put two reports side by side instead of running: A/report.json B/report.json.
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["profile", "target"])]
     pub compare: Option<Vec<PathBuf>>,
+    /// Quality probes: JSON Lines of requests with an expected answer (`contains`,
+    /// `regex` or `json_schema`), mixed into the load (README: Quality probes).
+    #[arg(long, value_name = "FILE")]
+    pub probes: Option<PathBuf>,
+    /// Share of the requests that are probes (every round(1/F)-th request).
+    #[arg(long, value_name = "F", default_value_t = 0.05, value_parser = share)]
+    pub probe_share: f64,
+    /// Replace shares of the requests with abnormal ones: over_long (past
+    /// --context-tokens), empty (no messages), malformed (not JSON), e.g.
+    /// `over_long=0.02,empty=0.01,malformed=0.01`.
+    #[arg(long, value_name = "KIND=SHARE,...", value_delimiter = ',',
+          value_parser = super::inject::parse_share)]
+    pub inject: Vec<(super::inject::Kind, f64)>,
+    /// The target's context limit in tokens (for `--inject over_long`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub context_tokens: Option<u64>,
+    /// An extra open-loop load of RATE requests/s for DURATION in the middle of each
+    /// step's measuring window, e.g. `50:5s`.
+    #[arg(long, value_name = "RATE:DURATION", value_parser = super::inject::parse_burst)]
+    pub burst: Option<(f64, Duration)>,
+    /// Run `--fault-cmd` this long after the run started (while the load keeps going) and
+    /// report the recovery.
+    #[arg(long, value_name = "DURATION", value_parser = duration, requires = "fault_cmd")]
+    pub fault_at: Option<Duration>,
+    /// The fault: a shell command (`sh -c`) that restarts a replica, kills a process, ...;
+    /// its output goes to `fault-cmd.log` in the report directory.
+    #[arg(long, value_name = "CMD", requires = "fault_at")]
+    pub fault_cmd: Option<String>,
+    /// The fault must be recovered from (attainment back at target) within this long.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
+    pub recovery_deadline: Duration,
+    /// `--compare` runs whose key contract fields (profile, load mode, SLO, task, model,
+    /// revision, precision) differ instead of refusing.
+    #[arg(long, requires = "compare")]
+    pub allow_different: bool,
     /// No live progress display, even on a terminal.
     #[arg(long)]
     pub quiet: bool,
@@ -133,6 +173,13 @@ fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a share in (0, 1]")),
     }
 }
 
@@ -189,6 +236,51 @@ mod tests {
         assert_eq!(a.contract, [("hardware".to_owned(), "8xH100".to_owned())]);
         assert!(!a.ignore_eos);
         assert_eq!(a.mode, Mode::Steps);
+        assert_eq!(a.fault_at, None);
+        assert_eq!(a.recovery_deadline, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_fault_needs_its_time_and_its_command() {
+        let base = ["replay", "--profile", "p", "--target", "http://h:1"];
+        let with = |extra: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            Cli::try_parse_from(all)
+        };
+        let a = with(&[
+            "--fault-at",
+            "30s",
+            "--fault-cmd",
+            "systemctl restart vllm",
+            "--recovery-deadline",
+            "2m",
+        ])
+        .unwrap()
+        .args;
+        assert_eq!(a.fault_at, Some(Duration::from_secs(30)));
+        assert_eq!(a.fault_cmd.as_deref(), Some("systemctl restart vllm"));
+        assert_eq!(a.recovery_deadline, Duration::from_secs(120));
+        assert!(with(&["--fault-at", "30s"]).is_err());
+        assert!(with(&["--fault-cmd", "true"]).is_err());
+        assert!(with(&["--fault-at", "soon", "--fault-cmd", "true"]).is_err());
+    }
+
+    #[test]
+    fn probe_share_is_a_share() {
+        let base = ["replay", "--profile", "p", "--target", "http://h:1"];
+        let with = |extra: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            Cli::try_parse_from(all)
+        };
+        let a = with(&["--probes", "q.jsonl"]).unwrap().args;
+        assert_eq!(a.probe_share, 0.05);
+        assert_eq!(a.probes.as_deref(), Some(std::path::Path::new("q.jsonl")));
+        assert_eq!(with(&["--probe-share", "1"]).unwrap().args.probe_share, 1.0);
+        for bad in ["0", "1.5", "-0.1", "x"] {
+            assert!(with(&["--probe-share", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -95,6 +95,8 @@ pub struct Measured {
     pub gaps_us: Vec<u32>,
     pub sent: Instant,
     pub ended: Instant,
+    /// The whole response body (up to 4 MiB), kept for probes only.
+    pub answer: Option<Vec<u8>>,
 }
 
 /// The pooled client. Cheap to clone.
@@ -141,6 +143,7 @@ impl Client {
             req = req.header(AUTHORIZATION, auth.clone());
         }
         let mut m = Seen::new();
+        m.keep_answer = out.probe.is_some();
         let started_at = SystemTime::now();
         let sent = Instant::now();
         match req.body(Full::new(out.body.clone())) {
@@ -158,12 +161,14 @@ impl Client {
             }
         }
         let ended = Instant::now();
+        let answer = m.keep_answer.then(|| std::mem::take(&mut m.answer));
         let (record, gaps_us) = m.record(out, started_at, sent, ended, bytes_in);
         Measured {
             record,
             gaps_us,
             sent,
             ended,
+            answer,
         }
     }
 }
@@ -178,6 +183,10 @@ pub struct Outgoing {
     pub id: String,
     /// Requests in flight including this one.
     pub concurrency: u32,
+    /// The index of the quality probe this request is (its answer is kept).
+    pub probe: Option<usize>,
+    /// An injected or burst request.
+    pub inject: Option<super::inject::Kind>,
 }
 
 async fn stopping(mut stop: watch::Receiver<bool>) {
@@ -198,6 +207,8 @@ struct Seen {
     body: Vec<u8>,
     overflow: bool,
     bytes_out: u64,
+    keep_answer: bool,
+    answer: Vec<u8>,
 }
 
 impl Seen {
@@ -213,6 +224,8 @@ impl Seen {
             body: Vec::new(),
             overflow: false,
             bytes_out: 0,
+            keep_answer: false,
+            answer: Vec::new(),
         }
     }
 
@@ -249,6 +262,9 @@ impl Seen {
             };
             let now = Instant::now();
             self.bytes_out += data.len() as u64;
+            if self.keep_answer && self.answer.len() + data.len() <= BODY_LIMIT {
+                self.answer.extend_from_slice(&data);
+            }
             if let Some(d) = decoder.as_mut() {
                 let tl = &mut self.timeline;
                 d.feed(&data, |ev| tl.on_event(now, ev));
@@ -331,6 +347,7 @@ impl Seen {
             decode_failed: self.broken,
             arrival: Arrival {
                 concurrency: out.concurrency,
+                // Set by the load generator, which knows what else is in flight.
                 long_in_flight: false,
             },
             tenant: None,

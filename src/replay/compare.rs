@@ -30,6 +30,10 @@ pub enum CompareError {
     },
     #[error("`{path}` is not a replay report: {reason}")]
     NotAReport { path: String, reason: String },
+    #[error(
+        "the runs differ in key contract fields, so their numbers do not compare: {0} (--allow-different compares them anyway)"
+    )]
+    Different(String),
     #[error("cannot write to `{path}`: {source}")]
     Write {
         path: String,
@@ -171,6 +175,46 @@ fn matching<'a>(step: &Value, others: &'a [Value]) -> Option<&'a Value> {
     others.iter().find(|o| o.get("label") == step.get("label"))
 }
 
+/// Contract fields that must be equal for two runs to compare: the same traffic, load
+/// pattern, SLO, task and model (hardware, engine and versions are what a comparison is
+/// usually about).
+pub const KEY_FIELDS: [&[&str]; 7] = [
+    &["contract", "profile", "hash"],
+    &["contract", "load", "mode"],
+    &["contract", "slo"],
+    &["contract", "task"],
+    &["contract", "model"],
+    &["contract", "model_revision"],
+    &["contract", "precision"],
+];
+
+/// The key fields on which `a` and `b` differ, as `path (A vs B)`.
+pub fn key_differences(a: &Value, b: &Value) -> Vec<String> {
+    let at = |v: &Value, path: &[&str]| {
+        path.iter()
+            .try_fold(v, |v, k| v.get(k))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    KEY_FIELDS
+        .iter()
+        .filter_map(|path| {
+            let (x, y) = (at(a, path), at(b, path));
+            (x != y).then(|| {
+                let short = |v: &Value| {
+                    let s = v.to_string();
+                    if s.len() > 40 {
+                        format!("{}…", s.chars().take(40).collect::<String>())
+                    } else {
+                        s
+                    }
+                };
+                format!("{} ({} vs {})", path[1..].join("."), short(&x), short(&y))
+            })
+        })
+        .collect()
+}
+
 /// One row: label, A, B, change, highlight (`better`, `worse` or empty).
 type Row = (String, String, String, String, &'static str);
 
@@ -184,6 +228,20 @@ fn rows(a: &Value, b: &Value) -> (Vec<Row>, Vec<(String, Vec<Row>)>) {
         "engine_version",
         "hardware",
         "precision",
+        "run_id",
+        "parameters",
+        "architecture",
+        "task",
+        "batching",
+        "prefix_cache",
+        "kv_cache",
+        "speculative_decoding",
+        "cards",
+        "nodes",
+        "interconnect",
+        "driver_version",
+        "framework_version",
+        "container_image",
     ] {
         let (x, y) = (text(a, &["contract", key]), text(b, &["contract", key]));
         let mark = if x == y { "" } else { "differs" };
@@ -342,8 +400,17 @@ fn curve(name: &str, r: &Value) -> Series {
 }
 
 /// Writes `compare.md` and `compare.html` into `out`; returns the markdown.
-pub fn run(a_path: &Path, b_path: &Path, out: &Path) -> Result<String, CompareError> {
+pub fn run(
+    a_path: &Path,
+    b_path: &Path,
+    out: &Path,
+    allow_different: bool,
+) -> Result<String, CompareError> {
     let (a, b) = (read(a_path)?, read(b_path)?);
+    let differences = key_differences(&a, &b);
+    if !differences.is_empty() && !allow_different {
+        return Err(CompareError::Different(differences.join("; ")));
+    }
     let (head, steps) = rows(&a, &b);
     let rule = format!(
         "Highlighted: differences over {:.0}% of A and over both runs' own split-half spread at that step.",
@@ -354,6 +421,15 @@ pub fn run(a_path: &Path, b_path: &Path, out: &Path) -> Result<String, CompareEr
         a_path.display(),
         b_path.display()
     );
+    let differ = (!differences.is_empty()).then(|| {
+        format!(
+            "Key contract fields differ (compared with --allow-different): {}.",
+            differences.join("; ")
+        )
+    });
+    if let Some(d) = &differ {
+        let _ = write!(md, "**{d}**\n\n");
+    }
     md_table(&mut md, &head);
     let mut html = format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}tr.better{{background:#e3f6e3}}tr.worse{{background:#fbe3e3}}tr.differs{{background:#fff6d5}}{STYLE}</style></head><body><h1>goodput replay: comparison</h1><p>A: {}<br>B: {}</p><p>{}</p><h2>Summary</h2>",
@@ -361,6 +437,9 @@ pub fn run(a_path: &Path, b_path: &Path, out: &Path) -> Result<String, CompareEr
         escape(&b_path.display().to_string()),
         escape(&rule)
     );
+    if let Some(d) = &differ {
+        let _ = write!(html, "<p class=\"differs\"><b>{}</b></p>", escape(d));
+    }
     html_table(&mut html, &head);
     let chart = Chart {
         title: "Throughput–latency: A and B".into(),
@@ -393,6 +472,25 @@ pub fn run(a_path: &Path, b_path: &Path, out: &Path) -> Result<String, CompareEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_fields_name_what_differs() {
+        let a = serde_json::json!({"contract": {"profile": {"hash": "h1"}, "load": {"mode": "steps"},
+            "slo": [{"name": "x", "ttft_ms": 100}], "model": "m", "hardware": "A100"}});
+        let mut b = a.clone();
+        b["contract"]["hardware"] = "H100".into();
+        b["contract"]["run_id"] = "r2".into();
+        assert!(
+            key_differences(&a, &b).is_empty(),
+            "hardware is what is compared"
+        );
+        b["contract"]["slo"][0]["ttft_ms"] = 200.into();
+        b["contract"]["profile"]["hash"] = "h2".into();
+        let d = key_differences(&a, &b);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(d[0], "profile.hash (\"h1\" vs \"h2\")");
+        assert!(d[1].starts_with("slo ("), "{d:?}");
+    }
 
     #[test]
     fn noise_rule() {

@@ -67,6 +67,8 @@ pub struct StepRun {
     pub window_end_s: f64,
     /// Stopped before its planned end (`--max-requests` or Ctrl-C).
     pub cut_short: bool,
+    /// `--burst`: its start and end, seconds after the run started.
+    pub burst: Option<(f64, f64)>,
 }
 
 impl StepRun {
@@ -85,6 +87,10 @@ pub struct Setup {
     pub progress: Progress,
     pub max_requests: Option<u64>,
     pub max_in_flight: u32,
+    pub probes: Option<Arc<super::probes::Probes>>,
+    pub injector: Option<super::inject::Injector>,
+    /// `--burst`: requests/s and how long, once per step.
+    pub burst: Option<(f64, Duration)>,
 }
 
 /// Runs the steps of one run; cheap to clone (tasks hold a clone).
@@ -98,6 +104,9 @@ struct Inner {
     abort: watch::Receiver<bool>,
     halted: AtomicBool,
     in_flight: AtomicU32,
+    /// Requests in flight whose body is at least `[slo] long_input_bytes` (as the proxy
+    /// counts them).
+    long_in_flight: AtomicU32,
     seq: AtomicU64,
     saturated: AtomicBool,
     samples: Mutex<Vec<Sample>>,
@@ -126,6 +135,7 @@ impl Runner {
             abort,
             halted: AtomicBool::new(false),
             in_flight: AtomicU32::new(0),
+            long_in_flight: AtomicU32::new(0),
             seq: AtomicU64::new(0),
             saturated: AtomicBool::new(false),
             samples: Mutex::new(Vec::new()),
@@ -135,6 +145,11 @@ impl Runner {
 
     pub fn abort_handle(&self) -> AbortHandle {
         AbortHandle(self.0.abort_tx.clone())
+    }
+
+    /// Turns true when the run is aborted (Ctrl-C).
+    pub fn abort_signal(&self) -> watch::Receiver<bool> {
+        self.0.abort.clone()
     }
 
     pub fn aborted(&self) -> bool {
@@ -182,6 +197,26 @@ impl Runner {
         let mut window_end = window_start + spec.measure;
         let mut tasks = JoinSet::new();
         let mut cut_short = false;
+        // The burst: centred in the measuring window, no longer than it.
+        let burst = me.s.burst.map(|(rate, d)| {
+            let d = d.min(spec.measure);
+            let at = window_start + (spec.measure - d) / 2;
+            let (me, cancel) = (me.clone(), cancel.clone());
+            let seed = me.s.seed ^ mix(spec.index as u64 ^ 0xb0_0575);
+            let index = spec.index;
+            let task = tokio::spawn(async move {
+                tokio::time::sleep_until(at.into()).await;
+                let plan = Plan::Rate {
+                    rate,
+                    seed,
+                    until: d,
+                };
+                let kind = Some(super::inject::Kind::Burst);
+                let (mut tasks, _) = me.open_loop(plan, at, index, &cancel, kind).await;
+                wait_all(&mut tasks).await;
+            });
+            (task, at, d)
+        });
         match spec.load {
             Load::Concurrency(c) => {
                 for _ in 0..c {
@@ -199,7 +234,10 @@ impl Runner {
                     seed: me.s.seed ^ mix(spec.index as u64),
                     until: spec.warmup + spec.measure,
                 };
-                (tasks, cut_short) = me.clone().open_loop(plan, start, spec.index, &cancel).await;
+                (tasks, cut_short) = me
+                    .clone()
+                    .open_loop(plan, start, spec.index, &cancel, None)
+                    .await;
                 let until_end = tokio::time::sleep_until(window_end.into());
                 tokio::select! {
                     () = until_end => {}
@@ -209,7 +247,10 @@ impl Runner {
             }
             Load::Trace(scale) => {
                 let plan = Plan::Trace { scale };
-                (tasks, cut_short) = me.clone().open_loop(plan, start, spec.index, &cancel).await;
+                (tasks, cut_short) = me
+                    .clone()
+                    .open_loop(plan, start, spec.index, &cancel, None)
+                    .await;
                 tokio::select! {
                     () = wait_all(&mut tasks) => {}
                     () = aborted(me.abort.clone()) => cut_short = true,
@@ -222,6 +263,13 @@ impl Runner {
         }
         cancel_tx.send_replace(true);
         wait_all(&mut tasks).await;
+        let burst = match burst {
+            Some((task, at, d)) => {
+                let _ = task.await;
+                Some((me.secs(at), me.secs(at + d)))
+            }
+            None => None,
+        };
         let trace = matches!(spec.load, Load::Trace(_));
         let (lo, hi) = (me.secs(window_start), me.secs(window_end));
         let mut last = lo;
@@ -230,7 +278,7 @@ impl Runner {
                 s.sent_s >= lo && s.record.outcome != Outcome::ClientAbort
             } else {
                 s.ended_s >= lo && s.ended_s < hi
-            };
+            } && s.inject.is_none();
             if s.measured {
                 last = last.max(s.ended_s);
             }
@@ -241,6 +289,7 @@ impl Runner {
             window_start_s: lo,
             window_end_s: if trace { last } else { hi },
             cut_short,
+            burst,
         }
     }
 }
@@ -271,12 +320,36 @@ impl Inner {
     }
 
     fn outgoing(&self, t: &Template, seq: u64) -> Outgoing {
+        if let Some((k, p)) = self.s.probes.as_ref().and_then(|p| p.pick(seq)) {
+            return Outgoing {
+                api: p.api,
+                model: p.model.clone(),
+                body: p.body.clone(),
+                id: format!("replay-{:08x}-{seq}", self.nonce),
+                concurrency: 0,
+                probe: Some(k),
+                inject: None,
+            };
+        }
+        if let Some((kind, body)) = self.s.injector.as_ref().and_then(|i| i.pick(seq)) {
+            return Outgoing {
+                api: super::plan::ReplayApi::Chat,
+                model: t.model.clone(),
+                body,
+                id: format!("replay-{:08x}-{seq}", self.nonce),
+                concurrency: 0,
+                probe: None,
+                inject: Some(kind),
+            };
+        }
         Outgoing {
             api: t.api,
             model: t.model.clone(),
             body: Bytes::from(self.s.prompts.body(t, seq)),
             id: format!("replay-{:08x}-{seq}", self.nonce),
             concurrency: 0,
+            probe: None,
+            inject: None,
         }
     }
 
@@ -299,9 +372,11 @@ impl Inner {
         start: Instant,
         step: usize,
         cancel: &Cancel,
+        tag: Option<super::inject::Kind>,
     ) -> (JoinSet<()>, bool) {
         let cancel = cancel.clone();
-        let run = tokio::task::spawn_blocking(move || self.schedule(plan, start, step, cancel));
+        let run =
+            tokio::task::spawn_blocking(move || self.schedule(plan, start, step, cancel, tag));
         run.await.unwrap_or_else(|_| (JoinSet::new(), true))
     }
 
@@ -311,6 +386,7 @@ impl Inner {
         start: Instant,
         step: usize,
         cancel: Cancel,
+        tag: Option<super::inject::Kind>,
     ) -> (JoinSet<()>, bool) {
         let mut tasks = JoinSet::new();
         let workload = self.s.workload.clone();
@@ -341,7 +417,10 @@ impl Inner {
                 return (tasks, true);
             };
             let t = template.unwrap_or_else(|| workload.draw(self.s.seed, seq));
-            let out = self.outgoing(t, seq);
+            let mut out = self.outgoing(t, seq);
+            if out.inject.is_none() && out.probe.is_none() {
+                out.inject = tag;
+            }
             let scheduled = start + at;
             if !self.sleep_until(scheduled) {
                 return (tasks, true);
@@ -386,11 +465,36 @@ impl Inner {
             .in_flight
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
+        let (probe, inject) = (out.probe, out.inject);
+        let long = out.body.len() as u64 >= self.s.slo.long_input_bytes;
+        let long_before = if long {
+            self.long_in_flight.fetch_add(1, Ordering::Relaxed)
+        } else {
+            self.long_in_flight.load(Ordering::Relaxed)
+        };
         let m = self.s.client.send(out, cancel).await;
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if long {
+            self.long_in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut record = m.record;
+        record.arrival.long_in_flight = long_before > 0;
         crate::measure::slo::judge(&mut record, &self.s.slo);
         let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
+        // A probe is judged on its answer when it has one (errors are counted as such).
+        let probe = match (probe, &self.s.probes) {
+            (Some(k), Some(probes)) if record.outcome == Outcome::Ok => {
+                let text = super::probes::answer_text(m.answer.as_deref().unwrap_or_default());
+                let verdict = probes.check(k, &text);
+                Some(super::probes::ProbeResult {
+                    probe: k,
+                    passed: verdict.is_ok(),
+                    excerpt: verdict.is_err().then(|| super::probes::excerpt(&text)),
+                    reason: verdict.err(),
+                })
+            }
+            _ => None,
+        };
         self.s.progress.finished(record.ttft_ms, error);
         let sample = Sample {
             lag_ms: scheduled.map(|s| m.sent.saturating_duration_since(s).as_secs_f64() * 1e3),
@@ -400,6 +504,8 @@ impl Inner {
             gaps_us: m.gaps_us,
             step,
             measured: false,
+            probe,
+            inject,
         };
         self.lock().push(sample);
     }

@@ -35,6 +35,10 @@ pub struct Sample {
     pub step: usize,
     /// Finished inside its step's measuring window.
     pub measured: bool,
+    /// A quality probe's verdict (`--probes`); `None` for profile requests.
+    pub probe: Option<super::probes::ProbeResult>,
+    /// An injected or burst request (`--inject`, `--burst`), kept out of the steps.
+    pub inject: Option<super::inject::Kind>,
 }
 
 /// Nearest-rank percentiles in ms; `null`s without values.
@@ -148,6 +152,9 @@ pub struct Stats {
     pub input_tokens: Pcts,
     pub output_tokens_per_request: Pcts,
     pub ttft_ms_by_input: Vec<InputBucket>,
+    /// TTFT of short requests (the first input bucket) sent while a long request (body
+    /// of at least `[slo] long_input_bytes`) was in flight, and of those sent without.
+    pub short_ttft_ms: ShortTtft,
     pub classes: Vec<ClassStats>,
     /// Scheduled-to-sent delay of open-loop requests.
     pub schedule_lag_ms: Option<Pcts>,
@@ -221,6 +228,7 @@ impl Stats {
                 r.output_tokens.map(|n| n as f64)
             })),
             ttft_ms_by_input: by_input(samples, &slo.input_buckets),
+            short_ttft_ms: short_ttft(samples, &slo.input_buckets),
             classes: slo
                 .all_classes()
                 .map(|c| class_stats(c, samples, duration_s, slo.min_samples))
@@ -228,6 +236,35 @@ impl Stats {
                 .collect(),
             schedule_lag_ms: (!lags.is_empty()).then(|| Pcts::of(lags)),
         }
+    }
+}
+
+/// Short requests' TTFT with and without a long request in flight.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ShortTtft {
+    /// Short means at most this many input tokens.
+    pub short_max_input_tokens: Option<u64>,
+    pub with_long_in_flight: Pcts,
+    pub without: Pcts,
+}
+
+fn short_ttft(samples: &[&Sample], bounds: &[u64]) -> ShortTtft {
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for s in samples {
+        let short = s
+            .record
+            .input_tokens
+            .is_some_and(|n| bucket_of(bounds, n) == 0);
+        match (short, s.record.ttft_ms, s.record.arrival.long_in_flight) {
+            (true, Some(t), true) => with.push(t),
+            (true, Some(t), false) => without.push(t),
+            _ => {}
+        }
+    }
+    ShortTtft {
+        short_max_input_tokens: bounds.first().copied(),
+        with_long_in_flight: Pcts::of(with),
+        without: Pcts::of(without),
     }
 }
 

@@ -19,18 +19,26 @@
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
 //! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
+//! - [`inject`]: `--inject` abnormal requests and `--burst`, and their report.
+//! - [`probes`]: `--probes`, quality probes mixed into the load and their checks.
 //! - `progress`: the live terminal line.
+//! - [`repeats`]: `--repeat`, mean and 95% confidence interval per level.
+//! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
 //! - `compare`: `--compare`.
 
 pub mod cli;
 mod client;
 mod compare;
+pub mod inject;
 mod load;
 pub mod measure;
 pub mod plan;
+pub mod probes;
 mod progress;
 pub mod prompt;
+pub mod recovery;
+pub mod repeats;
 pub mod report;
 mod session;
 
@@ -83,6 +91,10 @@ pub enum ReplayError {
     },
     #[error(transparent)]
     Compare(#[from] CompareError),
+    #[error(transparent)]
+    Probes(#[from] probes::ProbeError),
+    #[error(transparent)]
+    Inject(#[from] inject::InjectError),
     #[error("missing {0}")]
     Missing(&'static str),
 }
@@ -148,6 +160,29 @@ pub async fn execute(
         Some(t) => format!("exact input token counts with the tokenizer {}", t.path()),
         None => "about 4 bytes of text per recorded input token (no tokenizer)".to_owned(),
     };
+    let probe_model = args
+        .model
+        .clone()
+        .or_else(|| workload.templates.first().and_then(|t| t.model.clone()));
+    let probes = match &args.probes {
+        Some(path) => Some(Arc::new(probes::Probes::load(
+            path,
+            probe_model.as_deref(),
+            args.probe_share,
+        )?)),
+        None => None,
+    };
+    let injector = if args.inject.is_empty() {
+        None
+    } else {
+        Some(inject::Injector::new(
+            &args.inject,
+            args.context_tokens,
+            probe_model.as_deref(),
+            args.seed,
+            workload.block_bytes,
+        )?)
+    };
     let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
     let runner = Runner::new(Setup {
         client: Client::new(target, pool, args.idle_timeout),
@@ -158,6 +193,9 @@ pub async fn execute(
         progress: Progress::new(args.quiet),
         max_requests: args.max_requests,
         max_in_flight: args.max_in_flight.max(1),
+        probes: probes.clone(),
+        injector,
+        burst: args.burst,
     });
     let abort = runner.abort_handle();
     let watcher = tokio::spawn(async move {
@@ -166,11 +204,33 @@ pub async fn execute(
     });
     let started_at = SystemTime::now();
     let t0: Instant = runner.started();
+    let fault = match (&args.fault_cmd, args.fault_at) {
+        (Some(cmd), Some(at)) => {
+            std::fs::create_dir_all(&args.out).map_err(|source| ReplayError::Write {
+                dir: args.out.display().to_string(),
+                source,
+            })?;
+            let log = args.out.join(recovery::LOG_FILE);
+            Some((
+                recovery::Fault::schedule(cmd, at, t0, log, runner.abort_signal()),
+                cmd,
+                at,
+            ))
+        }
+        _ => None,
+    };
     let ticker = runner.progress().start();
     let driven = session::drive(&runner, args, &workload).await;
     drop(ticker);
+    let fault_run = match fault {
+        Some((f, cmd, at)) => Some(f.finish(cmd, at).await),
+        None => None,
+    };
     watcher.abort();
     let samples = runner.samples();
+    let recovery = fault_run
+        .as_ref()
+        .map(|f| recovery::analyse(&samples, f, args.recovery_deadline, &config.slo));
     let scale = args.rate_scale;
     let required_concurrency = (args.mode == Mode::Steps).then(|| {
         args.required_concurrency.unwrap_or_else(|| {
@@ -204,6 +264,8 @@ pub async fn execute(
         soak_rate: driven.soak_rate,
         prompt_lengths,
         notes,
+        recovery,
+        probes: probes.as_deref(),
     });
     report::write(&report, &args.out)
         .and_then(|()| report::json::write_requests(&samples, &args.out))
@@ -225,7 +287,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             eprintln!("goodput replay: --compare needs two report.json files");
             return ExitCode::from(EXIT_ERROR);
         };
-        return match compare::run(a, b, &args.out) {
+        return match compare::run(a, b, &args.out, args.allow_different) {
             Ok(md) => {
                 println!("{md}");
                 eprintln!("comparison written to {}", args.out.display());

@@ -32,6 +32,13 @@ pub async fn drive(runner: &Runner, args: &ReplayArgs, workload: &Workload) -> D
     let mut runs = Vec::new();
     let mut notes = Vec::new();
     let mut soak_rate = None;
+    if args.repeat > 1 && args.mode != Mode::Steps {
+        notes.push(format!(
+            "--repeat {} applies to steps mode only; this {} run ran once",
+            args.repeat,
+            args.mode.as_str()
+        ));
+    }
     match args.mode {
         Mode::Trace => {
             let spec = StepSpec {
@@ -44,18 +51,25 @@ pub async fn drive(runner: &Runner, args: &ReplayArgs, workload: &Workload) -> D
             runs.push(step(runner, spec).await);
         }
         Mode::Steps => {
+            let n = args.repeat.max(1) as usize;
             for (i, &c) in args.concurrency.iter().enumerate() {
-                if runner.stopped() {
-                    break;
+                for r in 0..n {
+                    if runner.stopped() {
+                        break;
+                    }
+                    let spec = StepSpec {
+                        index: i * n + r,
+                        label: if n > 1 {
+                            format!("c={c} #{}", r + 1)
+                        } else {
+                            format!("c={c}")
+                        },
+                        load: Load::Concurrency(c),
+                        warmup: args.warmup,
+                        measure: args.step_duration,
+                    };
+                    runs.push(step(runner, spec).await);
                 }
-                let spec = StepSpec {
-                    index: i,
-                    label: format!("c={c}"),
-                    load: Load::Concurrency(c),
-                    warmup: args.warmup,
-                    measure: args.step_duration,
-                };
-                runs.push(step(runner, spec).await);
             }
         }
         Mode::Ramp => {

@@ -46,6 +46,9 @@ pub struct SimConfig {
     /// The server's own cap on output length, like a model's maximum context: a reply
     /// that hits it ends with `finish_reason: "length"`.
     pub max_output_tokens: u32,
+    /// The model's context limit on input: a prompt estimated (4 bytes a token) above it
+    /// is answered 400 with vLLM's wording; `None` accepts any length.
+    pub max_input_tokens: Option<u64>,
     /// Keep the time every content event was handed to hyper in [`Truth::event_times`]
     /// (a benchmark measuring each event's transit); off, only the first and last are.
     ///
@@ -75,6 +78,7 @@ impl Default for SimConfig {
             seed: DEFAULT_SEED,
             model: "sim-model".to_owned(),
             max_output_tokens: 4096,
+            max_input_tokens: None,
             record_event_times: false,
         }
     }
@@ -125,6 +129,9 @@ pub struct SimArgs {
     #[arg(long, value_name = "N", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_output_tokens: u32,
+    /// Context limit on input tokens (estimated at 4 bytes each): longer prompts get 400.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_input_tokens: Option<u64>,
 }
 
 impl SimArgs {
@@ -143,6 +150,7 @@ impl SimArgs {
             seed: self.seed,
             model: self.model.clone(),
             max_output_tokens: self.max_output_tokens,
+            max_input_tokens: self.max_input_tokens,
             // Grows with every event: for the benchmarks that embed the simulator.
             record_event_times: false,
         }

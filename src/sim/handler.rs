@@ -116,6 +116,25 @@ async fn generate(shared: Arc<Shared>, api: Api, req: Request<Incoming>) -> Resp
             return with_request_id(resp, request_id);
         }
     };
+    if let Some(max) = shared
+        .cfg
+        .max_input_tokens
+        .filter(|m| params.prompt_tokens > *m)
+    {
+        truth.status = StatusCode::BAD_REQUEST.as_u16();
+        let msg = format!(
+            "This model's maximum context length is {max} tokens. However, you requested {} tokens in the messages. Please reduce the length of the messages.",
+            params.prompt_tokens
+        );
+        let flight = InFlight::start(shared, truth);
+        let resp = error(
+            StatusCode::BAD_REQUEST,
+            &msg,
+            "invalid_request_error",
+            flight,
+        );
+        return with_request_id(resp, request_id);
+    }
     truth.stream = params.stream;
     truth.prompt_tokens = params.prompt_tokens;
     // Counted in flight from here, so this request's own TTFT already sees its load.

@@ -526,3 +526,37 @@ async fn shutdown_lets_open_streams_finish() {
         "no longer accepting"
     );
 }
+
+#[tokio::test]
+async fn prompts_past_the_context_limit_get_400() {
+    let srv = start(SimConfig {
+        max_input_tokens: Some(100),
+        ..fast()
+    })
+    .await;
+    // 400 bytes ≈ 100 tokens: accepted; 404 bytes ≈ 101: refused.
+    for (bytes, status) in [(400, StatusCode::OK), (404, StatusCode::BAD_REQUEST)] {
+        let resp = post(
+            srv.addr,
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "a".repeat(bytes)}], "max_tokens": 2}),
+        )
+        .await;
+        assert_eq!(resp.status(), status, "{bytes} bytes");
+        let body = json_body(resp).await;
+        if status == StatusCode::BAD_REQUEST {
+            let msg = body["error"]["message"].as_str().unwrap();
+            assert!(
+                msg.starts_with("This model's maximum context length is 100 tokens"),
+                "{msg}"
+            );
+            assert_eq!(body["error"]["type"], "invalid_request_error");
+        }
+    }
+    let truth = srv.sim.truth();
+    assert_eq!(
+        truth.iter().map(|t| t.status).collect::<Vec<_>>(),
+        [200, 400]
+    );
+    srv.stop().await;
+}

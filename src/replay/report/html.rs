@@ -7,7 +7,10 @@ use std::fmt::Write as _;
 
 use super::{
     json::Report,
-    md::{contract_rows, num, pct, signed},
+    md::{
+        FAILURES_SHOWN, REPEAT_HEAD, contract_rows, injection_parts, num, pct, quality_rows,
+        recovery_lines, repeat_rows, short_rows, signed,
+    },
     svg::{Chart, Mark, STYLE, Series, escape},
 };
 
@@ -167,6 +170,43 @@ fn time_charts(r: &Report) -> Vec<Chart> {
     ]
 }
 
+fn recovery_chart(r: &crate::replay::recovery::Recovery) -> Chart {
+    let points = |f: &dyn Fn(&crate::replay::recovery::Bin) -> Option<f64>| -> Vec<(f64, f64)> {
+        r.bins.iter().filter_map(|b| Some((b.t_s, f(b)?))).collect()
+    };
+    let mut marks = Vec::new();
+    if let Some(at) = r.fault_at_s {
+        marks.push(Mark {
+            x: at,
+            y: 0.0,
+            label: "fault".into(),
+        });
+        if let Some(t) = r.recovery_time_s {
+            marks.push(Mark {
+                x: at + t,
+                y: r.attainment_target.unwrap_or(1.0) * 100.0,
+                label: "recovered".into(),
+            });
+        }
+    }
+    Chart {
+        title: "Attainment around the fault (by send time)".into(),
+        x_label: "seconds".into(),
+        y_label: "%".into(),
+        series: vec![Series {
+            name: "attainment".into(),
+            points: points(&|b| b.attainment.map(|a| a * 100.0)),
+            labels: Vec::new(),
+        }],
+        marks,
+        hlines: r
+            .attainment_target
+            .map(|t| vec![(t * 100.0, "target".to_owned())])
+            .unwrap_or_default(),
+        ..Chart::default()
+    }
+}
+
 fn input_chart(r: &Report) -> Chart {
     let b = &r.overall.ttft_ms_by_input;
     let series = |name: &str, k: usize| Series {
@@ -319,6 +359,104 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_first),
             pct(d.error_rate_last)
         );
+    }
+    let rows = repeat_rows(r);
+    if !rows.is_empty() {
+        o.push_str("<h2>Repeats: mean [95% confidence interval]</h2><table><tr>");
+        for h in REPEAT_HEAD {
+            let _ = write!(o, "<th>{h}</th>");
+        }
+        o.push_str("</tr>");
+        for row in rows {
+            o.push_str("<tr>");
+            for cell in row {
+                let _ = write!(o, "<td>{}</td>", escape(&cell));
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</table>");
+    }
+    let rows = short_rows(r);
+    if !rows.is_empty() {
+        let _ = write!(
+            o,
+            "<h2>Short requests beside long ones</h2><p>TTFT of short requests (≤ {} input tokens) sent while a long one was in flight, and without.</p><table><tr><th>step</th><th>with long: requests</th><th>p50 / p95 ms</th><th>without: requests</th><th>p50 / p95 ms</th></tr>",
+            r.overall
+                .short_ttft_ms
+                .short_max_input_tokens
+                .map_or("-".into(), |n| n.to_string())
+        );
+        for row in rows {
+            o.push_str("<tr>");
+            for cell in row {
+                let _ = write!(o, "<td>{}</td>", escape(&cell));
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</table>");
+    }
+    let rows = quality_rows(r);
+    if !rows.is_empty() {
+        o.push_str("<h2>Quality and finish reasons</h2><table><tr><th>step</th><th>probes</th><th>passed</th><th>pass rate</th><th>finish reasons</th><th>length share</th></tr>");
+        for row in rows {
+            o.push_str("<tr>");
+            for cell in row {
+                let _ = write!(o, "<td>{}</td>", escape(&cell));
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</table>");
+        if let Some(q) = &r.quality {
+            let _ = write!(
+                o,
+                "<p>Probes over the run: {} of {} passed ({}).</p><ul>",
+                q.passed,
+                q.probes,
+                pct(q.pass_rate)
+            );
+            for f in q.failures.iter().take(FAILURES_SHOWN) {
+                let _ = write!(
+                    o,
+                    "<li class=\"fail\">{} ({}, {}): {}; answer: <code>{}</code></li>",
+                    escape(&f.name),
+                    escape(&f.step),
+                    escape(&f.request_id),
+                    escape(&f.reason),
+                    escape(&f.answer)
+                );
+            }
+            o.push_str("</ul>");
+        }
+    }
+    if let Some(inj) = &r.injection {
+        let (rows, lines) = injection_parts(inj);
+        o.push_str("<h2>Abnormal input and bursts</h2><table><tr><th>kind</th><th>requests</th><th>statuses</th><th>answer p50 / p95 / max ms</th></tr>");
+        for row in rows {
+            o.push_str("<tr>");
+            for cell in row {
+                let _ = write!(o, "<td>{}</td>", escape(&cell));
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</table><ul>");
+        for l in lines {
+            let _ = write!(o, "<li>{}</li>", escape(&l));
+        }
+        o.push_str("</ul>");
+    }
+    if let Some(rec) = &r.recovery {
+        o.push_str("<h2>Recovery</h2><ul>");
+        for line in recovery_lines(rec) {
+            let _ = write!(o, "<li>{}</li>", escape(&line));
+        }
+        o.push_str("</ul>");
+        if !rec.bins.is_empty() {
+            let _ = write!(
+                o,
+                "<div class=\"charts\">{}</div>",
+                recovery_chart(rec).render()
+            );
+        }
     }
     if !r.notes.is_empty() {
         o.push_str("<h2>Notes</h2><ul>");

@@ -49,6 +49,19 @@ pub struct Report {
     /// Every finished request (warm-up and cancelled ones included) by finish time.
     pub timeline: Vec<TimePoint>,
     pub drift: Option<Drift>,
+    /// `--fault-cmd`: what the fault cost and how long the target took to come back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<crate::replay::recovery::Recovery>,
+    /// `--probes`: pass rate of the quality probes over every measured request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::replay::probes::Quality>,
+    /// `--inject`, `--burst`: how the target answered abnormal requests and bursts, and
+    /// the normal requests' latency beside them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub injection: Option<crate::replay::inject::Injection>,
+    /// `--repeat N` (steps): per concurrency level, mean and 95% CI over the repeats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<Vec<crate::replay::repeats::Repeat>>,
     pub notes: Vec<String>,
 }
 
@@ -65,6 +78,24 @@ pub struct Contract {
     pub hardware: Option<String>,
     pub precision: Option<String>,
     pub notes: Option<String>,
+    /// The named fields of an acceptance contract, from `--contract KEY=VALUE`:
+    /// parameter count, `dense`/`moe`, the business task, batching, prefix and KV cache,
+    /// speculative decoding, topology (cards, nodes, interconnect), versions.
+    pub parameters: Option<String>,
+    pub architecture: Option<String>,
+    pub task: Option<String>,
+    pub batching: Option<String>,
+    pub prefix_cache: Option<String>,
+    pub kv_cache: Option<String>,
+    pub speculative_decoding: Option<String>,
+    pub cards: Option<String>,
+    pub nodes: Option<String>,
+    pub interconnect: Option<String>,
+    pub driver_version: Option<String>,
+    pub framework_version: Option<String>,
+    pub container_image: Option<String>,
+    /// `--contract run_id=...`, else made up from the start time and a random suffix.
+    pub run_id: String,
     /// Other `--contract` keys.
     pub extra: BTreeMap<String, String>,
     /// Where each of the fields above came from: `flag` or `profile`.
@@ -156,6 +187,13 @@ pub struct StepOut {
     /// The measuring window the rates divide by.
     pub duration_s: f64,
     pub cut_short: bool,
+    /// Finish reasons reported by the target (`stop`, `length`, ...).
+    pub finish_reasons: BTreeMap<&'static str, u64>,
+    /// `length` among them: a high share means answers were truncated.
+    pub length_share: Option<f64>,
+    /// `--probes`: the step's quality probes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::replay::probes::Quality>,
     #[serde(flatten)]
     pub stats: Stats,
     pub spread: Spread,
@@ -235,6 +273,9 @@ struct RequestLine<'a> {
     measured: bool,
     sent_s: f64,
     lag_ms: Option<f64>,
+    /// `over_long`, `empty`, `malformed` or `burst` for extra requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inject: Option<&'static str>,
     #[serde(flatten)]
     record: &'a crate::measure::RequestRecord,
 }
@@ -252,6 +293,7 @@ pub fn write_requests(
             measured: s.measured,
             sent_s: s.sent_s,
             lag_ms: s.lag_ms,
+            inject: s.inject.map(crate::replay::inject::Kind::as_str),
             record: &s.record,
         };
         serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;

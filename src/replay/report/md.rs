@@ -21,6 +21,35 @@ fn opt(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or("-")
 }
 
+/// The named contract fields that are set, and the other `--contract` keys, as `k=v`.
+fn named_fields(c: &super::json::Contract) -> String {
+    let named = [
+        ("parameters", &c.parameters),
+        ("architecture", &c.architecture),
+        ("task", &c.task),
+        ("batching", &c.batching),
+        ("prefix_cache", &c.prefix_cache),
+        ("kv_cache", &c.kv_cache),
+        ("speculative_decoding", &c.speculative_decoding),
+        ("cards", &c.cards),
+        ("nodes", &c.nodes),
+        ("interconnect", &c.interconnect),
+        ("driver_version", &c.driver_version),
+        ("framework_version", &c.framework_version),
+        ("container_image", &c.container_image),
+    ];
+    let mut parts: Vec<String> = named
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+        .collect();
+    parts.extend(c.extra.iter().map(|(k, v)| format!("{k}={v}")));
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 /// The rows of the contract table: (field, value).
 pub fn contract_rows(r: &Report) -> Vec<(&'static str, String)> {
     let c = &r.contract;
@@ -64,6 +93,8 @@ pub fn contract_rows(r: &Report) -> Vec<(&'static str, String)> {
         ),
         ("hardware", opt(&c.hardware).to_owned()),
         ("precision", opt(&c.precision).to_owned()),
+        ("run id", c.run_id.clone()),
+        ("acceptance fields", named_fields(c)),
         (
             "profile",
             format!("{} ({} requests)", p.files.join(", "), p.requests),
@@ -279,6 +310,85 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_last)
         );
     }
+    let rows = repeat_rows(r);
+    if !rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Repeats: mean [95% confidence interval]\n\n| {} |\n|{}",
+            REPEAT_HEAD.join(" | "),
+            "---|".repeat(REPEAT_HEAD.len())
+        );
+        for row in rows {
+            let _ = writeln!(o, "| {} |", row.join(" | "));
+        }
+    }
+    let rows = short_rows(r);
+    if !rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Short requests beside long ones\n\nTTFT of short requests (≤ {} input tokens) sent while a long one was in flight, and without.\n\n| step | with long: requests | p50 / p95 ms | without: requests | p50 / p95 ms |\n|---|---|---|---|---|",
+            r.overall
+                .short_ttft_ms
+                .short_max_input_tokens
+                .map_or("-".into(), |n| n.to_string())
+        );
+        for row in rows {
+            let _ = writeln!(o, "| {} |", row.join(" | "));
+        }
+    }
+    let rows = quality_rows(r);
+    if !rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n## Quality and finish reasons\n\n| step | probes | passed | pass rate | finish reasons | length share |\n|---|---|---|---|---|---|"
+        );
+        for row in rows {
+            let _ = writeln!(o, "| {} |", row.join(" | ").replace('\n', " "));
+        }
+        if let Some(q) = &r.quality {
+            let _ = writeln!(
+                o,
+                "\nProbes over the run: {} of {} passed ({}).",
+                q.passed,
+                q.probes,
+                pct(q.pass_rate)
+            );
+            for f in q.failures.iter().take(FAILURES_SHOWN) {
+                let _ = writeln!(
+                    o,
+                    "- {} ({}, `{}`): {}; answer: {:?}",
+                    f.name, f.step, f.request_id, f.reason, f.answer
+                );
+            }
+            if q.failures.len() > FAILURES_SHOWN {
+                let _ = writeln!(
+                    o,
+                    "- … {} more in report.json",
+                    q.failures.len() - FAILURES_SHOWN
+                );
+            }
+        }
+    }
+    if let Some(inj) = &r.injection {
+        let (rows, lines) = injection_parts(inj);
+        let _ = writeln!(
+            o,
+            "\n## Abnormal input and bursts\n\n| kind | requests | statuses | answer p50 / p95 / max ms |\n|---|---|---|---|"
+        );
+        for row in rows {
+            let _ = writeln!(o, "| {} |", row.join(" | "));
+        }
+        let _ = writeln!(o);
+        for l in lines {
+            let _ = writeln!(o, "- {l}");
+        }
+    }
+    if let Some(rec) = &r.recovery {
+        let _ = writeln!(o, "\n## Recovery\n");
+        for line in recovery_lines(rec) {
+            let _ = writeln!(o, "- {line}");
+        }
+    }
     if !r.notes.is_empty() {
         let _ = writeln!(o, "\n## Notes\n");
         for n in &r.notes {
@@ -286,6 +396,216 @@ pub fn render(r: &Report) -> String {
         }
     }
     o
+}
+
+/// Rows of the short-request table (step, with long in flight: n, p50/p95; without: n,
+/// p50/p95), over the steps and the whole run; empty when no short request had a long one
+/// beside it.
+pub fn short_rows(r: &Report) -> Vec<[String; 5]> {
+    if r.overall.short_ttft_ms.with_long_in_flight.count == 0 {
+        return Vec::new();
+    }
+    let row = |label: &str, s: &crate::replay::measure::ShortTtft| {
+        let (w, o) = (&s.with_long_in_flight, &s.without);
+        [
+            label.to_owned(),
+            w.count.to_string(),
+            format!("{} / {}", num(w.p50, 1), num(w.p95, 1)),
+            o.count.to_string(),
+            format!("{} / {}", num(o.p50, 1), num(o.p95, 1)),
+        ]
+    };
+    let mut rows: Vec<[String; 5]> = r
+        .steps
+        .iter()
+        .map(|s| row(&s.label, &s.stats.short_ttft_ms))
+        .collect();
+    rows.push(row("all", &r.overall.short_ttft_ms));
+    rows
+}
+
+/// Header and rows of the repeats table (mean [95% CI] per level).
+pub const REPEAT_HEAD: [&str; 7] = [
+    "level",
+    "runs",
+    "attainment",
+    "goodput tok/s",
+    "TTFT p95 ms",
+    "TPOT p95 ms",
+    "e2e p95 ms",
+];
+
+pub fn repeat_rows(r: &Report) -> Vec<[String; 7]> {
+    let ci = |c: &crate::replay::repeats::Ci, scale: f64, d: usize| {
+        let f = |v: Option<f64>| num(v.map(|v| v * scale), d);
+        format!("{} [{}, {}]", f(c.mean), f(c.ci95_low), f(c.ci95_high))
+    };
+    r.repeats
+        .iter()
+        .flatten()
+        .map(|x| {
+            [
+                format!("c={}", x.concurrency),
+                x.runs.to_string(),
+                format!("{}%", ci(&x.attainment, 100.0, 2)),
+                ci(&x.effective_goodput_tokens_per_s, 1.0, 1),
+                ci(&x.ttft_p95_ms, 1.0, 1),
+                ci(&x.tpot_p95_ms, 1.0, 1),
+                ci(&x.e2e_p95_ms, 1.0, 1),
+            ]
+        })
+        .collect()
+}
+
+/// Failures listed in report.md and report.html (report.json has all).
+pub const FAILURES_SHOWN: usize = 20;
+
+/// Rows of the quality table: step, probes, passed, pass rate, finish reasons, length
+/// share (shared by report.md and report.html); empty when no step has either.
+pub fn quality_rows(r: &Report) -> Vec<[String; 6]> {
+    if r.steps
+        .iter()
+        .all(|s| s.quality.is_none() && s.finish_reasons.is_empty())
+    {
+        return Vec::new();
+    }
+    r.steps
+        .iter()
+        .map(|s| {
+            let q = s.quality.as_ref();
+            let reasons: Vec<String> = s
+                .finish_reasons
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            [
+                s.label.clone(),
+                q.map_or("-".into(), |q| q.probes.to_string()),
+                q.map_or("-".into(), |q| q.passed.to_string()),
+                pct(q.and_then(|q| q.pass_rate)),
+                if reasons.is_empty() {
+                    "-".into()
+                } else {
+                    reasons.join(", ")
+                },
+                pct(s.length_share),
+            ]
+        })
+        .collect()
+}
+
+/// The abnormal-input table rows (kind, requests, statuses, answer p50/p95/max ms) and
+/// the lines on the normal requests beside them (shared by report.md and report.html).
+pub fn injection_parts(i: &crate::replay::inject::Injection) -> (Vec<[String; 4]>, Vec<String>) {
+    let rows = i
+        .kinds
+        .iter()
+        .map(|k| {
+            let st: Vec<String> = k.statuses.iter().map(|(s, n)| format!("{s} {n}")).collect();
+            [
+                k.kind.to_owned(),
+                k.requests.to_string(),
+                st.join(", "),
+                format!(
+                    "{} / {} / {}",
+                    num(k.answer_ms.p50, 1),
+                    num(k.answer_ms.p95, 1),
+                    num(k.answer_ms.max, 1)
+                ),
+            ]
+        })
+        .collect();
+    let lat = |name: &str, l: &crate::replay::inject::Latency| {
+        format!(
+            "{name}: {} requests, TTFT p50 {} / p95 {} ms, e2e p95 {} ms",
+            l.requests,
+            num(l.ttft_ms.p50, 1),
+            num(l.ttft_ms.p95, 1),
+            num(l.e2e_ms.p95, 1)
+        )
+    };
+    let mut lines = Vec::new();
+    if !i.shares.is_empty() {
+        lines.push(lat(
+            "normal requests with an injected one in flight",
+            &i.normal_beside_injected,
+        ));
+        lines.push(lat("normal requests without", &i.normal_alone));
+    }
+    if let Some(b) = &i.burst {
+        lines.push(format!(
+            "burst: {} req/s for {}s in the middle of each step",
+            b.rate, b.duration_s
+        ));
+        lines.push(lat("normal requests sent during a burst", &b.normal_during));
+        lines.push(lat(
+            "normal requests sent outside bursts",
+            &b.normal_outside,
+        ));
+    }
+    (rows, lines)
+}
+
+/// The recovery section, one line per answer (shared by report.md and report.html).
+pub fn recovery_lines(r: &crate::replay::recovery::Recovery) -> Vec<String> {
+    let mut v = Vec::new();
+    let ran = match r.fault_at_s {
+        Some(at) => format!(
+            "fault `{}` started at {at:.2}s (planned {:.2}s){}",
+            r.fault_cmd,
+            r.planned_fault_at_s,
+            match (r.fault_finished_s, r.fault_exit_code, &r.fault_error) {
+                (_, _, Some(e)) => format!(", {e}"),
+                (Some(end), Some(code), None) => format!(", exited {code} after {:.2}s", end - at),
+                (Some(end), None, None) => format!(", ended by a signal after {:.2}s", end - at),
+                _ => String::new(),
+            }
+        ),
+        None => format!(
+            "fault `{}` was due at {:.2}s but the run ended first: nothing measured",
+            r.fault_cmd, r.planned_fault_at_s
+        ),
+    };
+    v.push(ran);
+    if r.fault_at_s.is_none() {
+        return v;
+    }
+    v.push(format!(
+        "recovered: {} (attainment back at the target {} for {} intervals of {}s in a row after {} s; deadline {}s)",
+        if r.recovered { "yes" } else { "NO" },
+        pct(r.attainment_target),
+        r.stable_bins,
+        r.bin_s,
+        num(r.recovery_time_s, 1),
+        r.recovery_deadline_s
+    ));
+    let outcomes: Vec<String> = r
+        .failed_outcomes
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    v.push(format!(
+        "failed requests: {} ({} cut while in flight){}",
+        r.failed_requests,
+        r.requests_cut,
+        if outcomes.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", outcomes.join(", "))
+        }
+    ));
+    v.push(format!(
+        "attainment: {} before the fault, {} from the fault to recovery, worst interval {}",
+        pct(r.baseline_attainment),
+        pct(r.dip_attainment),
+        pct(r.min_attainment)
+    ));
+    v.push(format!(
+        "effective goodput: {} tok/s before the fault, {} tok/s from the fault to recovery",
+        num(r.baseline_goodput_tokens_per_s, 1),
+        num(r.dip_goodput_tokens_per_s, 1)
+    ));
+    v
 }
 
 /// A relative change as `+12.3%`.

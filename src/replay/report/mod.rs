@@ -50,6 +50,46 @@ pub struct Inputs<'a> {
     pub soak_rate: Option<f64>,
     pub prompt_lengths: String,
     pub notes: Vec<String>,
+    pub recovery: Option<super::recovery::Recovery>,
+    pub probes: Option<&'a super::probes::Probes>,
+}
+
+/// The probes among `samples` that have a verdict, as `quality`.
+fn quality(
+    samples: &[&Sample],
+    probes: &super::probes::Probes,
+    label: &dyn Fn(usize) -> String,
+) -> super::probes::Quality {
+    let mut q = super::probes::Quality::default();
+    for s in samples {
+        let Some(p) = &s.probe else { continue };
+        q.probes += 1;
+        if p.passed {
+            q.passed += 1;
+        } else {
+            q.failures.push(super::probes::Failure {
+                name: probes.name(p.probe).to_owned(),
+                step: label(s.step),
+                request_id: s.record.id.clone(),
+                reason: p.reason.clone().unwrap_or_default(),
+                answer: p.excerpt.clone().unwrap_or_default(),
+            });
+        }
+    }
+    q.pass_rate = (q.probes > 0).then(|| q.passed as f64 / q.probes as f64);
+    q
+}
+
+/// Finish reasons of the requests that report one, and the share cut by a length limit.
+fn finish_reasons(samples: &[&Sample]) -> (BTreeMap<&'static str, u64>, Option<f64>) {
+    let mut m = BTreeMap::new();
+    for r in samples.iter().filter_map(|s| s.record.finish_reason) {
+        *m.entry(r.as_str()).or_insert(0u64) += 1;
+    }
+    let total: u64 = m.values().sum();
+    let length = m.get("length").copied().unwrap_or(0);
+    let share = (total > 0).then(|| length as f64 / total as f64);
+    (m, share)
 }
 
 fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
@@ -68,7 +108,11 @@ fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
             0.0
         };
     }
+    let (finish_reasons, length_share) = finish_reasons(samples);
     StepOut {
+        finish_reasons,
+        length_share,
+        quality: None,
         index: run.spec.index,
         label: run.spec.label.clone(),
         concurrency,
@@ -159,6 +203,29 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .map(|r| step_out(r, &of_step(r.spec.index), i.config))
             .collect(),
     };
+    let mut steps = steps;
+    if let Some(p) = i.probes {
+        let label = |k: usize| -> String {
+            i.runs
+                .iter()
+                .find(|r| r.spec.index == k)
+                .map_or_else(|| k.to_string(), |r| r.spec.label.clone())
+        };
+        if a.mode == Mode::Soak {
+            for s in &mut steps {
+                let part: Vec<&Sample> = measured
+                    .iter()
+                    .copied()
+                    .filter(|m| m.ended_s >= s.started_s && m.ended_s < s.started_s + s.duration_s)
+                    .collect();
+                s.quality = Some(quality(&part, p, &|_| s.label.clone()));
+            }
+        } else {
+            for s in &mut steps {
+                s.quality = Some(quality(&of_step(s.index), p, &label));
+            }
+        }
+    }
     let measuring_s: f64 = i.runs.iter().map(StepRun::duration_s).sum();
     let overall = Stats::of(&measured, measuring_s, &i.config.slo);
     let levels: BTreeMap<usize, u32> = i
@@ -225,6 +292,13 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let interval = a.step_duration.as_secs_f64();
     let mut notes = i.notes.clone();
     notes.extend(step_notes(&steps));
+    if let Some(r) = i.recovery.as_ref().filter(|r| r.fault_at_s.is_none()) {
+        notes.push(format!(
+            "the fault command was due {:.1}s after the start but the run ended first: no recovery measured",
+            r.planned_fault_at_s
+        ));
+    }
+    let repeats = (a.mode == Mode::Steps && a.repeat > 1).then(|| super::repeats::of(&steps));
     let passed = !verdicts.is_empty() && verdicts.iter().all(|v| v.verdict == "pass");
     Report {
         report_format: REPORT_FORMAT,
@@ -259,12 +333,56 @@ pub fn build(i: &Inputs<'_>) -> Report {
         capacity,
         capacity_by_class: by_class,
         timeline: timeline(i.samples, run_s, &i.config.slo),
+        recovery: i.recovery.clone(),
+        repeats,
+        injection: (!a.inject.is_empty() || a.burst.is_some()).then(|| {
+            let extra: Vec<&Sample> = i
+                .samples
+                .iter()
+                .filter(|s| s.inject.is_some() && reported.contains(&s.step))
+                .collect();
+            super::inject::analyse(
+                &extra,
+                &measured,
+                i.runs,
+                &a.inject,
+                a.context_tokens,
+                a.burst,
+            )
+        }),
+        quality: i.probes.map(|p| {
+            quality(&measured, p, &|k| {
+                i.runs
+                    .iter()
+                    .find(|r| r.spec.index == k)
+                    .map_or_else(|| k.to_string(), |r| r.spec.label.clone())
+            })
+        }),
         notes,
     }
 }
 
+/// Requests a nearest-rank P99 needs to be more than the maximum (and P95 the top 5%).
+pub const MIN_REQUESTS_P99: u64 = 100;
+pub const MIN_REQUESTS_P95: u64 = 20;
+
 fn step_notes(steps: &[StepOut]) -> Vec<String> {
-    steps
+    let few = steps.iter().filter_map(|s| {
+        let n = s.stats.requests;
+        let which = if n < MIN_REQUESTS_P95 {
+            "P95 and P99 are its slowest requests"
+        } else if n < MIN_REQUESTS_P99 {
+            "P99 is its slowest request"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "step {}: {n} requests, too few for its percentiles ({which}; P95 needs {MIN_REQUESTS_P95}, P99 {MIN_REQUESTS_P99})",
+            s.label
+        ))
+    });
+    let mut notes: Vec<String> = few.collect();
+    notes.extend(steps
         .iter()
         .filter(|s| s.concurrency.is_some())
         .filter(|s| s.stats.e2e_ms.p50.is_some_and(|e| e / 1000.0 > s.duration_s / 4.0))
@@ -273,9 +391,27 @@ fn step_notes(steps: &[StepOut]) -> Vec<String> {
                 "step {}: median e2e is over a quarter of the measuring window; use a longer --step-duration",
                 s.label
             )
-        })
-        .collect()
+        }));
+    notes
 }
+
+/// `--contract` keys with a field of their own besides the recorded six.
+pub const NAMED_FIELDS: [&str; 14] = [
+    "parameters",
+    "architecture",
+    "task",
+    "batching",
+    "prefix_cache",
+    "kv_cache",
+    "speculative_decoding",
+    "cards",
+    "nodes",
+    "interconnect",
+    "driver_version",
+    "framework_version",
+    "container_image",
+    "run_id",
+];
 
 fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
     let a = i.args;
@@ -303,6 +439,18 @@ fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
     let hardware = pick("hardware", &recorded.hardware);
     let precision = pick("precision", &recorded.precision);
     let notes = pick("notes", &recorded.notes);
+    let mut named: BTreeMap<&'static str, String> = BTreeMap::new();
+    for key in NAMED_FIELDS {
+        if let Some(v) = pick(key, &None) {
+            named.insert(key, v);
+        }
+    }
+    let mut take = |k: &'static str| named.remove(k);
+    let run_id = take("run_id").unwrap_or_else(|| {
+        let at = humantime::format_rfc3339_seconds(i.started_at).to_string();
+        let compact: String = at.chars().filter(char::is_ascii_alphanumeric).collect();
+        format!("{compact}-{:08x}", rand::random::<u32>())
+    });
     let mut models: BTreeMap<String, u64> = BTreeMap::new();
     for s in i.samples {
         *models
@@ -344,6 +492,20 @@ fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
         hardware,
         precision,
         notes,
+        parameters: take("parameters"),
+        architecture: take("architecture"),
+        task: take("task"),
+        batching: take("batching"),
+        prefix_cache: take("prefix_cache"),
+        kv_cache: take("kv_cache"),
+        speculative_decoding: take("speculative_decoding"),
+        cards: take("cards"),
+        nodes: take("nodes"),
+        interconnect: take("interconnect"),
+        driver_version: take("driver_version"),
+        framework_version: take("framework_version"),
+        container_image: take("container_image"),
+        run_id,
         extra,
         sources,
         profile: ProfileId {

@@ -59,7 +59,7 @@ pub fn capacity(
             input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
             concurrency_at_start: level(s),
-            long_in_flight_at_start: false,
+            long_in_flight_at_start: r.arrival.long_in_flight,
             miss_cause: crate::measure::slo::MissCause::of(r),
             finish_reason: r.finish_reason,
             cached_input_tokens: None,

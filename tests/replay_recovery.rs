@@ -1,0 +1,356 @@
+//! `goodput replay --fault-at --fault-cmd`: the candidate is a `goodput sim` process that
+//! the fault command kills (SIGKILL, like a crash) and, in the recovering case, starts
+//! again on the same port after an outage of one second; the report's `recovery` is
+//! checked against what the command did.
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "integration tests: a failed step must stop the test"
+)]
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use clap::Parser;
+use common::{
+    harness::{fast_sim, start_sim},
+    temp::TempDir,
+};
+use goodput::replay::{self, ReplayArgs};
+use serde_json::Value;
+
+/// Load generators and simulator processes would measure each other on two cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: ReplayArgs,
+}
+
+fn args(list: &[&str]) -> ReplayArgs {
+    let mut all = vec!["replay", "--quiet"];
+    all.extend_from_slice(list);
+    Cli::try_parse_from(all).unwrap().args
+}
+
+/// Twenty streamed chat requests of 300 input and 10 output tokens, 50 ms apart.
+fn write_profile(dir: &Path) -> PathBuf {
+    let mut text = String::from(
+        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"5a1700000000beef","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{}}"#,
+    );
+    text.push('\n');
+    for i in 0..20 {
+        text.push_str(&format!(
+            r#"{{"t_ms":{},"model":"sim-model","api":"chat_completions","stream":true,"input_tokens":300,"input_tokens_source":"usage","output_tokens":10,"output_tokens_source":"usage","max_tokens":null,"outcome":"ok","status":200,"slo_class":"interactive","slo_met":true,"ttft_ms":20.0,"tpot_ms":2.0,"e2e_ms":40.0,"hash_ids":[{}]}}"#,
+            i * 50,
+            i + 1
+        ));
+        text.push('\n');
+    }
+    let path = dir.join("profile.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// One class: TTFT within 500 ms (the simulator answers in 20) for 90% of requests.
+fn write_config(dir: &Path) -> PathBuf {
+    let path = dir.join("slo.toml");
+    std::fs::write(
+        &path,
+        "[slo]\nmin_samples = 5\n\n[[slo.class]]\nname = \"interactive\"\nmatch = { api = \"chat\" }\n\
+         ttft_ms = 500\nattainment = 0.9\n",
+    )
+    .unwrap();
+    path
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A `goodput sim` process on a fixed loopback port, started by `start.sh` (which the
+/// fault command runs again); killed when dropped.
+struct SimProcess {
+    dir: PathBuf,
+    port: u16,
+}
+
+impl SimProcess {
+    fn start(dir: &Path) -> SimProcess {
+        // A free port: bound at :0 and released for the simulator to take.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let script = format!(
+            "'{}' sim --listen 127.0.0.1:{port} --ttft fixed:20 --itl fixed:2 \
+             --output-tokens fixed:10 >>'{}/sim.log' 2>&1 &\necho $! >'{}/sim.pid'\n",
+            env!("CARGO_BIN_EXE_goodput"),
+            dir.display(),
+            dir.display()
+        );
+        std::fs::write(dir.join("start.sh"), script).unwrap();
+        let sim = SimProcess {
+            dir: dir.to_owned(),
+            port,
+        };
+        let ok = std::process::Command::new("sh")
+            .arg(dir.join("start.sh"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "start.sh failed");
+        sim
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Waits until the simulator accepts connections (it binds before answering).
+    async fn ready(&self) {
+        for _ in 0..3000 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "the simulator never listened: {}",
+            std::fs::read_to_string(self.dir.join("sim.log")).unwrap_or_default()
+        );
+    }
+
+    /// Kills the current process and, with `restart`, starts a new one on the same port
+    /// after a second without any.
+    fn fault_cmd(&self, restart: bool) -> String {
+        let d = self.dir.display();
+        let mut cmd = format!("kill -9 $(cat '{d}/sim.pid')");
+        if restart {
+            cmd.push_str(&format!("; sleep 1; sh '{d}/start.sh'"));
+        }
+        cmd
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.dir.join("sim.pid")) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", pid.trim()])
+                .status();
+        }
+    }
+}
+
+fn soak(profile: &Path, config: &Path, url: &str, out: &Path, extra: &[&str]) -> ReplayArgs {
+    let mut a = vec![
+        "--profile",
+        profile.to_str().unwrap(),
+        "--target",
+        url,
+        "--config",
+        config.to_str().unwrap(),
+        "--mode",
+        "soak",
+        "--soak-rate",
+        "25",
+        "--warmup",
+        "500ms",
+        "--step-duration",
+        "1s",
+        "--idle-timeout",
+        "5s",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    a.extend_from_slice(extra);
+    args(&a)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_target_is_seen_failing_and_recovering() {
+    let _serial = SERIAL.lock().await;
+    let tmp = TempDir::new("recovery");
+    let dir = tmp.path();
+    let sim = SimProcess::start(dir);
+    sim.ready().await;
+    let (profile, config) = (write_profile(dir), write_config(dir));
+    let out = dir.join("report");
+    let fault = sim.fault_cmd(true);
+    let a = soak(
+        &profile,
+        &config,
+        &sim.url(),
+        &out,
+        &[
+            "--soak-duration",
+            "9s",
+            "--fault-at",
+            "3s",
+            "--fault-cmd",
+            &fault,
+            "--recovery-deadline",
+            "5s",
+        ],
+    );
+    replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    let rec = &r["recovery"];
+    eprintln!("recovery: {rec:#}");
+    assert!(rec["fault_at_s"].as_f64().unwrap() >= 3.0);
+    assert_eq!(rec["planned_fault_at_s"], 3.0);
+    assert_eq!(rec["fault_exit_code"], 0, "{}", rec["fault_error"]);
+    // The command slept a second between the kill and the new start.
+    assert!(rec["fault_finished_s"].as_f64().unwrap() >= rec["fault_at_s"].as_f64().unwrap() + 1.0);
+    assert_eq!(rec["attainment_target"], 0.9);
+    assert!(rec["baseline_attainment"].as_f64().unwrap() >= 0.9, "{rec}");
+    // At 25/s, the second without a listener fails about 25 requests.
+    assert!(rec["failed_requests"].as_u64().unwrap() >= 10, "{rec}");
+    assert!(rec["min_attainment"].as_f64().unwrap() < 0.9);
+    assert!(
+        rec["dip_goodput_tokens_per_s"].as_f64().unwrap()
+            < rec["baseline_goodput_tokens_per_s"].as_f64().unwrap()
+    );
+    let t = rec["recovery_time_s"].as_f64().unwrap();
+    assert!(
+        t >= 1.0,
+        "the first second after the fault had no target: {t}"
+    );
+    assert_eq!(rec["recovered"], t <= 5.0);
+    let outcomes = rec["failed_outcomes"].as_object().unwrap();
+    assert!(!outcomes.is_empty());
+    let sum: u64 = outcomes.values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(sum, rec["failed_requests"].as_u64().unwrap());
+    // Intervals from the baseline through the recovery.
+    let bins = rec["bins"].as_array().unwrap();
+    assert!(bins.iter().any(|b| b["attainment"].as_f64() == Some(0.0)));
+    assert!(bins.first().unwrap()["t_s"].as_f64().unwrap() < 3.0);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## Recovery"), "{md}");
+    assert!(md.contains("failed requests: "), "{md}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<h2>Recovery</h2>"));
+    assert!(html.contains("Attainment around the fault"));
+    assert!(out.join("fault-cmd.log").exists());
+    // The restarted simulator serves again after the run.
+    sim.ready().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_stays_down_never_recovers() {
+    let _serial = SERIAL.lock().await;
+    let tmp = TempDir::new("no-recovery");
+    let dir = tmp.path();
+    let sim = SimProcess::start(dir);
+    sim.ready().await;
+    let (profile, config) = (write_profile(dir), write_config(dir));
+    let out = dir.join("report");
+    let fault = sim.fault_cmd(false);
+    let a = soak(
+        &profile,
+        &config,
+        &sim.url(),
+        &out,
+        &[
+            "--soak-duration",
+            "5s",
+            "--fault-at",
+            "2s",
+            "--fault-cmd",
+            &fault,
+        ],
+    );
+    let done = replay::execute(&a, std::future::pending()).await.unwrap();
+    let rec = &done.report.recovery.as_ref().unwrap();
+    assert!(!rec.recovered);
+    assert_eq!(rec.recovery_time_s, None);
+    assert_eq!(rec.fault_exit_code, Some(0));
+    // Every request sent after the fault failed: about 25 a second for 3 s.
+    assert!(rec.failed_requests >= 30, "{rec:?}");
+    assert_eq!(rec.dip_attainment, Some(0.0));
+    assert_eq!(done.report.verdict["interactive"], "fail");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("recovered: NO"), "{md}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_due_after_the_run_never_runs_and_says_so() {
+    let _serial = SERIAL.lock().await;
+    let (_sim, url) = start_sim(fast_sim(20.0, 2.0)).await;
+    let tmp = TempDir::new("late-fault");
+    let dir = tmp.path();
+    let (profile, config) = (write_profile(dir), write_config(dir));
+    let out = dir.join("report");
+    let marker = dir.join("ran");
+    let fault = format!("touch '{}'", marker.display());
+    let a = soak(
+        &profile,
+        &config,
+        &url,
+        &out,
+        &[
+            "--soak-duration",
+            "1s",
+            "--fault-at",
+            "1h",
+            "--fault-cmd",
+            &fault,
+        ],
+    );
+    replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    assert_eq!(r["recovery"]["fault_at_s"], Value::Null);
+    assert_eq!(r["recovery"]["recovered"], false);
+    assert!(!marker.exists());
+    assert!(
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("the run ended first"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_fault_command_is_reported() {
+    let _serial = SERIAL.lock().await;
+    let (_sim, url) = start_sim(fast_sim(20.0, 2.0)).await;
+    let tmp = TempDir::new("bad-fault");
+    let dir = tmp.path();
+    let (profile, config) = (write_profile(dir), write_config(dir));
+    let out = dir.join("report");
+    let a = soak(
+        &profile,
+        &config,
+        &url,
+        &out,
+        &[
+            "--soak-duration",
+            "2s",
+            "--fault-at",
+            "1s",
+            "--fault-cmd",
+            "echo no such replica >&2; exit 7",
+        ],
+    );
+    replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    assert_eq!(r["recovery"]["fault_exit_code"], 7);
+    assert_eq!(r["recovery"]["failed_requests"], 0);
+    assert_eq!(
+        std::fs::read_to_string(out.join("fault-cmd.log")).unwrap(),
+        "no such replica\n"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("exited 7 after"), "{md}");
+}

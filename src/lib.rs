@@ -28,6 +28,7 @@ pub mod config;
 pub mod decode;
 pub mod demo;
 pub mod measure;
+pub mod metrics;
 pub mod otlp;
 pub mod profile;
 pub mod proxy;
@@ -37,6 +38,7 @@ pub mod sim;
 pub mod stats;
 pub mod telemetry;
 pub mod tokenize;
+pub mod usage_injection;
 
 /// The boxed error type bodies carry across the data path.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

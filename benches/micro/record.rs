@@ -20,9 +20,9 @@ use std::{
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use goodput::{
-    admin::metrics::{LatencyLabels, Metrics},
     config::{self, Config, Overrides},
     measure::{MeasureLayer, Outcome, Pending, Recorder, Settings},
+    metrics::{LatencyLabels, Metrics},
     stats::{
         engine::{Engine, Observation},
         engine_config,

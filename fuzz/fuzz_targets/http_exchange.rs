@@ -26,9 +26,9 @@ use std::{
 
 use arc_swap::ArcSwap;
 use goodput::{
-    admin::metrics::LimitMetrics,
     config::{self, Overrides},
     measure::{MeasureLayer, Pending, Recorder, Settings},
+    metrics::LimitMetrics,
     proxy::{self, ClientBudget, Forward, Proxy},
 };
 use goodput_fuzz::http1::{self, Received, Sent};

@@ -4,7 +4,7 @@
 #![no_main]
 
 use bytes::Bytes;
-use goodput::proxy::inject::UsageFilter;
+use goodput::usage_injection::UsageFilter;
 use goodput_fuzz::Input;
 use libfuzzer_sys::fuzz_target;
 

@@ -4,7 +4,7 @@
 #![no_main]
 
 use goodput::decode::{Api, inspect_request};
-use goodput::proxy::inject::{Rewrite, rewrite};
+use goodput::usage_injection::{Rewrite, rewrite};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

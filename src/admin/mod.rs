@@ -5,7 +5,6 @@
 
 mod auth;
 mod dashboard;
-pub mod metrics;
 mod server;
 
 pub use dashboard::url as dashboard_url;

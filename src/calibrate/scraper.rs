@@ -29,11 +29,11 @@ use super::{
     engines::{self, EngineKind, ExtractError, Extracted},
 };
 use crate::{
-    admin::metrics::{
+    config::{Calibration, Config},
+    metrics::{
         CalibrationLabels, CalibrationSampleLabels, EngineModel, Metrics, ModelPhase,
         ScrapeResultLabel,
     },
-    config::{Calibration, Config},
 };
 
 /// Largest metrics page read; a vLLM page with many LoRA adapters is a few MB at most.

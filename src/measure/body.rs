@@ -17,15 +17,13 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
 
+use super::tap::IdleTimeout;
 use super::{
     clock::{Clock, ReadClock},
     delivery::{Delivery, Mark},
     tap::{Delivered, Ending, Tap},
 };
-use crate::{
-    BoxError,
-    proxy::{IdleTimeout, inject::UsageFilter},
-};
+use crate::{BoxError, usage_injection::UsageFilter};
 
 pin_project! {
     /// The upstream response body as the client receives it, timestamped frame by frame.

@@ -56,6 +56,11 @@ pub fn from_wall(stamp: Duration, wall_now: Duration, now: Instant) -> Option<In
     now.checked_sub(age)
 }
 
+/// The client connection's [`ReadClock`], put in each request's extensions by the data
+/// path: the read that completed the request head gives the request's `t_arrival`.
+#[derive(Debug, Clone)]
+pub struct ClientReads(pub std::sync::Arc<ReadClock>);
+
 /// The time of a connection's latest read. Written by the connection's I/O, read by the
 /// measured body and the measurement layer; all of them run in the client connection's
 /// task, so relaxed ordering is enough (a task moving between threads is synchronised by

@@ -1,6 +1,6 @@
 //! The tower layer that puts a request under measurement. `t_arrival` is when the read
 //! that completed the request head arrived: the kernel's receive stamp of its packet
-//! where the client connection has one ([`crate::proxy::ConnInfo`]), else the time the
+//! where the client connection keeps a read clock ([`ClientReads`]), else the time the
 //! service is called, i.e. as soon as hyper has parsed the request head.
 
 use std::{
@@ -22,18 +22,18 @@ use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::{
-    Clock, Delivery, MeasuredBody, Outcome, ReadClock, Recorder, RequestTap, Tap, request_id,
+    ClientReads, Clock, Delivery, MeasuredBody, Outcome, ReadClock, Recorder, RequestTap, Tap,
+    Upgraded, request_id,
     tap::{HeadInfo, ProxyFailure},
 };
 use crate::config::{
     UsageInjection,
     slo::{Targets, tenant_hash},
 };
-use crate::proxy::inject::{InjectPlan, UsageFilter, UsageRequest};
+use crate::usage_injection::{InjectPlan, UsageFilter, UsageRequest};
 use crate::{
     BoxError,
     decode::{Api, StreamKind},
-    proxy::{ConnInfo, Tunnel},
 };
 
 /// The W3C Trace Context header a request's span joins.
@@ -181,8 +181,8 @@ where
         // The read that completed the head, as the kernel stamped its packet, if it did.
         let (t_arrival, clock) = parts
             .extensions
-            .get::<ConnInfo>()
-            .and_then(|c| c.reads.as_ref()?.latest_read())
+            .get::<ClientReads>()
+            .and_then(|r| r.0.latest_read())
             .filter(|(at, _)| *at <= now)
             .unwrap_or((now, Clock::User));
         let settings = self.layer.settings.load();
@@ -263,7 +263,7 @@ where
                     && resp.status().is_success()
                     && StreamKind::from_content_type(content_type) == StreamKind::Sse;
                 tap.on_head(resp.status().as_u16(), content_type, failure);
-                if let Some(tunnel) = resp.extensions_mut().remove::<Tunnel>() {
+                if let Some(tunnel) = resp.extensions_mut().remove::<Upgraded>() {
                     // The body of a 101 is empty; the exchange lives on in the tunnel, so the
                     // measurement follows it there.
                     tap.on_tunnel();

@@ -15,12 +15,14 @@ mod request_id;
 mod sink;
 pub mod slo;
 mod tap;
+mod upgrade;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
-pub use clock::{Clock, ReadClock};
+pub use clock::{ClientReads, Clock, ReadClock};
 pub use delivery::{Delivery, Mark};
 pub use layer::{Measure, MeasureLayer, Settings};
 pub use record::{Fault, Outcome, RequestRecord, RequestTrace, TokenCount, TokenSource};
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Recorder};
-pub use tap::{Delivered, Ending, HeadInfo, Pending, ProxyFailure, Tap, Timeline};
+pub use tap::{Delivered, Ending, HeadInfo, IdleTimeout, Pending, ProxyFailure, Tap, Timeline};
+pub use upgrade::{TunnelDone, Upgraded};

@@ -17,6 +17,12 @@ use super::{
 use crate::config::slo::Targets;
 use crate::decode::{Api, EventInfo, FinishReason, StreamDecoder, StreamKind, TextBuf, Usage};
 
+/// The error a response body gives when no bytes arrived from the upstream within the
+/// idle timeout (`upstream.idle_timeout`); the measurement books it as [`Ending::IdleTimeout`].
+#[derive(Debug, thiserror::Error)]
+#[error("upstream body idle for longer than {0:?}")]
+pub struct IdleTimeout(pub std::time::Duration);
+
 /// How the response ended, as seen by the data path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {

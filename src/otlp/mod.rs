@@ -31,9 +31,9 @@ pub use client::CollectorClient;
 pub use traceparent::TraceParent;
 
 use crate::{
-    admin::metrics::{OtlpMetrics, SignalLabel},
     config::{Otlp, Upstream},
     measure::RequestRecord,
+    metrics::{OtlpMetrics, SignalLabel},
     stats::engine::Gauges,
 };
 

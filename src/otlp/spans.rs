@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 
 use super::{Health, semconv as sc};
 use crate::{
-    admin::metrics::DropReasonLabel,
     measure::{Fault, RequestRecord},
+    metrics::DropReasonLabel,
 };
 
 /// How long a batch waits to fill up before it is sent anyway (the SDK's

@@ -24,8 +24,8 @@ use super::{
     writer::{Counters, Writer, WriterSettings},
 };
 use crate::{
-    admin::metrics::{DropReasonLabel, Metrics},
     config::ProfileConfig,
+    metrics::{DropReasonLabel, Metrics},
 };
 
 /// How often the writer thread wakes up without traffic (age-based rotation).

@@ -21,12 +21,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 use super::inline::Lease;
-use crate::BoxError;
-
-/// No body bytes arrived from the upstream within the idle timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("upstream body idle for longer than {0:?}")]
-pub struct IdleTimeout(pub Duration);
+use crate::{BoxError, measure::IdleTimeout};
 
 pin_project! {
     #[project = Proj]

@@ -10,8 +10,8 @@ use hyper_util::{
     rt::{TokioExecutor, TokioTimer},
 };
 
-use super::{inject::ForwardBody, request_body::ClientBody};
-use crate::{config::Upstream, measure::RequestTap};
+use super::request_body::ClientBody;
+use crate::{config::Upstream, measure::RequestTap, usage_injection::ForwardBody};
 
 pub type UpstreamClient =
     Client<HttpsConnector<HttpConnector>, ForwardBody<ClientBody<RequestTap<Incoming>>>>;

@@ -2,7 +2,7 @@
 //! client's body streaming through, and returns the upstream's response head with its
 //! body untouched. Failures before a response head become 502/504 in one place, those the
 //! client caused (a bad `Host`, a broken or too slow body) 400/408. The one
-//! exception to "untouched" is opt-in usage injection ([`super::inject`]), decided here
+//! exception to "untouched" is opt-in usage injection ([`crate::usage_injection`]), decided here
 //! for the requests the measurement layer marked as candidates.
 
 use std::{
@@ -24,17 +24,22 @@ use hyper::body::Incoming;
 use tower::Service;
 
 use super::{
-    ConnInfo, Tunnel,
+    ConnInfo,
     body::UpstreamBody,
     client::{self, UpstreamClient},
     error::ProxyError,
     headers,
-    inject::{self, ForwardBody, InjectPlan},
     inline::{self, Lease},
     request_body::ClientBody,
     slots::Slots,
+    tunnel,
 };
-use crate::{admin::metrics::LimitMetrics, config::Upstream, measure::RequestTap};
+use crate::{
+    config::Upstream,
+    measure::RequestTap,
+    metrics::LimitMetrics,
+    usage_injection::{self, ForwardBody, InjectPlan},
+};
 
 /// Cheap to clone; the upstream side can be replaced on config reload while requests in
 /// flight keep the client they started with.
@@ -161,7 +166,7 @@ impl Inner {
         let plan = parts.extensions.remove::<InjectPlan>().filter(|_| !upgrade);
         parts.extensions = http::Extensions::new();
         let (body, usage) = match plan {
-            Some(plan) => inject::prepare(&plan, &mut parts.headers, body).await,
+            Some(plan) => usage_injection::prepare(&plan, &mut parts.headers, body).await,
             None => (ForwardBody::stream(body), None),
         };
         if let Some(e) = fault.take() {
@@ -215,7 +220,7 @@ impl Inner {
             // The tunnel holds the upstream connection, and its slot, from now on.
             parts
                 .extensions
-                .insert(Tunnel::spawn(client_upgrade, upstream_upgrade, lease));
+                .insert(tunnel::spawn(client_upgrade, upstream_upgrade, lease));
             return Ok(Response::from_parts(parts, UpstreamBody::empty()));
         }
         headers::prepare_response(&mut parts.headers, false);

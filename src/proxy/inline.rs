@@ -48,7 +48,6 @@ use tower::Service;
 
 use super::{
     error::ProxyError,
-    inject::ForwardBody,
     request_body::ClientBody,
     slots::{Got, Slot, Slots},
     wire::WireStream,
@@ -57,6 +56,7 @@ use crate::{
     BoxError,
     config::Upstream,
     measure::{ReadClock, RequestTap},
+    usage_injection::ForwardBody,
 };
 
 /// Boxed: hyper's request queue allocates room for 32 requests per connection up front,

@@ -11,7 +11,6 @@ mod first_bytes;
 mod forward;
 mod h2guard;
 mod headers;
-pub mod inject;
 mod inline;
 mod request_body;
 mod server;
@@ -22,18 +21,18 @@ pub use wire::kernel_timestamps;
 
 use std::net::SocketAddr;
 
-pub use body::{IdleTimeout, UpstreamBody};
+pub use body::UpstreamBody;
 pub use error::ProxyError;
 pub use fds::ClientBudget;
 pub use forward::Forward;
 pub use server::{Proxy, serve};
-pub use tunnel::Tunnel;
 
 /// What the forwarding service knows about the client connection.
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
     pub remote: SocketAddr,
     pub tls: bool,
-    /// When the connection's reads arrived (the request head's gives `t_arrival`).
+    /// When the connection's reads arrived; each request carries it to the measurement
+    /// as [`crate::measure::ClientReads`] (the read completing its head is `t_arrival`).
     pub reads: Option<std::sync::Arc<crate::measure::ReadClock>>,
 }

@@ -53,9 +53,9 @@ use super::{
 };
 use crate::{
     BoxError,
-    admin::metrics::LimitMetrics,
     config::Server,
-    measure::{Delivery, Measure, MeasureLayer, ReadClock, Recorder},
+    measure::{ClientReads, Delivery, Measure, MeasureLayer, ReadClock, Recorder},
+    metrics::LimitMetrics,
 };
 
 /// Streams an HTTP/2 client may reset before the server has seen them, before the
@@ -158,7 +158,7 @@ impl Proxy {
         let max_connections = budget.cap(l.max_connections);
         let control_floods = limits
             .rejections
-            .get_or_create(&crate::admin::metrics::LimitLabel {
+            .get_or_create(&crate::metrics::LimitLabel {
                 limit: h2guard::LIMIT,
             })
             .clone();
@@ -252,6 +252,9 @@ impl Proxy {
         let delivery = Arc::clone(delivery);
         service_fn(move |mut req: Request<Incoming>| {
             delivery.request_begins();
+            if let Some(reads) = &conn.reads {
+                req.extensions_mut().insert(ClientReads(Arc::clone(reads)));
+            }
             req.extensions_mut().insert(conn.clone());
             req.extensions_mut().insert(Arc::clone(&delivery));
             svc.clone().oneshot(req)

@@ -13,7 +13,7 @@ use std::{pin::pin, sync::Arc, time::Duration};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::error::ProxyError;
-use crate::admin::metrics::LimitMetrics;
+use crate::metrics::LimitMetrics;
 
 /// One upstream connection's (or, on hyper's client, one request's) place in the budget;
 /// given back when dropped.

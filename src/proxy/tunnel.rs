@@ -5,100 +5,58 @@
 use std::{
     io,
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
     task::{Context, Poll},
-    time::Instant,
 };
 
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
-    sync::oneshot,
-};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::inline::Lease;
-use crate::measure::{Ending, Tap};
+use crate::measure::{Ending, TunnelDone, Upgraded};
 
-/// Byte counts of a finished tunnel.
-#[derive(Debug, Clone, Copy)]
-struct Done {
-    to_client: u64,
-    from_client: u64,
-    ending: Ending,
-}
-
-/// Carried in the 101 response's extensions so the measurement can follow the tunnel.
-#[derive(Clone, Debug)]
-pub struct Tunnel {
-    done: Arc<Mutex<Option<oneshot::Receiver<Done>>>>,
-}
-
-impl Tunnel {
-    /// Starts copying once both sides have switched protocols. `held` (the upstream
-    /// budget's slot) is given back when the tunnel closes.
-    pub fn spawn(client: OnUpgrade, upstream: OnUpgrade, held: Option<Lease>) -> Tunnel {
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(async move {
-            let _held = held;
-            let done = match tokio::try_join!(client, upstream) {
-                Ok((c, u)) => {
-                    let mut c = Counted::new(TokioIo::new(c));
-                    let mut u = TokioIo::new(u);
-                    let ending = match tokio::io::copy_bidirectional(&mut c, &mut u).await {
-                        Ok(_) => Ending::Complete,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "tunnel ended with an error");
-                            // Blame the side whose own socket failed: a reset client aborted.
-                            if c.failed {
-                                Ending::ClientGone
-                            } else {
-                                Ending::UpstreamFailed
-                            }
+/// Joins the two upgraded connections once both sides have switched protocols, and
+/// returns what the measurement follows the tunnel with. `held` (the upstream budget's
+/// slot) is given back when the tunnel closes.
+pub fn spawn(client: OnUpgrade, upstream: OnUpgrade, held: Option<Lease>) -> Upgraded {
+    let (tx, upgraded) = Upgraded::channel();
+    tokio::spawn(async move {
+        let _held = held;
+        let done = match tokio::try_join!(client, upstream) {
+            Ok((c, u)) => {
+                let mut c = Counted::new(TokioIo::new(c));
+                let mut u = TokioIo::new(u);
+                let ending = match tokio::io::copy_bidirectional(&mut c, &mut u).await {
+                    Ok(_) => Ending::Complete,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "tunnel ended with an error");
+                        // Blame the side whose own socket failed: a reset client aborted.
+                        if c.failed {
+                            Ending::ClientGone
+                        } else {
+                            Ending::UpstreamFailed
                         }
-                    };
-                    // Counted on the client's side, so a cut tunnel keeps what did flow.
-                    Done {
-                        to_client: c.written,
-                        from_client: c.read,
-                        ending,
                     }
+                };
+                // Counted on the client's side, so a cut tunnel keeps what did flow.
+                TunnelDone {
+                    to_client: c.written,
+                    from_client: c.read,
+                    ending,
                 }
-                Err(e) => {
-                    tracing::debug!(error = %e, "upgrade failed");
-                    Done {
-                        to_client: 0,
-                        from_client: 0,
-                        ending: Ending::UpstreamFailed,
-                    }
-                }
-            };
-            let _ = tx.send(done);
-        });
-        Tunnel {
-            done: Arc::new(Mutex::new(Some(rx))),
-        }
-    }
-
-    /// Waits for the tunnel to close, then finishes the measurement.
-    pub async fn measure(self, mut tap: Tap) {
-        let rx = self
-            .done
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let done = match rx {
-            Some(rx) => rx.await.ok(),
-            None => None,
-        };
-        match done {
-            Some(d) => {
-                tap.add_tunnel_bytes(d.to_client, d.from_client);
-                tap.finish(Instant::now(), d.ending);
             }
-            None => tap.finish(Instant::now(), tap.dropped_ending()),
-        }
-    }
+            Err(e) => {
+                tracing::debug!(error = %e, "upgrade failed");
+                TunnelDone {
+                    to_client: 0,
+                    from_client: 0,
+                    ending: Ending::UpstreamFailed,
+                }
+            }
+        };
+        let _ = tx.send(done);
+    });
+    upgraded
 }
 
 /// One side of a tunnel: counts the bytes that pass and notes whether its own I/O failed.

@@ -21,10 +21,11 @@ use prometheus_client::registry::Registry;
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 use crate::{
-    admin::{self, Admin, metrics::Metrics},
+    admin::{self, Admin},
     calibrate::{CalibrationView, Calibrator, ProxyTotals},
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
+    metrics::Metrics,
     proxy::{self, ClientBudget, Forward, Proxy},
     stats::{Aggregator, DriftView, Live, Profiling, Recent},
     tokenize::{Fallbacks, Stage},

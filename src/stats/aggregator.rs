@@ -17,13 +17,10 @@ use super::{
     profiling::Profiling,
 };
 use crate::{
-    admin::metrics::{
-        ClassReason, ClassSlo, LatencyLabels, Metrics, ModelApi, PassthroughLabels, RequestLabels,
-        TokenLabels,
-    },
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestRecord, record::status_class, slo},
+    measure::{Pending, RequestRecord, slo},
+    metrics::Metrics,
 };
 
 /// How often in-flight concurrency is sampled for the mean/peak and capacity views.
@@ -155,91 +152,9 @@ impl Aggregator {
         }
         self.profiling.observe(&record, api, body.as_deref());
         let model = self.models.label(record.model.as_deref());
-        let api = record.api;
         let class = record.slo_class.clone();
-        let slo = match record.slo_met {
-            Some(true) => "met",
-            Some(false) => "missed",
-            None => "excluded",
-        };
-        let m = &self.metrics;
-        m.requests
-            .get_or_create(&RequestLabels {
-                model: model.clone(),
-                api,
-                outcome: record.outcome.as_str(),
-                class: class.clone(),
-                slo,
-                status_class: status_class(record.status),
-            })
-            .inc();
-        if let Some(n) = record.output_tokens {
-            m.output_tokens
-                .get_or_create(&ClassSlo {
-                    class: class.clone(),
-                    slo,
-                })
-                .inc_by(n);
-        }
         let miss_cause = slo::MissCause::of(&record);
-        if let Some(cause) = miss_cause {
-            m.slo_misses
-                .get_or_create(&ClassReason {
-                    class: class.clone(),
-                    reason: cause.as_str(),
-                })
-                .inc();
-        }
-        if let Some(reason) = record.finish_reason {
-            m.finish_reasons
-                .get_or_create(&ClassReason {
-                    class: class.clone(),
-                    reason: reason.as_str(),
-                })
-                .inc();
-        }
-        if record.decode_failed {
-            m.decode_failures
-                .get_or_create(&ModelApi {
-                    model: model.clone(),
-                    api,
-                })
-                .inc();
-        }
-        let key = LatencyLabels {
-            model: model.clone(),
-            api,
-            class: class.clone(),
-        };
-        m.duration
-            .get_or_create(&key)
-            .observe(record.e2e_ms / 1000.0);
-        if let Some(ttft) = record.ttft_ms {
-            m.ttft.get_or_create(&key).observe(ttft / 1000.0);
-        }
-        if let Some(tpot) = record.tpot_ms {
-            m.tpot.get_or_create(&key).observe(tpot / 1000.0);
-        }
-        if !gaps.is_empty() {
-            let itl = m.itl.get_or_create(&key);
-            for &gap in &gaps {
-                itl.observe(f64::from(gap) / 1e6);
-            }
-        }
-        for (kind, n) in [
-            ("input", record.input_tokens),
-            ("output", record.output_tokens),
-        ] {
-            if let Some(n) = n {
-                let labels = TokenLabels {
-                    model: model.clone(),
-                    api,
-                    class: class.clone(),
-                    gen_ai_token_type: kind,
-                };
-                m.token_usage.get_or_create(&labels).observe(n as f64);
-            }
-        }
+        self.metrics.observe(&record, &model, &gaps, miss_cause);
         self.live.lock().observe(&Observation {
             started: record.finished_at.map_or_else(Instant::now, |end| {
                 end.checked_sub(Duration::from_secs_f64(record.e2e_ms / 1000.0))
@@ -279,13 +194,7 @@ impl Aggregator {
     /// A request that is no generation and that no class opted in to: counted and kept
     /// as a record, but out of the SLO views, profiles, drift and calibration.
     fn passthrough(&mut self, record: RequestRecord, log: bool) {
-        self.metrics
-            .passthrough
-            .get_or_create(&PassthroughLabels {
-                api: record.api,
-                status_class: status_class(record.status),
-            })
-            .inc();
+        self.metrics.passthrough(&record);
         if log {
             access_log(&record);
         }

@@ -9,8 +9,8 @@ use std::{
 
 use super::engine::{self, Engine, EngineConfig};
 use crate::{
-    admin::metrics::{ClassLabel, ClassWindow, CurrencyLabel, Metrics, WindowCurrency},
     config::Config,
+    metrics::{ClassLabel, ClassWindow, CurrencyLabel, Metrics, WindowCurrency},
 };
 
 /// The engine, shared. Cheap to clone.

@@ -10,10 +10,10 @@ use std::{
 };
 
 use crate::{
-    admin::metrics::Metrics,
     config::Config,
     decode::{self, Api},
     measure::RequestRecord,
+    metrics::Metrics,
     profile::{
         Anonymizer, ProfileLine, ProfileRecorder,
         drift::{DriftStatus, Monitor, Webhook, write_snapshot},

@@ -12,10 +12,10 @@ use prometheus_client::metrics::{counter::Counter, family::Family};
 use tokio::sync::mpsc;
 
 use super::{Fallback, count::count_tokens, pool::Pool};
-use crate::admin::metrics::ReasonLabel;
 use crate::config::Config;
 use crate::decode::{Api, StreamKind};
 use crate::measure::Pending;
+use crate::metrics::ReasonLabel;
 
 /// What a counting job must fill in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use std::{collections::HashMap, time::Duration};
 
 use bytes::Bytes;
 use goodput::{
-    admin::metrics::Metrics,
     config::{self, Overrides},
     decode::Api,
+    metrics::Metrics,
     profile::{Anonymizer, ProfileLine, ProfileRecorder, unix_ms},
     sim::SimConfig,
 };

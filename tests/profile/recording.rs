@@ -4,8 +4,8 @@
 use std::{path::Path, time::Duration};
 
 use goodput::{
-    admin::metrics::Metrics,
     config::{self, Config, Overrides},
+    metrics::Metrics,
     profile::{Anonymizer, Profile, ProfileLine, ProfileRecorder},
 };
 use prometheus_client::registry::Registry;

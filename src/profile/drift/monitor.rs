@@ -20,8 +20,8 @@ use serde::Serialize;
 
 use super::{Dimension, Thresholds, compare};
 use crate::{
-    admin::metrics::{DimensionLabel, DriftLabels, Metrics},
     config::DriftConfig,
+    metrics::{DimensionLabel, DriftLabels, Metrics},
     profile::{
         ProfileLine,
         read::Profile,

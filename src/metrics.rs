@@ -11,6 +11,8 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
+use crate::measure::{RequestRecord, record::status_class, slo::MissCause};
+
 /// Registered names (without the suffixes the library adds).
 pub mod names {
     pub const TTFT: &str = "gen_ai_server_time_to_first_token";
@@ -636,6 +638,111 @@ impl Metrics {
             m.engine_preemptions.clone(),
         );
         m
+    }
+
+    /// Counts a judged request: its outcome and verdict, tokens, miss cause and finish
+    /// reason, and its latencies (`gaps`: the inter-token gaps in microseconds) under the
+    /// request's `model` label.
+    pub fn observe(
+        &self,
+        record: &RequestRecord,
+        model: &str,
+        gaps: &[u32],
+        miss_cause: Option<MissCause>,
+    ) {
+        let api = record.api;
+        let class = &record.slo_class;
+        let slo = match record.slo_met {
+            Some(true) => "met",
+            Some(false) => "missed",
+            None => "excluded",
+        };
+        self.requests
+            .get_or_create(&RequestLabels {
+                model: model.to_owned(),
+                api,
+                outcome: record.outcome.as_str(),
+                class: class.clone(),
+                slo,
+                status_class: status_class(record.status),
+            })
+            .inc();
+        if let Some(n) = record.output_tokens {
+            self.output_tokens
+                .get_or_create(&ClassSlo {
+                    class: class.clone(),
+                    slo,
+                })
+                .inc_by(n);
+        }
+        if let Some(cause) = miss_cause {
+            self.slo_misses
+                .get_or_create(&ClassReason {
+                    class: class.clone(),
+                    reason: cause.as_str(),
+                })
+                .inc();
+        }
+        if let Some(reason) = record.finish_reason {
+            self.finish_reasons
+                .get_or_create(&ClassReason {
+                    class: class.clone(),
+                    reason: reason.as_str(),
+                })
+                .inc();
+        }
+        if record.decode_failed {
+            self.decode_failures
+                .get_or_create(&ModelApi {
+                    model: model.to_owned(),
+                    api,
+                })
+                .inc();
+        }
+        let key = LatencyLabels {
+            model: model.to_owned(),
+            api,
+            class: class.clone(),
+        };
+        self.duration
+            .get_or_create(&key)
+            .observe(record.e2e_ms / 1000.0);
+        if let Some(ttft) = record.ttft_ms {
+            self.ttft.get_or_create(&key).observe(ttft / 1000.0);
+        }
+        if let Some(tpot) = record.tpot_ms {
+            self.tpot.get_or_create(&key).observe(tpot / 1000.0);
+        }
+        if !gaps.is_empty() {
+            let itl = self.itl.get_or_create(&key);
+            for &gap in gaps {
+                itl.observe(f64::from(gap) / 1e6);
+            }
+        }
+        for (kind, n) in [
+            ("input", record.input_tokens),
+            ("output", record.output_tokens),
+        ] {
+            if let Some(n) = n {
+                let labels = TokenLabels {
+                    model: model.to_owned(),
+                    api,
+                    class: class.clone(),
+                    gen_ai_token_type: kind,
+                };
+                self.token_usage.get_or_create(&labels).observe(n as f64);
+            }
+        }
+    }
+
+    /// Counts a request that is not judged (no generation, and no class opted in).
+    pub fn passthrough(&self, record: &RequestRecord) {
+        self.passthrough
+            .get_or_create(&PassthroughLabels {
+                api: record.api,
+                status_class: status_class(record.status),
+            })
+            .inc();
     }
 }
 

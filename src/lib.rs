@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod profile;
 pub mod proxy;
+pub mod quantile;
 pub mod replay;
 pub mod run;
 pub mod sim;

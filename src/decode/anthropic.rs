@@ -19,20 +19,16 @@ use serde_json::value::RawValue;
 
 use crate::decode::body::BodyInfo;
 use crate::decode::wire::{
-    Accumulate, Folded, FromTag, Tag, foreign, lenient_object, non_empty, parse_object,
+    Accumulate, Folded, FromTag, Opening, Tag, foreign, lenient_object, non_empty, open_event,
+    parse_object,
 };
 use crate::decode::{EventInfo, FinishReason, Usage};
 
 /// Classifies one SSE event of a Messages stream (`event` is the SSE event name).
 pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serde_json::Error> {
-    let data = data.trim_ascii();
-    if data.is_empty() {
-        return Ok(EventInfo::default());
-    }
-    let wire: EventWire<'_> = match parse_object(data) {
-        Ok(wire) => wire,
-        Err(_) if event == "error" => return Ok(failure()),
-        Err(e) => return Err(e),
+    let wire: EventWire<'_> = match open_event(event, data, false)? {
+        Opening::Classified(info) => return Ok(info),
+        Opening::Object(wire) => wire,
     };
     let kind = match (wire.kind, event) {
         (Some(Tag(kind)), _) => kind,
@@ -60,7 +56,7 @@ pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serd
             terminal: true,
             ..EventInfo::default()
         },
-        Kind::Error => failure(),
+        Kind::Error => EventInfo::failure(),
         Kind::Other => EventInfo::default(),
     })
 }
@@ -76,15 +72,6 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         error: wire.error.is_some() || wire.kind.is_some_and(|k| k.0 == Kind::Error),
         cached_input_tokens: cache_read(wire.usage),
     })
-}
-
-/// An `error` event (or an undecodable `event: error`): the stream ends with it.
-fn failure() -> EventInfo {
-    EventInfo {
-        error: true,
-        terminal: true,
-        ..EventInfo::default()
-    }
 }
 
 fn block_event(output: Option<Output>) -> EventInfo {

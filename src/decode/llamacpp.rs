@@ -15,29 +15,20 @@ use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 use crate::decode::body::BodyInfo;
-use crate::decode::wire::{Accumulate, Folded, FromTag, Tag, foreign, non_empty, parse_object};
+use crate::decode::wire::{
+    Accumulate, Folded, FromTag, Opening, Tag, foreign, non_empty, open_event, parse_object,
+};
 use crate::decode::{EventInfo, FinishReason, Usage};
 
 /// Classifies one SSE event of a streamed `/completion` response.
 pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serde_json::Error> {
-    let data = data.trim_ascii();
-    if data.is_empty() {
-        return Ok(EventInfo::default());
-    }
-    if data == b"[DONE]" {
-        // Only the OpenAI-compatible routes send it; tolerated in case a build does.
-        return Ok(EventInfo {
-            terminal: true,
-            ..EventInfo::default()
-        });
-    }
-    let wire: Wire<'_> = match parse_object(data) {
-        Ok(wire) => wire,
-        Err(_) if event == "error" => return Ok(failure()),
-        Err(e) => return Err(e),
+    // `[DONE]`: only the OpenAI-compatible routes send it; tolerated in case a build does.
+    let wire: Wire<'_> = match open_event(event, data, true)? {
+        Opening::Classified(info) => return Ok(info),
+        Opening::Object(wire) => wire,
     };
     if wire.error.is_some() {
-        return Ok(failure());
+        return Ok(EventInfo::failure());
     }
     if wire.content.is_none() && wire.stop.is_none() {
         return Err(foreign("llama.cpp"));
@@ -74,15 +65,6 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         return None;
     }
     Some(wire.body_info())
-}
-
-/// An error object (`{"error": {"code": ..., "message": ...}}`): the stream ends with it.
-fn failure() -> EventInfo {
-    EventInfo {
-        error: true,
-        terminal: true,
-        ..EventInfo::default()
-    }
 }
 
 /// A streamed event or a result body.

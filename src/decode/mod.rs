@@ -238,6 +238,17 @@ pub struct EventInfo {
     pub cached_input_tokens: Option<u64>,
 }
 
+impl EventInfo {
+    /// An error event after which the dialect ends the stream.
+    pub(crate) fn failure() -> EventInfo {
+        EventInfo {
+            error: true,
+            terminal: true,
+            ..EventInfo::default()
+        }
+    }
+}
+
 /// The framing of a response body, decided from its `Content-Type`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum StreamKind {

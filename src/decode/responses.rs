@@ -16,27 +16,17 @@ use serde_json::value::RawValue;
 
 use crate::decode::body::BodyInfo;
 use crate::decode::wire::{
-    Accumulate, Folded, FromTag, Tag, foreign, lenient_object, non_empty, parse_object,
+    Accumulate, Folded, FromTag, Opening, Tag, foreign, lenient_object, non_empty, open_event,
+    parse_object,
 };
 use crate::decode::{EventInfo, FinishReason, Usage};
 
 /// Classifies one SSE event of a Responses stream (`event` is the SSE event name).
 pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serde_json::Error> {
-    let data = data.trim_ascii();
-    if data.is_empty() {
-        return Ok(EventInfo::default());
-    }
-    if data == b"[DONE]" {
-        // Not in OpenAI's stream, but some compatible gateways end every stream with it.
-        return Ok(EventInfo {
-            terminal: true,
-            ..EventInfo::default()
-        });
-    }
-    let wire: EventWire<'_> = match parse_object(data) {
-        Ok(wire) => wire,
-        Err(_) if event == "error" => return Ok(failure()),
-        Err(e) => return Err(e),
+    // `[DONE]` is not in OpenAI's stream, but some compatible gateways end every stream with it.
+    let wire: EventWire<'_> = match open_event(event, data, true)? {
+        Opening::Classified(info) => return Ok(info),
+        Opening::Object(wire) => wire,
     };
     let kind = match (wire.kind, event) {
         (Some(Tag(kind)), _) => kind,
@@ -72,7 +62,7 @@ pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serd
                 ..EventInfo::default()
             }
         }
-        Kind::Error => failure(),
+        Kind::Error => EventInfo::failure(),
         Kind::Other => EventInfo::default(),
     })
 }
@@ -89,15 +79,6 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         error: wire.error.is_some() || status == Some(Status::Failed),
         cached_input_tokens: wire.cached_input_tokens(),
     })
-}
-
-/// The `error` event (or an undecodable `event: error`): the stream ends with it.
-fn failure() -> EventInfo {
-    EventInfo {
-        error: true,
-        terminal: true,
-        ..EventInfo::default()
-    }
 }
 
 #[derive(Deserialize)]

@@ -11,22 +11,19 @@ use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 use crate::decode::body::BodyInfo;
-use crate::decode::wire::{Count, Folded, Tag, foreign, non_empty, parse_object};
+use crate::decode::wire::{
+    Count, Folded, Opening, Tag, foreign, non_empty, open_event, parse_object,
+};
 use crate::decode::{EventInfo, FinishReason, Usage};
 
 /// Classifies one SSE event of a `generate_stream` response.
 pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serde_json::Error> {
-    let data = data.trim_ascii();
-    if data.is_empty() {
-        return Ok(EventInfo::default());
-    }
-    let wire: Wire<'_> = match parse_object(data) {
-        Ok(wire) => wire,
-        Err(_) if event == "error" => return Ok(failure()),
-        Err(e) => return Err(e),
+    let wire: Wire<'_> = match open_event(event, data, false)? {
+        Opening::Classified(info) => return Ok(info),
+        Opening::Object(wire) => wire,
     };
     if wire.error.is_some() {
-        return Ok(failure());
+        return Ok(EventInfo::failure());
     }
     if wire.token.is_none() && wire.generated_text.is_none() && wire.details.is_none() {
         // SGLang's native `/generate` (`{"text": ..., "meta_info": ...}`) lands here too.
@@ -61,15 +58,6 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         error: false,
         cached_input_tokens: None,
     })
-}
-
-/// The error object (`{"error": "...", "error_type": "..."}`): the stream ends with it.
-fn failure() -> EventInfo {
-    EventInfo {
-        error: true,
-        terminal: true,
-        ..EventInfo::default()
-    }
 }
 
 /// A streamed event or a `/generate` body.

@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::decode::FinishReason;
+use crate::decode::{EventInfo, FinishReason};
 
 /// Parses a JSON object; serde's derive would also accept an array as a struct, and no
 /// dialect's event or body is an array.
@@ -26,6 +26,41 @@ pub(crate) fn parse_object<'a, T: Deserialize<'a>>(json: &'a [u8]) -> Result<T, 
         ));
     }
     serde_json::from_slice(json)
+}
+
+/// How an event's payload opens, before its dialect reads it.
+pub(crate) enum Opening<T> {
+    /// Already classified: blank data (a keep-alive), the `[DONE]` marker, or the
+    /// upstream's failure report.
+    Classified(EventInfo),
+    /// The dialect's event object, to be read on.
+    Object(T),
+}
+
+/// The preamble every SSE event classifier shares: blank data (a keep-alive some servers
+/// send) is an empty event; where `done_marker` is tolerated, `[DONE]` ends the stream; a
+/// payload that does not parse as the dialect's object is the upstream's failure report in
+/// an SSE `error` event and a decode error anywhere else.
+pub(crate) fn open_event<'a, T: Deserialize<'a>>(
+    event: &str,
+    data: &'a [u8],
+    done_marker: bool,
+) -> Result<Opening<T>, serde_json::Error> {
+    let data = data.trim_ascii();
+    if data.is_empty() {
+        return Ok(Opening::Classified(EventInfo::default()));
+    }
+    if done_marker && data == b"[DONE]" {
+        return Ok(Opening::Classified(EventInfo {
+            terminal: true,
+            ..EventInfo::default()
+        }));
+    }
+    match parse_object(data) {
+        Ok(wire) => Ok(Opening::Object(wire)),
+        Err(_) if event == "error" => Ok(Opening::Classified(EventInfo::failure())),
+        Err(e) => Err(e),
+    }
 }
 
 /// The error a dialect gives for a well-formed JSON object that is not one of its events:

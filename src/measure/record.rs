@@ -158,10 +158,7 @@ impl ItlSummary {
             return None;
         }
         gaps.sort_unstable();
-        let rank = |q: f64| {
-            let idx = ((q * gaps.len() as f64).ceil() as usize).clamp(1, gaps.len()) - 1;
-            f64::from(gaps[idx]) / 1000.0
-        };
+        let rank = |q: f64| f64::from(gaps[crate::quantile::rank(gaps.len(), q) - 1]) / 1000.0;
         Some(ItlSummary {
             p50: rank(0.50),
             p95: rank(0.95),

@@ -73,7 +73,7 @@ impl Counts {
         if self.n == 0 {
             return None;
         }
-        let rank = ((q * self.n as f64).ceil() as usize).clamp(1, self.n) as u64;
+        let rank = crate::quantile::rank(self.n, q) as u64;
         let mut seen = 0u64;
         for (v, k) in &self.values {
             seen += k;
@@ -86,13 +86,7 @@ impl Counts {
 }
 
 /// Nearest-rank percentile of sorted values; `None` when empty.
-pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
+pub use crate::quantile::nearest_rank as percentile;
 
 pub fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)

@@ -71,10 +71,7 @@ impl Pcts {
 }
 
 /// Nearest-rank quantile of sorted values.
-pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
-    let n = sorted.len();
-    (n > 0).then(|| sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
-}
+pub use crate::quantile::nearest_rank as quantile;
 
 /// A class's percentile target and whether it held.
 #[derive(Debug, Clone, Serialize)]

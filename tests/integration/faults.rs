@@ -4,8 +4,6 @@
 //! 502 / 504, idle and header-read timeouts fire (and never cut a healthy stream), shutdown
 //! drains and then cuts, measurement never holds traffic back, and the binary's exit codes.
 
-mod common;
-
 use std::{
     io::{BufRead, BufReader},
     net::SocketAddr,
@@ -15,8 +13,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::common::{fake::*, harness::*, temp::TempDir};
 use bytes::Bytes;
-use common::{fake::*, harness::*, temp::TempDir};
 use goodput::{config::Config, measure::Outcome, run::Running};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;

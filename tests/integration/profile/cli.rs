@@ -11,8 +11,8 @@ use std::{
 use goodput::profile::Profile;
 use serde_json::Value;
 
+use super::support::{anonymizer, synthetic, write_file};
 use crate::common::temp::TempDir;
-use crate::support::{anonymizer, synthetic, write_file};
 
 const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 

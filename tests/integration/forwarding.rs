@@ -6,18 +6,16 @@
 //! truth (`Sim::truth`) says when each token really left, for "what goodput measured is what
 //! happened". Records are matched to requests by the `x-request-id` each test sets.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
-use common::fake::{
+use crate::common::fake::{
     FakeUpstream, LAST_CHUNK, SSE_HEAD, Script, Step, WritePlan, decode_chunked, http_chunk,
     openai_chat_events,
 };
-use common::harness::*;
+use crate::common::harness::*;
+use bytes::Bytes;
 use goodput::run::Running;
 use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};

@@ -6,18 +6,16 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     process::Command,
 };
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
 

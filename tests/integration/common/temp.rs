@@ -54,10 +54,3 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
-
-// Each file under tests/ is its own crate that uses only part of this module, and `pub` does
-// not export from a private `mod common;`, so unused items would warn as dead code
-// (rust-lang/rust#46379). `const _` is always live, so everything reached from it is too.
-const _: () = {
-    let _ = (TempDir::new, TempDir::path, TempDir::write);
-};

@@ -13,8 +13,6 @@
     reason = "test: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::{
     path::Path,
     process::{Child, Command, Stdio},
@@ -25,7 +23,7 @@ use std::{
     time::Duration,
 };
 
-use common::{
+use crate::common::{
     fake::{FakeUpstream, Script, WritePlan, decode_chunked, openai_chat_events},
     temp::TempDir,
 };
@@ -38,6 +36,14 @@ use tokio::{
 const INNER: &str = "GOODPUT_TEST_PRIVATE_NETNS";
 const TEST_NAME: &str = "restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream";
 
+/// The test's full name as the test binary lists it (its module path without the crate).
+fn full_test_name() -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{TEST_NAME}"),
+        None => TEST_NAME.to_owned(),
+    }
+}
+
 /// Clients connecting and streaming in a loop throughout the restart.
 const CLIENTS: usize = 32;
 /// Events per stream and the upstream's pause before each: a stream lasts ~200 ms, so
@@ -49,7 +55,7 @@ const GAP: Duration = Duration::from_millis(2);
 fn restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream() {
     if std::env::var_os(INNER).is_none() && goodput::run::tcp_migrate_req() != Some(true) {
         let exe = std::env::current_exe().unwrap();
-        let status = Command::new("unshare")
+        let out = Command::new("unshare")
             .args([
                 "--net",
                 "--",
@@ -59,14 +65,24 @@ fn restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream() {
                  exec \"$0\" \"$1\" --exact --nocapture --test-threads=1",
             ])
             .arg(exe)
-            .arg(TEST_NAME)
+            .arg(full_test_name())
             .env(INNER, "1")
-            .status();
-        match status {
-            Ok(s) => assert!(
-                s.success(),
-                "the restart scenario failed in a private network namespace ({s})"
-            ),
+            .output();
+        match out {
+            Ok(out) => {
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(
+                    out.status.success(),
+                    "the restart scenario failed in a private network namespace ({}):\n{stdout}\n{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                // A name that matches nothing runs no test and still succeeds.
+                assert!(
+                    stdout.contains("test result: ok. 1 passed"),
+                    "the re-run did not run the scenario:\n{stdout}"
+                );
+            }
             Err(e) => panic!(
                 "net.ipv4.tcp_migrate_req is 0 here and `unshare --net` could not run ({e}): \
                  run as root, or set the sysctl to 1"

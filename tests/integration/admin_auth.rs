@@ -7,12 +7,10 @@
     reason = "tests: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::{net::SocketAddr, path::Path, process::Command, sync::Arc};
 
+use crate::common::{harness::*, temp::TempDir};
 use bytes::Bytes;
-use common::{harness::*, temp::TempDir};
 use goodput::{
     config::{self, Overrides},
     run::{self, ConfigSource, ReloadError},

@@ -7,15 +7,13 @@
     reason = "test helpers: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::fake::{FakeUpstream, Script, WritePlan};
-use common::harness::*;
-use common::temp::TempDir;
+use crate::common::fake::{FakeUpstream, Script, WritePlan};
+use crate::common::harness::*;
+use crate::common::temp::TempDir;
 use goodput::config::{Config, counting::ModelTokenizer};
 use goodput::run::Running;
 use serde_json::{Value, json};
@@ -380,7 +378,7 @@ async fn non_streaming_bodies_without_usage_are_counted_from_their_text() {
 #[tokio::test]
 async fn usage_from_the_upstream_wins_and_nothing_is_counted() {
     let (_dir, path) = write_tokenizer();
-    let events = common::fake::openai_chat_events(6, true);
+    let events = crate::common::fake::openai_chat_events(6, true);
     let fake = FakeUpstream::start(Script::sse_chunked(
         &events,
         WritePlan::Whole,

@@ -8,23 +8,18 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
-
-/// Load generators and simulator processes would measure each other on two cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Parser)]
 struct Cli {
@@ -179,7 +174,7 @@ fn soak(profile: &Path, config: &Path, url: &str, out: &Path, extra: &[&str]) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_target_is_seen_failing_and_recovering() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let tmp = TempDir::new("recovery");
     let dir = tmp.path();
     let sim = SimProcess::start(dir);
@@ -248,7 +243,7 @@ async fn a_restarted_target_is_seen_failing_and_recovering() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_that_stays_down_never_recovers() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let tmp = TempDir::new("no-recovery");
     let dir = tmp.path();
     let sim = SimProcess::start(dir);
@@ -285,7 +280,7 @@ async fn a_target_that_stays_down_never_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fault_due_after_the_run_never_runs_and_says_so() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(20.0, 2.0)).await;
     let tmp = TempDir::new("late-fault");
     let dir = tmp.path();
@@ -323,7 +318,7 @@ async fn a_fault_due_after_the_run_never_runs_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_fault_command_is_reported() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(20.0, 2.0)).await;
     let tmp = TempDir::new("bad-fault");
     let dir = tmp.path();

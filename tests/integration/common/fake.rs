@@ -24,8 +24,7 @@
 //!   and, with it, every connection task.
 //!
 //! Script helpers build the common shapes: [`Script::response`], [`Script::sse_chunked`]
-//! (with a [`WritePlan`] choosing the chunk boundaries), [`Script::sse_then_reset`],
-//! [`Script::sse_then_close`], [`Script::stall_after_head`] and [`Script::no_response`];
+//! (with a [`WritePlan`] choosing the chunk boundaries), [`Script::sse_then_close`], [`Script::stall_after_head`] and [`Script::no_response`];
 //! [`openai_chat_events`] makes realistic OpenAI chat-completion stream events.
 
 use std::io;
@@ -147,8 +146,8 @@ impl FakeUpstream {
     ///
     /// Each call hands out the next close not returned by an earlier call, in the order they
     /// were seen. Closes between requests (an idle keep-alive connection going away) are not
-    /// counted; end a script with [`Step::WaitClientClose`] to watch for a close after the
-    /// response was written completely.
+    /// counted; end a script with [`Step::Stall`] to watch for a close after the response
+    /// was written completely.
     pub async fn wait_client_close(&self, timeout: Duration) -> Option<Duration> {
         let index = self.closes_taken.load(Ordering::SeqCst);
         let mut rx = self.shared.closes.subscribe();
@@ -229,8 +228,8 @@ impl Received {
 
 /// What the server does after it has received a request, step by step.
 ///
-/// If every step runs (no [`Step::Reset`], [`Step::Close`], [`Step::Stall`] or
-/// [`Step::WaitClientClose`]), the connection stays open for the next request, unless the
+/// If every step runs (no [`Step::Reset`], [`Step::Close`] or [`Step::Stall`]), the
+/// connection stays open for the next request, unless the
 /// request asked for `Connection: close`. The script is not checked against HTTP: a response
 /// whose framing is wrong or incomplete is exactly what some tests want.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -253,8 +252,6 @@ pub enum Step {
     Close,
     /// Never answer further; keep the socket open until the peer closes it, and record that.
     Stall,
-    /// Stop writing and wait until the peer closes, recording it.
-    WaitClientClose,
 }
 
 /// How [`Script::sse_chunked`] cuts the event bytes into HTTP chunks (one write each).
@@ -330,12 +327,6 @@ impl Script {
             steps.push(Step::Write(chunk));
         }
         Script::new(steps)
-    }
-
-    /// [`SSE_HEAD`], the first `n_before` events one chunk each, then [`Step::Reset`]: the
-    /// upstream dies mid-stream, without the last chunk.
-    pub fn sse_then_reset(events: &[impl AsRef<[u8]>], n_before: usize) -> Script {
-        Self::sse_prefix(events, n_before).then(Step::Reset)
     }
 
     /// [`SSE_HEAD`], the first `n_before` events one chunk each, then [`Step::Close`]: an
@@ -652,7 +643,7 @@ impl Conn {
                     self.close().await;
                     return Flow::Done;
                 }
-                Step::Stall | Step::WaitClientClose => {
+                Step::Stall => {
                     self.wait_peer_gone().await;
                     self.record_close(head_at);
                     return Flow::Done;
@@ -915,65 +906,4 @@ fn parse_head(raw: &[u8], connection: usize) -> Option<Received> {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-// Each file under tests/ is its own crate that uses only part of this module, and `pub` does
-// not export from a private `mod common;`, so unused items would warn as dead code
-// (rust-lang/rust#46379). `const _` is always live, so everything reached from it is too.
-const _: () = {
-    let _ = keep_public_api_alive;
-};
-
-/// Names every public item once; never called.
-fn keep_public_api_alive(upstream: &FakeUpstream, received: &Received) {
-    let _ = (
-        FakeUpstream::start,
-        FakeUpstream::start_sequence,
-        FakeUpstream::try_start_sequence,
-        FakeUpstream::addr,
-        FakeUpstream::url,
-        FakeUpstream::requests,
-        FakeUpstream::wait_requests,
-        FakeUpstream::wait_client_close,
-        FakeUpstream::client_closes,
-        FakeUpstream::connections,
-    );
-    let _ = (
-        upstream,
-        Received::header,
-        Received::header_all,
-        Received::body_text,
-    );
-    let _ = (
-        &received.method,
-        &received.target,
-        &received.version,
-        &received.headers,
-    );
-    let _ = (&received.body, &received.raw_head, received.connection);
-    let _ = (
-        Script::new,
-        Script::then,
-        Script::delayed,
-        Script::response,
-        Script::stall_after_head,
-        Script::no_response,
-    );
-    let _ = |events: &[&[u8]]| Script::sse_chunked(events, WritePlan::Whole, Duration::ZERO);
-    let _ = |events: &[&[u8]]| {
-        (
-            Script::sse_then_reset(events, 1),
-            Script::sse_then_close(events, 1),
-        )
-    };
-    let _ = (Step::Write, Step::Sleep, Step::Reset, Step::Close);
-    let _ = (Step::Stall, Step::WaitClientClose);
-    let _ = (
-        WritePlan::Whole,
-        WritePlan::Bytes1,
-        WritePlan::SplitAt,
-        WritePlan::Coalesced,
-    );
-    let _ = (http_chunk, decode_chunked, openai_chat_events);
-    let _ = (SSE_HEAD, LAST_CHUNK, SSE_COMMENT);
 }

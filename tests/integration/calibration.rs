@@ -8,8 +8,6 @@
     reason = "test helpers: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::{
     convert::Infallible,
     net::SocketAddr,
@@ -20,8 +18,8 @@ use std::{
     time::Duration,
 };
 
+use crate::common::{harness::*, temp::TempDir};
 use bytes::Bytes;
-use common::{harness::*, temp::TempDir};
 use goodput::{
     calibrate::EngineKind,
     config::{self, Calibration, Config, Overrides},

@@ -6,14 +6,12 @@
     reason = "test helpers: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use common::{
+use crate::common::{
     fake::{FakeUpstream, Script},
     harness::*,
     temp::TempDir,

@@ -8,11 +8,9 @@
     reason = "tests: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::{net::SocketAddr, time::Duration};
 
-use common::{harness::*, temp::TempDir};
+use crate::common::{harness::*, temp::TempDir};
 use goodput::config::{self, Overrides};
 use http::{Request, header::AUTHORIZATION};
 use http_body_util::BodyExt;

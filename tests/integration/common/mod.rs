@@ -1,6 +1,5 @@
 //! Shared support for goodput's integration tests.
 //!
-//! Each file under `tests/` is its own crate and pulls this module in with `mod common;`.
 //! It holds test doubles that run on `127.0.0.1:0` inside the test's own tokio runtime:
 //!
 //! - [`harness`]: goodput and the simulator started in-process, a real HTTP client, and
@@ -15,3 +14,7 @@
 pub mod fake;
 pub mod harness;
 pub mod temp;
+
+/// Timing-sensitive tests (replay's load generators, simulators and child processes) run
+/// one at a time: on two cores they would measure each other.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -6,19 +6,15 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Parser)]
 struct Cli {
@@ -57,7 +53,7 @@ const PROBES: &str = r#"{"name":"words","body":{"messages":[{"role":"user","cont
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_pass_and_fail_per_step() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let tmp = TempDir::new("probes");
     let dir = tmp.path();
@@ -131,7 +127,7 @@ async fn probes_pass_and_fail_per_step() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_probe_file_stops_the_run_before_any_load() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let tmp = TempDir::new("bad-probes");
     let dir = tmp.path();
@@ -159,7 +155,7 @@ async fn a_bad_probe_file_stops_the_run_before_any_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeats_give_mean_and_confidence_interval_per_level() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let tmp = TempDir::new("repeat");
     let dir = tmp.path();

@@ -1,11 +1,9 @@
 //! The shortest path through the system: a streamed chat completion from the simulator
 //! through goodput, and its record.
 
-mod common;
-
 use std::time::Duration;
 
-use common::harness::*;
+use crate::common::harness::*;
 
 #[tokio::test]
 async fn streamed_chat_is_forwarded_and_recorded() {

@@ -8,8 +8,6 @@
 //! streams, accuracy) take it exclusively so none disturbs another's timing or a light
 //! test's timeouts; the light ones share it and run in parallel.
 
-mod common;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     future::Future,
@@ -21,13 +19,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, anyhow, bail, ensure};
-use bytes::Bytes;
-use common::{
+use crate::common::{
     fake::{FakeUpstream, SSE_COMMENT, Script, WritePlan, openai_chat_events},
     harness::{self, chat_body, fast_sim, metric_value, start_proxy, start_proxy_with, start_sim},
     temp::TempDir,
 };
+use anyhow::{Context as _, anyhow, bail, ensure};
+use bytes::Bytes;
 use goodput::config::{self, Config, Overrides};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Full};

@@ -8,9 +8,6 @@
     reason = "test helpers: a failed set-up must stop the test"
 )]
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod capture;
 mod cli;
 mod recording;

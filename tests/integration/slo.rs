@@ -6,12 +6,10 @@
     reason = "test helpers: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::harness::*;
 use bytes::Bytes;
-use common::harness::*;
 use goodput::{
     config::{self, Overrides},
     run::Running,

@@ -14,8 +14,6 @@
     reason = "test helpers: a failed set-up or exchange must stop the test"
 )]
 
-mod common;
-
 use std::{
     io::{BufRead, BufReader},
     net::SocketAddr,
@@ -24,8 +22,8 @@ use std::{
     time::Duration,
 };
 
+use crate::common::{fake::*, harness::*};
 use bytes::Bytes;
-use common::{fake::*, harness::*};
 use http::{Request, Version};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};

@@ -6,12 +6,10 @@
     reason = "test helpers: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::{path::Path, time::Duration};
 
+use crate::common::{harness::*, temp::TempDir};
 use bytes::Bytes;
-use common::{harness::*, temp::TempDir};
 use goodput::{
     config::{self, Overrides},
     run::Running,

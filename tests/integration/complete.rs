@@ -6,12 +6,10 @@
 //! `terminal_event: true`; one that closes before it is `client_abort`. Either way the
 //! upstream connection is closed at once, not returned to the pool.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{fake::*, harness::*};
 use bytes::Bytes;
-use common::{fake::*, harness::*};
 use http_body_util::{BodyExt, Full};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use serde_json::Value;
@@ -36,37 +34,37 @@ const DIALECTS: [Dialect; 7] = [
     Dialect {
         path: "/v1/chat/completions",
         content_type: "text/event-stream",
-        stream: include_bytes!("../src/decode/fixtures/openai_chat_stream.sse"),
+        stream: include_bytes!("../../src/decode/fixtures/openai_chat_stream.sse"),
     },
     Dialect {
         path: "/v1/responses",
         content_type: "text/event-stream",
-        stream: include_bytes!("../src/decode/fixtures/openai_responses_stream.sse"),
+        stream: include_bytes!("../../src/decode/fixtures/openai_responses_stream.sse"),
     },
     Dialect {
         path: "/v1/messages",
         content_type: "text/event-stream",
-        stream: include_bytes!("../src/decode/fixtures/anthropic_messages_stream.sse"),
+        stream: include_bytes!("../../src/decode/fixtures/anthropic_messages_stream.sse"),
     },
     Dialect {
         path: "/generate_stream",
         content_type: "text/event-stream",
-        stream: include_bytes!("../src/decode/fixtures/tgi_generate_stream.sse"),
+        stream: include_bytes!("../../src/decode/fixtures/tgi_generate_stream.sse"),
     },
     Dialect {
         path: "/completion",
         content_type: "text/event-stream",
-        stream: include_bytes!("../src/decode/fixtures/llamacpp_completion_stream.sse"),
+        stream: include_bytes!("../../src/decode/fixtures/llamacpp_completion_stream.sse"),
     },
     Dialect {
         path: "/api/chat",
         content_type: "application/x-ndjson",
-        stream: include_bytes!("../src/decode/fixtures/ollama_chat_stream.ndjson"),
+        stream: include_bytes!("../../src/decode/fixtures/ollama_chat_stream.ndjson"),
     },
     Dialect {
         path: "/api/generate",
         content_type: "application/x-ndjson",
-        stream: include_bytes!("../src/decode/fixtures/ollama_generate_stream.ndjson"),
+        stream: include_bytes!("../../src/decode/fixtures/ollama_generate_stream.ndjson"),
     },
 ];
 

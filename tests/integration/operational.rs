@@ -7,16 +7,14 @@
     reason = "test helpers: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::{path::Path, time::Duration};
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
     fake::{FakeUpstream, Script, WritePlan, openai_chat_events},
     harness::*,
     temp::TempDir,
 };
+use bytes::Bytes;
 use goodput::{
     config::{self, Overrides},
     run::Running,
@@ -501,7 +499,7 @@ async fn in_flight_becomes(proxy: &Running, want: f64) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_in_flight_gauge_counts_generation_requests_only() {
     // Every answer is a head and then nothing: each request stays open until dropped.
-    let up = FakeUpstream::start(common::fake::Script::stall_after_head()).await;
+    let up = FakeUpstream::start(crate::common::fake::Script::stall_after_head()).await;
     let proxy = proxy_with(&up.url(), "").await;
     let c = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Empty<Bytes>>();

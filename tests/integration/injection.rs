@@ -8,13 +8,11 @@
     reason = "test helpers: a failed set-up must stop the test"
 )]
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::fake::{FakeUpstream, Received, Script, WritePlan, openai_chat_events};
+use crate::common::harness::*;
 use bytes::Bytes;
-use common::fake::{FakeUpstream, Received, Script, WritePlan, openai_chat_events};
-use common::harness::*;
 use goodput::config::Config;
 use goodput::run::Running;
 use http_body_util::{BodyExt, Full};

@@ -6,19 +6,15 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Parser)]
 struct Cli {
@@ -52,7 +48,7 @@ fn write_profile(dir: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abnormal_requests_and_bursts_are_reported_apart() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let mut cfg = fast_sim(5.0, 1.0);
     cfg.max_input_tokens = Some(1000);
     let (sim, url) = start_sim(cfg).await;
@@ -157,7 +153,7 @@ async fn abnormal_requests_and_bursts_are_reported_apart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_long_without_a_context_limit_is_refused_before_any_load() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let tmp = TempDir::new("inject-bad");
     let dir = tmp.path();

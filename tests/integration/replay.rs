@@ -8,21 +8,15 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::{path::Path, path::PathBuf, time::Duration};
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_proxy, start_sim, wait_records},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
-
-/// Timing-sensitive tests run one at a time: two cores shared by parallel load
-/// generators and simulators would measure each other.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Parser)]
 struct Cli {
@@ -92,7 +86,7 @@ fn step(report: &Value, concurrency: u64) -> &Value {
 /// the report's contract, HTML and `--compare` are checked on the same run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_find_the_simulators_knee() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let mut sim_cfg = fast_sim(20.0, 2.0);
     sim_cfg.concurrency_knee = Some(8);
     sim_cfg.slowdown_per_request = 0.25;
@@ -295,7 +289,7 @@ async fn steps_find_the_simulators_knee() {
 /// Trace mode keeps the profile's schedule at 400 requests per second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trace_keeps_the_schedule() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let tmp = TempDir::new("trace");
     let dir = tmp.path();
@@ -397,7 +391,7 @@ async fn an_interrupted_run_still_reports() {
 /// Replayed through goodput serve, the client-side numbers agree with the proxy's records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_through_the_proxy_agrees_with_its_records() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, sim_url) = start_sim(fast_sim(15.0, 2.0)).await;
     let proxy = start_proxy(&sim_url).await;
     let tmp = TempDir::new("proxy");
@@ -465,7 +459,7 @@ async fn replay_through_the_proxy_agrees_with_its_records() {
 /// runs at 70% of a quick ramp's knee and reports drift.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ramp_finds_the_knee_and_soak_runs_below_it() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let mut sim_cfg = fast_sim(20.0, 2.0);
     sim_cfg.concurrency_knee = Some(8);
     sim_cfg.slowdown_per_request = 0.25;

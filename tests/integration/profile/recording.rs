@@ -10,8 +10,8 @@ use goodput::{
 };
 use prometheus_client::registry::Registry;
 
+use super::support::{CANARIES, sample_value, scrape, synthetic};
 use crate::common::temp::TempDir;
-use crate::support::{CANARIES, sample_value, scrape, synthetic};
 
 fn config(dir: &Path, extra: &str) -> Config {
     let text = format!(
@@ -342,7 +342,7 @@ async fn no_content_header_value_or_id_reaches_a_profile() {
         "messages": [{"role": "user", "content": format!("{} please", CANARIES[0]).repeat(40)}],
     })
     .to_string();
-    let mut record = crate::support::record(CANARIES[2]);
+    let mut record = super::support::record(CANARIES[2]);
     let tenant = goodput::config::slo::tenant_hash(&cfg.slo.tenant_salt, CANARIES[1].as_bytes());
     record.tenant = Some(tenant);
     let blocks = rig.anon.blocks(

@@ -1,0 +1,29 @@
+//! goodput's integration tests, one binary with a module per scenario. Every test talks to
+//! goodput over real loopback sockets, with the built-in simulator or a purpose-built fake
+//! upstream ([`common`]) and a real HTTP client.
+
+mod common;
+
+mod admin_auth;
+mod calibration;
+mod capture;
+mod complete;
+mod dashboard;
+mod faults;
+mod forwarding;
+mod hostile;
+mod injection;
+mod operational;
+mod otlp;
+mod profile;
+mod protocols;
+mod reload;
+mod replay;
+mod replay_filter;
+mod replay_inject;
+mod replay_quality;
+mod replay_recovery;
+mod reuse_port;
+mod slo;
+mod smoke;
+mod tokenize;

@@ -1,0 +1,116 @@
+//! TTFT ends at the first content-bearing event.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttft_skips_the_role_only_chunk() {
+    let events = openai_chat_events(3, true); // role, tok0, tok1, tok2, usage, [DONE]
+    let chunk = |i: usize| Step::Write(http_chunk(&events[i]));
+    let ms = |n| Step::Sleep(Duration::from_millis(n));
+    let script = Script::new(vec![
+        Step::Write(Bytes::from_static(SSE_HEAD)),
+        chunk(0),
+        ms(150),
+        chunk(1),
+        ms(40),
+        chunk(2),
+        ms(40),
+        chunk(3),
+        chunk(4),
+        chunk(5),
+        Step::Write(Bytes::from_static(LAST_CHUNK)),
+    ]);
+    let fake = FakeUpstream::start(script).await;
+    let proxy = start_proxy(&fake.url()).await;
+
+    let sent = Instant::now();
+    let resp = send_json(
+        &url(&proxy, "/v1/chat/completions"),
+        "role-first",
+        chat_body(true, 3, true),
+    )
+    .await;
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    let first_at = sent.elapsed();
+    assert!(
+        first.starts_with(b"data: ") && first.windows(6).any(|w| w == b"\"role\""),
+        "first bytes to arrive are the role chunk"
+    );
+    assert!(
+        first_at < Duration::from_millis(120),
+        "the role chunk was held back ({first_at:?}): forwarding must not wait for content"
+    );
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!([first, rest].concat(), events.concat());
+
+    let r = record(proxy.admin_addr, "role-first").await.unwrap();
+    let ttft = num(&r, "ttft_ms").unwrap();
+    assert!(
+        (150.0..185.0).contains(&ttft),
+        "ttft {ttft} ms: must end at the first content chunk (150 ms), not the role chunk"
+    );
+    // Content at +150, +190, +230: tpot = 80 ms / (3 - 1).
+    let tpot = num(&r, "tpot_ms").unwrap();
+    assert!((38.0..48.0).contains(&tpot), "tpot {tpot}: {r}");
+    let itl = &r["itl_ms"];
+    assert!((38.0..50.0).contains(&itl["p50"].as_f64().unwrap()), "{r}");
+    assert!((38.0..60.0).contains(&itl["max"].as_f64().unwrap()), "{r}");
+    assert!(num(&r, "e2e_ms").unwrap() >= 229.0, "{r}");
+    assert_eq!(r["events"], 3);
+    assert_eq!(r["outcome"], "ok");
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_comments_and_empty_deltas_are_not_tokens() {
+    let content = openai_chat_events(2, false); // role, tok0, tok1, [DONE]
+    let empty_delta = br#"data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":null}]}
+
+"#;
+    let ms = |n| Step::Sleep(Duration::from_millis(n));
+    let write = |b: &[u8]| Step::Write(http_chunk(b));
+    let script = Script::new(vec![
+        Step::Write(Bytes::from_static(SSE_HEAD)),
+        write(b": keep-alive\n\n"),
+        ms(40),
+        write(b":\r\n\r\n"),
+        ms(40),
+        write(&content[0]),
+        ms(40),
+        write(empty_delta),
+        ms(40),
+        write(&content[1]),
+        ms(30),
+        write(&content[2]),
+        write(&content[3]),
+        Step::Write(Bytes::from_static(LAST_CHUNK)),
+    ]);
+    let fake = FakeUpstream::start(script).await;
+    // The events fallback is the subject: no estimate from the embedded tokenizer.
+    let mut cfg = test_config(&fake.url());
+    cfg.tokenizer.estimate = false;
+    let proxy = start_proxy_with(cfg).await;
+    let resp = send_json(
+        &url(&proxy, "/v1/chat/completions"),
+        "keepalive",
+        chat_body(true, 2, false),
+    )
+    .await;
+    let (status, _, _) = collect(resp).await;
+    assert_eq!(status, 200);
+
+    let r = record(proxy.admin_addr, "keepalive").await.unwrap();
+    let ttft = num(&r, "ttft_ms").unwrap();
+    assert!(
+        (160.0..195.0).contains(&ttft),
+        "ttft {ttft}: comments, role and empty delta before the first token are not tokens"
+    );
+    assert_eq!(r["events"], 2, "{r}");
+    assert_eq!(r["output_tokens"], 2);
+    assert_eq!(r["output_tokens_source"], "events");
+    let tpot = num(&r, "tpot_ms").unwrap();
+    assert!((28.0..40.0).contains(&tpot), "tpot {tpot}: {r}");
+    assert_eq!(r["outcome"], "ok");
+    proxy.shutdown().await;
+}

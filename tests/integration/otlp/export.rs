@@ -1,0 +1,261 @@
+//! What goodput exports over OTLP: metrics and spans that match the requests sent, and what is left at shutdown.
+
+use super::*;
+use serde_json::Value;
+
+#[tokio::test]
+async fn metrics_and_spans_match_the_requests_sent() {
+    let mut receiver = Receiver::start(Mode::Accept).await;
+    let (_sim, upstream) = start_sim(fast_sim(5.0, 1.0)).await;
+    let cfg = otlp_config(
+        &upstream,
+        &format!(
+            "[otlp]\nendpoint = \"{}\"\ntraces = true\ninterval = \"200ms\"\ntimeout = \"2s\"\n\
+             batch_size = 1\nservice_name = \"proxy-under-test\"\n\
+             headers = {{ \"x-api-key\" = \"collector-key\" }}\n",
+            receiver.endpoint()
+        ),
+    );
+    let proxy = start_proxy_with(cfg).await;
+    let client = client();
+    let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
+    let sampled = format!("00-{TRACE_ID}-{PARENT_ID}-01");
+    let unsampled = format!("00-{TRACE_ID}-{PARENT_ID}-00");
+    for tp in [Some(sampled.as_str()), None, Some(unsampled.as_str())] {
+        let (status, _) = post_with(&client, &url, chat_body(true, 8, true), tp).await;
+        assert_eq!(status, 200);
+    }
+    let (status, _) = post_with(&client, &url, chat_body(false, 5, false), None).await;
+    assert_eq!(status, 200);
+    let records: Vec<Value> = wait_records(proxy.admin_addr, 4, Duration::from_secs(10)).await;
+
+    // Spans: one per request except the one whose caller's trace is not sampled.
+    let mut spans = Vec::new();
+    receiver
+        .until("three spans", |got| {
+            if let Got::Traces(t) = got {
+                let resource = t.resource_spans[0].resource.as_ref().unwrap();
+                assert_eq!(s(&resource.attributes, "service.name"), "proxy-under-test");
+                spans.extend(spans_of(t));
+            }
+            (spans.len() >= 3).then_some(())
+        })
+        .await;
+    assert_eq!(spans.len(), 3);
+    for span in &spans {
+        let a = &span.attributes;
+        let id = s(a, "goodput.request.id");
+        let rec = records
+            .iter()
+            .find(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("a span for an unknown request {id}"));
+        assert_eq!(span.name, "chat test-model");
+        assert_eq!(span.kind, 2, "SPAN_KIND_SERVER");
+        assert_eq!(s(a, "gen_ai.operation.name"), "chat");
+        assert_eq!(s(a, "gen_ai.provider.name"), "openai");
+        assert_eq!(s(a, "gen_ai.request.model"), "test-model");
+        assert_eq!(s(a, "server.address"), "127.0.0.1");
+        assert_eq!(s(a, "goodput.api"), "chat_completions");
+        assert_eq!(s(a, "goodput.outcome"), "ok");
+        assert_eq!(
+            s(a, "goodput.slo.class"),
+            rec["slo_class"].as_str().unwrap()
+        );
+        assert_eq!(s(a, "goodput.slo.verdict"), "met");
+        assert_eq!(int(a, "http.response.status_code"), 200);
+        assert_eq!(
+            int(a, "gen_ai.usage.output_tokens"),
+            rec["output_tokens"].as_i64().unwrap()
+        );
+        assert_eq!(
+            int(a, "gen_ai.usage.input_tokens"),
+            rec["input_tokens"].as_i64().unwrap()
+        );
+        assert!((double(a, "goodput.e2e_ms") - rec["e2e_ms"].as_f64().unwrap()).abs() < 1e-9);
+        let e2e_ns = span.end_time_unix_nano - span.start_time_unix_nano;
+        assert!(
+            (e2e_ns as f64 / 1e6 - rec["e2e_ms"].as_f64().unwrap()).abs() < 0.01,
+            "span duration {e2e_ns} ns vs e2e {}",
+            rec["e2e_ms"]
+        );
+        if rec["stream"] == true {
+            let ttft = double(a, "goodput.ttft_ms");
+            assert!((ttft - rec["ttft_ms"].as_f64().unwrap()).abs() < 1e-9);
+            assert!(ttft >= 5.0, "the simulator's TTFT is 5 ms: {ttft}");
+            assert!((double(a, "goodput.tpot_ms") - rec["tpot_ms"].as_f64().unwrap()).abs() < 1e-9);
+        } else {
+            assert!(attr(a, "goodput.ttft_ms").is_none());
+        }
+        assert!(attr(a, "error.type").is_none());
+        // Joined the caller's trace when it sent one; a root span of its own otherwise.
+        if hex(&span.trace_id) == TRACE_ID {
+            assert_eq!(hex(&span.parent_span_id), PARENT_ID);
+        } else {
+            assert!(span.parent_span_id.is_empty());
+            assert_eq!(span.trace_id.len(), 16);
+        }
+        assert_eq!(span.span_id.len(), 8);
+    }
+    assert_eq!(
+        spans
+            .iter()
+            .filter(|s| hex(&s.trace_id) == TRACE_ID)
+            .count(),
+        1,
+        "only the sampled traceparent's request is in the caller's trace"
+    );
+
+    // Metrics: cumulative, so wait for an export that has seen all four requests.
+    let total = |m: &ExportMetricsServiceRequest| {
+        histogram(m, "gen_ai.server.request.duration")
+            .iter()
+            .map(|p| p.count)
+            .sum::<u64>()
+    };
+    let m = receiver
+        .until("metrics of four requests", |got| match got {
+            Got::Metrics(m) if total(m) == 4 => Some(m.clone()),
+            _ => None,
+        })
+        .await;
+    let duration = histogram(&m, "gen_ai.server.request.duration");
+    assert_eq!(
+        duration[0].explicit_bounds,
+        [
+            0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92
+        ]
+    );
+    let a = &duration[0].attributes;
+    assert_eq!(s(a, "gen_ai.operation.name"), "chat");
+    assert_eq!(s(a, "gen_ai.provider.name"), "openai");
+    assert_eq!(s(a, "gen_ai.request.model"), "test-model");
+    assert_eq!(s(a, "server.address"), "127.0.0.1");
+    let port: i64 = upstream.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(int(a, "server.port"), port);
+    let e2e_sum: f64 = records.iter().map(|r| r["e2e_ms"].as_f64().unwrap()).sum();
+    let sum: f64 = duration.iter().map(|p| p.sum.unwrap()).sum();
+    assert!(
+        (sum * 1000.0 - e2e_sum).abs() < 1e-6,
+        "{sum} s vs {e2e_sum} ms"
+    );
+    let client_duration: u64 = histogram(&m, "gen_ai.client.operation.duration")
+        .iter()
+        .map(|p| p.count)
+        .sum();
+    assert_eq!(client_duration, 4);
+    // TTFT and TPOT: the three streamed requests.
+    let ttft = histogram(&m, "gen_ai.server.time_to_first_token");
+    assert_eq!(ttft.iter().map(|p| p.count).sum::<u64>(), 3);
+    assert_eq!(ttft[0].explicit_bounds.len(), 16);
+    assert_eq!(
+        metric(&m, "gen_ai.server.time_to_first_token")
+            .unwrap()
+            .unit,
+        "s"
+    );
+    let tpot = histogram(&m, "gen_ai.server.time_per_output_token");
+    assert_eq!(tpot.iter().map(|p| p.count).sum::<u64>(), 3);
+    // Token usage: input and output, their sums the records' totals.
+    let usage = histogram(&m, "gen_ai.client.token.usage");
+    assert_eq!(
+        metric(&m, "gen_ai.client.token.usage").unwrap().unit,
+        "{token}"
+    );
+    for (kind, field) in [("input", "input_tokens"), ("output", "output_tokens")] {
+        let points: Vec<_> = usage
+            .iter()
+            .filter(|p| s(&p.attributes, "gen_ai.token.type") == kind)
+            .collect();
+        let expected: f64 = records.iter().map(|r| r[field].as_f64().unwrap()).sum();
+        assert_eq!(points.iter().map(|p| p.count).sum::<u64>(), 4, "{kind}");
+        assert_eq!(points.iter().map(|p| p.sum.unwrap()).sum::<f64>(), expected);
+    }
+    // goodput's own: requests by verdict, effective tokens, attainment.
+    let requests = match metric(&m, "goodput.requests").and_then(|m| m.data.as_ref()) {
+        Some(metric::Data::Sum(sum)) => sum.clone(),
+        other => panic!("goodput.requests: {other:?}"),
+    };
+    assert!(requests.is_monotonic);
+    let met: f64 = requests
+        .data_points
+        .iter()
+        .filter(|p| s(&p.attributes, "goodput.slo.verdict") == "met")
+        .map(|p| match p.value {
+            Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(n)) => {
+                n as f64
+            }
+            Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(
+                n,
+            )) => n,
+            None => 0.0,
+        })
+        .sum();
+    assert_eq!(met, 4.0);
+    assert!(metric(&m, "goodput.output_tokens").is_some());
+
+    // Nothing of the content, nor the client's credentials, went to the collector.
+    {
+        let seen = receiver.seen.lock().unwrap();
+        assert!(
+            seen.content_types
+                .iter()
+                .all(|c| c == "application/x-protobuf")
+        );
+        assert!(seen.api_keys.iter().all(|k| k == "collector-key"));
+        for body in &seen.bodies {
+            for secret in [&b"SECRET-PROMPT-TEXT"[..], b"SECRET-API-KEY", b"hello"] {
+                assert!(
+                    !body.windows(secret.len()).any(|w| w == secret),
+                    "an export carried {}",
+                    String::from_utf8_lossy(secret)
+                );
+            }
+        }
+    }
+    let text = metrics(proxy.admin_addr).await;
+    assert!(
+        metric_value(&text, "goodput_otlp_exports_total{signal=\"traces\"}").unwrap() >= 1.0,
+        "{text}"
+    );
+    assert!(metric_value(&text, "goodput_otlp_exports_total{signal=\"metrics\"}").unwrap() >= 1.0);
+    proxy.shutdown().await;
+}
+
+/// The last requests before shutdown are exported at shutdown, not lost.
+#[tokio::test]
+async fn shutdown_exports_what_is_left() {
+    let mut receiver = Receiver::start(Mode::Accept).await;
+    let (_sim, upstream) = start_sim(fast_sim(1.0, 1.0)).await;
+    // Long interval and large batches: only the shutdown flush can deliver them.
+    let cfg = otlp_config(
+        &upstream,
+        &format!(
+            "[otlp]\nendpoint = \"{}\"\ntraces = true\ninterval = \"1h\"\nbatch_size = 100\n",
+            receiver.endpoint()
+        ),
+    );
+    let proxy = start_proxy_with(cfg).await;
+    let client = client();
+    let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
+    for _ in 0..3 {
+        let (status, _) = post_collect(&client, &url, chat_body(true, 4, true)).await;
+        assert_eq!(status, 200);
+    }
+    wait_records(proxy.admin_addr, 3, Duration::from_secs(10)).await;
+    proxy.shutdown().await;
+    let (mut spans, mut metric_requests) = (0, 0);
+    receiver
+        .until("the shutdown exports", |got| {
+            match got {
+                Got::Traces(t) => spans += spans_of(t).len(),
+                Got::Metrics(m) => {
+                    metric_requests = histogram(m, "gen_ai.server.request.duration")
+                        .iter()
+                        .map(|p| p.count)
+                        .sum()
+                }
+            }
+            (spans == 3 && metric_requests == 3).then_some(())
+        })
+        .await;
+}

@@ -8,7 +8,7 @@
 
 use std::{path::Path, time::Duration};
 
-use crate::common::{harness::*, temp::TempDir};
+use crate::common::{binary::Serving, harness::*, temp::TempDir};
 use bytes::Bytes;
 use goodput::{
     config::{self, Overrides},
@@ -255,14 +255,6 @@ async fn live_drift_fires_on_shifted_output_length_and_writes_a_snapshot() {
     proxy.shutdown().await;
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `kill -9` of a recording proxy: every line handed to the OS before the crash is intact
 /// and readable; the file has no header-less or corrupt lines.
 #[tokio::test(flavor = "multi_thread")]
@@ -270,53 +262,48 @@ async fn a_killed_proxy_leaves_a_readable_profile() {
     let (_sim, upstream) = start_sim(fast_sim(1.0, 0.2)).await;
     let tmp = TempDir::new("kill");
     let dir = tmp.path();
-    let (proxy_port, admin_port) = (free_port(), free_port());
     let cfg = dir.join("goodput.toml");
     std::fs::write(
         &cfg,
         format!(
-            "[server]\nlisten = \"127.0.0.1:{proxy_port}\"\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
              [upstream]\nurl = \"{upstream}\"\n[profile]\ndir = \"{}\"\n",
             dir.join("profiles").display()
         ),
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"))
-        .args(["serve", "--config", cfg.to_str().unwrap()])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let proxy_url = format!("http://127.0.0.1:{proxy_port}/v1/chat/completions");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(("127.0.0.1", proxy_port))
-        .await
-        .is_err()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the proxy never listened"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"));
+    cmd.args(["serve", "--config", cfg.to_str().unwrap()]);
+    let mut served = Serving::start(cmd, Duration::from_secs(20)).unwrap();
+    let proxy_url = format!("http://{}/v1/chat/completions", served.proxy);
     for i in 0..25 {
         let (status, _) = post_collect(&client(), &proxy_url, chat_body(true, 4, i % 2 == 0)).await;
         assert_eq!(status, 200);
     }
-    // Let the records reach the writer and the writer go idle (it flushes when idle).
-    let admin = format!("127.0.0.1:{admin_port}").parse().unwrap();
-    wait_records(admin, 25, Duration::from_secs(5)).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let pid = child.id().to_string();
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .unwrap();
-    child.wait().unwrap();
+    // The records reach the writer, which writes them out when it goes idle: the kill
+    // comes once the file holds all 25.
+    wait_records(served.admin, 25, Duration::from_secs(10)).await;
+    let summarize = |files: &[std::path::PathBuf]| {
+        let (code, out) = goodput(&["profile", "summarize", "--json", files[0].to_str().unwrap()]);
+        (code == 0).then(|| serde_json::from_str::<Value>(&out).unwrap())
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let files = profile_files(&dir.join("profiles"));
+        if files.len() == 1 && summarize(&files).is_some_and(|s| s["requests"] == 25) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the profile never held 25 requests: {files:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    served.signal("-KILL");
+    served.exited(Duration::from_secs(10)).unwrap();
 
     let files = profile_files(&dir.join("profiles"));
     assert_eq!(files.len(), 1, "{files:?}");
-    let (code, out) = goodput(&["profile", "summarize", "--json", files[0].to_str().unwrap()]);
-    assert_eq!(code, 0, "{out}");
-    let summary: Value = serde_json::from_str(&out).unwrap();
+    let summary = summarize(&files).expect("a readable profile after kill -9");
     assert_eq!(summary["requests"], 25, "{summary}");
 }

@@ -15,7 +15,7 @@
 
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -24,6 +24,7 @@ use std::{
 };
 
 use crate::common::{
+    binary::Serving,
     fake::{FakeUpstream, Script, WritePlan, decode_chunked, openai_chat_events},
     temp::TempDir,
 };
@@ -82,6 +83,7 @@ fn restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream() {
                     stdout.contains("test result: ok. 1 passed"),
                     "the re-run did not run the scenario:\n{stdout}"
                 );
+                eprint!("{}", String::from_utf8_lossy(&out.stderr));
             }
             Err(e) => panic!(
                 "net.ipv4.tcp_migrate_req is 0 here and `unshare --net` could not run ({e}): \
@@ -97,17 +99,10 @@ fn restart_with_reuse_port_refuses_no_connection_and_cuts_no_stream() {
         .block_on(restart_under_load());
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `goodput serve --reuse-port` on the shared proxy port with its own admin port and
-/// profile directory.
-fn serve(dir: &Path, name: &str, proxy_port: u16, admin_port: u16, upstream: &str) -> Child {
+/// `goodput serve --reuse-port` on `proxy` (`127.0.0.1:0` for the first process, the port
+/// it got for the second) with an admin port of its own and its own profile directory;
+/// returns once its admin server says it is ready.
+async fn serve(dir: &Path, name: &str, proxy: &str, upstream: &str) -> Serving {
     let profiles = dir.join(name);
     let cfg = dir.join(format!("{name}.toml"));
     std::fs::write(
@@ -119,27 +114,26 @@ fn serve(dir: &Path, name: &str, proxy_port: u16, admin_port: u16, upstream: &st
         ),
     )
     .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_goodput"))
-        .args(["serve", "--reuse-port", "--config"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_goodput"));
+    cmd.args(["serve", "--reuse-port", "--config"])
         .arg(&cfg)
-        .args(["--listen", &format!("127.0.0.1:{proxy_port}")])
-        .args(["--admin", &format!("127.0.0.1:{admin_port}")])
-        .args(["--upstream", upstream])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
+        .args(["--listen", proxy, "--admin", "127.0.0.1:0"])
+        .args(["--upstream", upstream]);
+    let mut served = Serving::start(cmd, Duration::from_secs(20)).unwrap();
+    ready(&mut served).await;
+    served
 }
 
 /// Waits until the process's admin server answers `/readyz` with 200.
-async fn ready(admin_port: u16, child: &mut Child) {
+async fn ready(served: &mut Serving) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         assert!(
-            child.try_wait().unwrap().is_none(),
-            "goodput exited before it was ready"
+            served.child.try_wait().unwrap().is_none(),
+            "goodput exited before it was ready:\n{}",
+            served.stderr()
         );
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", admin_port)).await {
+        if let Ok(mut s) = TcpStream::connect(served.admin).await {
             let _ = s
                 .write_all(b"GET /readyz HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
                 .await;
@@ -157,21 +151,54 @@ async fn ready(admin_port: u16, child: &mut Child) {
     }
 }
 
-fn signal(child: &Child, signal: &str) {
-    let ok = Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {signal} failed");
-}
-
-async fn wait_exit(mut child: Child) {
-    let status = tokio::task::spawn_blocking(move || child.wait())
+async fn wait_exit(mut served: Serving) {
+    let status = tokio::task::spawn_blocking(move || served.exited(Duration::from_secs(60)))
         .await
         .unwrap()
         .unwrap();
     assert!(status.success(), "goodput exited with {status}");
+}
+
+/// Waits until a listener on `port` has a connection waiting in its accept queue (a
+/// listening socket's `rx_queue` in `/proc/net/tcp` is its accept backlog).
+async fn queued(port: u16) {
+    let port = format!(":{port:04X}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        let waiting = table.lines().skip(1).any(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            f.len() > 4
+                && f[1].ends_with(&port)
+                && f[3] == "0A"
+                && f[4]
+                    .split_once(':')
+                    .and_then(|(_, rx)| u32::from_str_radix(rx, 16).ok())
+                    .is_some_and(|rx| rx > 0)
+        });
+        if waiting {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no connection waited in the stopped process's accept queue"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until `more` further streams have completed (the clients make progress).
+async fn progress(tally: &Tally, more: usize) {
+    let target = tally.completed.load(Ordering::Relaxed) + more;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tally.completed.load(Ordering::Relaxed) < target {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the clients made no progress: {:?}",
+            tally.failures.lock().unwrap().first()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[derive(Default)]
@@ -243,11 +270,8 @@ async fn restart_under_load() {
     let expected: Vec<u8> = events.concat();
     let upstream = FakeUpstream::start(Script::sse_chunked(&events, WritePlan::Whole, GAP)).await;
     let tmp = TempDir::new("reuse-port");
-    let port = free_port();
-    let (admin_old, admin_new) = (free_port(), free_port());
-
-    let mut old = serve(tmp.path(), "old", port, admin_old, &upstream.url());
-    ready(admin_old, &mut old).await;
+    let old = serve(tmp.path(), "old", "127.0.0.1:0", &upstream.url()).await;
+    let port = old.proxy.port();
 
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
@@ -268,29 +292,28 @@ async fn restart_under_load() {
         })
         .collect();
 
-    // Some load on the old process alone, then the new one starts beside it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut new = serve(tmp.path(), "new", port, admin_new, &upstream.url());
-    ready(admin_new, &mut new).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Some load on the old process alone, then the new one starts beside it on its port.
+    progress(&tally, CLIENTS).await;
+    let new = serve(tmp.path(), "new", &old.proxy.to_string(), &upstream.url()).await;
+    progress(&tally, CLIENTS).await;
     let before_stop = tally.completed.load(Ordering::Relaxed);
 
     // The old one stops accepting and drains its streams while clients keep coming. It is
     // paused first so that connections the kernel assigned to it wait in its accept queue
     // when it closes its listener: the case a plain close loses (they are reset), made
-    // certain instead of left to chance.
-    signal(&old, "-STOP");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    signal(&old, "-TERM");
-    signal(&old, "-CONT");
+    // certain instead of left to chance: the stop waits until a connection is queued.
+    old.signal("-STOP");
+    queued(port).await;
+    old.signal("-TERM");
+    old.signal("-CONT");
     wait_exit(old).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    progress(&tally, CLIENTS).await;
 
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.await.unwrap();
     }
-    signal(&new, "-TERM");
+    new.signal("-TERM");
     wait_exit(new).await;
 
     let failures = tally.failures.lock().unwrap().clone();

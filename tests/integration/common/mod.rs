@@ -11,6 +11,7 @@
 //!
 //! [`temp`] gives a test a scratch directory of its own, removed when the test ends.
 
+pub mod binary;
 pub mod fake;
 pub mod harness;
 pub mod temp;

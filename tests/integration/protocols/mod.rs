@@ -14,7 +14,7 @@ use std::{
     io,
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     sync::{Arc, Mutex, PoisonError, RwLock},
     time::{Duration, Instant},
 };

@@ -1,6 +1,7 @@
 //! Secrecy: prompts and answers never reach metrics, the API or the logs.
 
 use super::*;
+use crate::common::binary::Serving;
 
 /// The secrets found in `text`.
 fn leaked(text: &str) -> Vec<&'static str> {
@@ -72,112 +73,31 @@ fn secrets_never_reach_metrics_or_the_api_in_process() {
     });
 }
 
-/// A `goodput serve` child process; killed if the test ends without stopping it.
-struct Served {
-    child: std::process::Child,
-    proxy: SocketAddr,
-    admin: SocketAddr,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+/// Starts the real binary in front of `upstream` on ports it binds itself.
+fn serve_binary(upstream: &str, config: Option<&Path>) -> anyhow::Result<Serving> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_goodput"));
+    cmd.arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--upstream", upstream])
+        .env_remove("RUST_LOG");
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
     }
-}
-
-/// Two free loopback ports: bound, read, released. Another process may take one before
-/// goodput binds it; [`serve_binary`] retries once for that.
-fn free_ports() -> io::Result<(u16, u16)> {
-    let a = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let b = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok((a.local_addr()?.port(), b.local_addr()?.port()))
-}
-
-/// Starts the real binary in front of `upstream` and waits until its admin server answers.
-async fn serve_binary(
-    dir: &TempDir,
-    tag: &str,
-    upstream: &str,
-    config: Option<&Path>,
-) -> anyhow::Result<Served> {
-    let mut last_error = None;
-    for attempt in 0..2 {
-        let (p, a) = free_ports()?;
-        let (proxy, admin): (SocketAddr, SocketAddr) = (
-            format!("127.0.0.1:{p}").parse()?,
-            format!("127.0.0.1:{a}").parse()?,
-        );
-        let stdout = dir.path().join(format!("{tag}-{attempt}.stdout"));
-        let stderr = dir.path().join(format!("{tag}-{attempt}.stderr"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_goodput"));
-        cmd.arg("serve")
-            .args([
-                "--listen",
-                &proxy.to_string(),
-                "--admin",
-                &admin.to_string(),
-            ])
-            .args(["--upstream", upstream])
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout)?)
-            .stderr(std::fs::File::create(&stderr)?);
-        if let Some(config) = config {
-            cmd.arg("--config").arg(config);
-        }
-        let mut served = Served {
-            child: cmd.spawn()?,
-            proxy,
-            admin,
-            stdout,
-            stderr,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = served.child.try_wait()? {
-                let err = std::fs::read_to_string(&served.stderr).unwrap_or_default();
-                last_error = Some(anyhow!("goodput exited early ({status}):\n{err}"));
-                break;
-            }
-            if let Ok((StatusCode::OK, _)) = http_get(admin, "/healthz").await {
-                return Ok(served);
-            }
-            if Instant::now() >= deadline {
-                bail!("goodput did not come up within 10 s");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    Err(last_error.unwrap_or_else(|| anyhow!("goodput did not start")))
+    Serving::start(cmd, Duration::from_secs(20)).map_err(|e| anyhow!(e))
 }
 
 /// SIGTERM, then waits for a clean exit; returns (stdout, stderr).
-async fn terminate(mut served: Served) -> anyhow::Result<(String, String)> {
-    let status = Command::new("kill")
-        .args(["-TERM", &served.child.id().to_string()])
-        .status()?;
-    ensure!(status.success(), "kill -TERM failed: {status}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(exit) = served.child.try_wait()? {
-            break exit;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "goodput did not exit within 10 s of SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+async fn terminate(mut served: Serving) -> anyhow::Result<(String, String)> {
+    served.signal("-TERM");
+    let exit = tokio::task::spawn_blocking(move || {
+        let exit = served.exited(Duration::from_secs(20));
+        exit.map(|exit| (exit, served))
+    })
+    .await?
+    .map_err(|e| anyhow!(e))?;
+    let (exit, served) = exit;
     ensure!(exit.success(), "goodput exited with {exit} after SIGTERM");
-    Ok((
-        std::fs::read_to_string(&served.stdout)?,
-        std::fs::read_to_string(&served.stderr)?,
-    ))
+    Ok((served.stdout(), served.stderr()))
 }
 
 #[test]
@@ -187,7 +107,7 @@ fn secrets_never_reach_the_logs_of_the_real_binary_text_and_json() {
         let dir = TempDir::new("secrecy");
 
         // Text logs, flags only, defaults: level info, access log on.
-        let served = serve_binary(&dir, "text", &upstream, None).await.unwrap();
+        let served = serve_binary(&upstream, None).unwrap();
         let ids = send_secrets(served.proxy, "sec-text").await.unwrap();
         admin_is_clean(served.admin, &ids).await.unwrap();
         let (stdout, stderr) = terminate(served).await.unwrap();
@@ -217,9 +137,7 @@ fn secrets_never_reach_the_logs_of_the_real_binary_text_and_json() {
         let config = dir
             .write("json.toml", "[log]\nformat = \"json\"\n")
             .unwrap();
-        let served = serve_binary(&dir, "json", &upstream, Some(&config))
-            .await
-            .unwrap();
+        let served = serve_binary(&upstream, Some(&config)).unwrap();
         let ids = send_secrets(served.proxy, "sec-json").await.unwrap();
         admin_is_clean(served.admin, &ids).await.unwrap();
         let (stdout, stderr) = terminate(served).await.unwrap();

@@ -346,8 +346,9 @@ async fn an_interrupted_run_still_reports() {
     let done = replay::execute(&a, tokio::time::sleep(Duration::from_millis(800)))
         .await
         .unwrap();
+    // The step would run for 30 s: ending within 20 means the interrupt ended it.
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(20),
         "{:?}",
         started.elapsed()
     );

@@ -4,7 +4,9 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_abort_mid_stream_closes_the_upstream_connection() {
-    let events = openai_chat_events(60, false);
+    // 600 events 30 ms apart: an upstream request that was not cancelled is still
+    // streaming when the wait for its close gives up.
+    let events = openai_chat_events(600, false);
     let up = FakeUpstream::start(Script::sse_chunked(
         &events,
         WritePlan::Whole,
@@ -13,26 +15,22 @@ async fn client_abort_mid_stream_closes_the_upstream_connection() {
     .await;
     let proxy = start_proxy(&up.url()).await;
     let (s, _) = raw_stream_events(proxy.proxy_addr, 3).await.unwrap();
-    let dropped = Instant::now();
     drop(s);
-    let closed = up.wait_client_close(Duration::from_secs(2)).await;
+    let closed = up.wait_client_close(Duration::from_secs(10)).await;
     assert!(closed.is_some(), "the upstream never saw the proxy hang up");
-    assert!(
-        dropped.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        dropped.elapsed()
-    );
     let r = one_record(proxy.admin_addr).await;
     assert_eq!(r["outcome"], "client_abort", "{r}");
     assert_eq!(r["status"], 200);
     let n = r["events"].as_u64().unwrap();
-    assert!((2..60).contains(&n), "{r}");
+    assert!((2..600).contains(&n), "{r}");
     proxy.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_abort_of_a_hyper_client_closes_the_upstream_connection() {
-    let events = openai_chat_events(60, false);
+    // 600 events 30 ms apart: an upstream request that was not cancelled is still
+    // streaming when the wait for its close gives up.
+    let events = openai_chat_events(600, false);
     let up = FakeUpstream::start(Script::sse_chunked(
         &events,
         WritePlan::Whole,
@@ -43,14 +41,12 @@ async fn client_abort_of_a_hyper_client_closes_the_upstream_connection() {
     let client = client();
     let mut resp = post(&client, &chat_url(&proxy), chat_body(true, 60, false)).await;
     read_events(resp.body_mut(), 3).await.unwrap();
-    let dropped = Instant::now();
     drop(resp);
     drop(client);
-    assert!(up.wait_client_close(Duration::from_secs(2)).await.is_some());
     assert!(
-        dropped.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        dropped.elapsed()
+        up.wait_client_close(Duration::from_secs(10))
+            .await
+            .is_some()
     );
     let r = one_record(proxy.admin_addr).await;
     assert_eq!(r["outcome"], "client_abort", "{r}");
@@ -66,16 +62,12 @@ async fn client_abort_before_the_response_head_closes_the_upstream_connection() 
         .await
         .unwrap();
     assert_eq!(up.wait_requests(1, Duration::from_secs(2)).await.len(), 1);
-    let dropped = Instant::now();
     drop(s);
     assert!(
-        up.wait_client_close(Duration::from_secs(2)).await.is_some(),
+        up.wait_client_close(Duration::from_secs(10))
+            .await
+            .is_some(),
         "the upstream request was not cancelled"
-    );
-    assert!(
-        dropped.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        dropped.elapsed()
     );
     let r = one_record(proxy.admin_addr).await;
     assert_eq!(r["outcome"], "client_abort", "{r}");
@@ -92,15 +84,13 @@ async fn client_abort_before_the_first_token_of_an_http2_client_cancels_upstream
     let url = chat_url(&proxy);
     let pending = tokio::spawn(async move { post(&client, &url, chat_body(true, 5, false)).await });
     assert_eq!(up.wait_requests(1, Duration::from_secs(2)).await.len(), 1);
-    let dropped = Instant::now();
     // Aborting the task drops the request future and the only client: RST_STREAM, then the
     // connection goes.
     pending.abort();
-    assert!(up.wait_client_close(Duration::from_secs(2)).await.is_some());
     assert!(
-        dropped.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        dropped.elapsed()
+        up.wait_client_close(Duration::from_secs(10))
+            .await
+            .is_some()
     );
     let r = one_record(proxy.admin_addr).await;
     assert_eq!(r["outcome"], "client_abort", "{r}");
@@ -116,16 +106,14 @@ async fn client_abort_reaches_the_simulator_as_client_gone() {
     read_events(resp.body_mut(), 3).await.unwrap();
     drop(resp);
     drop(client);
-    let deadline = Instant::now() + Duration::from_secs(1);
+    // Cancelled or not, the simulator's request ends (it streams for 2 s); how it ended
+    // is the test.
+    let deadline = Instant::now() + Duration::from_secs(10);
     while sim.truth().is_empty() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let truth = sim.truth();
-    assert_eq!(
-        truth.len(),
-        1,
-        "the simulator's request did not end within 1 s"
-    );
+    assert_eq!(truth.len(), 1, "the simulator's request did not end");
     assert!(
         truth[0].client_gone && !truth[0].completed,
         "{:?}",

@@ -13,19 +13,24 @@ async fn stalled_stream_is_cut_by_the_idle_timeout() {
     s.write_all(&raw_post(CHAT, &chat_body(true, 5, false)))
         .await
         .unwrap();
-    let (raw, end) = read_to_end(&mut s, Duration::from_secs(3)).await;
+    // The upstream stalls forever: without the idle timeout the read would never end.
+    let (raw, end) = read_to_end(&mut s, Duration::from_secs(10)).await;
     let took = sent.elapsed();
-    assert_ne!(end, End::TimedOut);
+    assert_ne!(end, End::TimedOut, "the idle timeout never cut the stream");
     assert!(
-        took >= Duration::from_millis(190) && took < Duration::from_secs(1),
-        "cut after {took:?}"
+        took >= Duration::from_millis(190),
+        "cut before the timeout, after {took:?}"
     );
     let (head, body) = head_and_body(&raw).unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let (data, terminated) = dechunk(body);
     assert_eq!(data, SSE_COMMENT);
     assert!(!terminated, "an idle-timed-out stream must be an abort");
-    assert!(up.wait_client_close(Duration::from_secs(1)).await.is_some());
+    assert!(
+        up.wait_client_close(Duration::from_secs(10))
+            .await
+            .is_some()
+    );
     let r = one_record(proxy.admin_addr).await;
     assert_eq!(r["outcome"], "timeout", "{r}");
     assert_eq!(r["status"], 200);

@@ -80,35 +80,7 @@ impl<IO: AsyncRead> AsyncRead for FirstBytes<IO> {
     }
 }
 
-impl<IO: AsyncWrite> AsyncWrite for FirstBytes<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_shutdown(cx)
-    }
-}
+write_through!(impl [IO: AsyncWrite] for FirstBytes<IO>, |this| this.project().io);
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,52 @@
 //! forwarding service. Bytes pass unchanged and unbuffered; the measurement layer wraps
 //! the forwarding service and only observes.
 
+/// `AsyncWrite` for a wrapper that only watches reads: every write goes to its `io` field
+/// untouched. `$pin` turns `self` (a `Pin<&mut Self>`) into the pinned field.
+macro_rules! write_through {
+    (impl [$($generics:tt)*] for $ty:ty, |$this:ident| $pin:expr) => {
+        impl<$($generics)*> tokio::io::AsyncWrite for $ty {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                let $this = self;
+                $pin.poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                let $this = self;
+                $pin.poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.io.is_write_vectored()
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                let $this = self;
+                $pin.poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                let $this = self;
+                $pin.poll_shutdown(cx)
+            }
+        }
+    };
+}
+
 mod body;
 mod client;
 mod coalesce;

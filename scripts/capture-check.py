@@ -10,7 +10,7 @@ through the proxy. For every request it takes, from the capture:
     content-bearing event (a non-empty `content` delta; the role-only first chunk is no
     token) on the upstream connection that carried this request (the proxy forwards
     x-request-id upstream),
-and compares `first token - arrival` with the record's `ttft_ms` (README, "Definitions").
+and compares `first token - arrival` with the record's `ttft_ms` (docs/DESIGN.md, "Timestamps").
 Prints P50/P90/P99 of |recorded - packet| and of the signed difference, per record
 `clock` (`kernel` or `user`; a build without the field counts as `user`).
 

@@ -13,7 +13,7 @@ and the count the record chose (with its source).
 
 Usage: scripts/token-sources.py --engine http://127.0.0.1:8001 [--goodput BIN] [--n 40]
        [--max-tokens 32] [--model NAME] [--config FILE]
-Checked with llama-cpp-python's server (README, "Counting without usage", has the figures).
+Checked with llama-cpp-python's server (docs/METRICS.md, "Counting without usage", has the figures).
 """
 import argparse, json, subprocess, time, urllib.request, uuid
 

@@ -1,6 +1,6 @@
 //! goodput: a transparent, streaming-aware reverse proxy for LLM inference gateways that
 //! timestamps every streamed event and reports TTFT, TPOT, inter-token latency, end-to-end
-//! latency and outcomes from real traffic. See DESIGN.md for the normative definitions and
+//! latency and outcomes from real traffic. See docs/DESIGN.md for the definitions and
 //! `docs/LIFECYCLE.md` for where each timestamp is taken.
 //!
 //! # Layout

@@ -247,7 +247,7 @@ pub struct LimitLabel {
     pub limit: &'static str,
 }
 
-/// What the proxy's resource bounds count (README "Limits").
+/// What the proxy's resource bounds count (docs/CONFIG.md "Limits").
 #[derive(Clone, Debug, Default)]
 pub struct LimitMetrics {
     pub rejections: Family<LimitLabel, Counter>,

@@ -34,7 +34,7 @@ pub use engines::{Engine, EngineKind};
 pub use proxy::ProxyTotals;
 pub use scraper::Calibrator;
 
-/// What is compared: the proxy's definitions (DESIGN.md) against the engine's histogram of
+/// What is compared: the proxy's definitions (docs/DESIGN.md) against the engine's histogram of
 /// the same name, plus the engine-only phases that explain where its time went. A closed
 /// set: safe as a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -66,9 +66,9 @@ pub struct Server {
     pub header_read_timeout: Duration,
     pub drain_timeout: Duration,
     pub http2: bool,
-    /// Bounds on what clients may hold (see README "Limits").
+    /// Bounds on what clients may hold (see docs/CONFIG.md "Limits").
     pub limits: ServerLimits,
-    /// Answer HTTP/1 clients that half-close after their request (README "Limits").
+    /// Answer HTTP/1 clients that half-close after their request (docs/CONFIG.md "Limits").
     pub http1_half_close: bool,
 }
 

@@ -132,7 +132,7 @@ impl Api {
     }
 
     /// Whether the API generates output. Only generation traffic is judged against SLO
-    /// classes, profiled and replayed (DESIGN.md); the rest passes through.
+    /// classes, profiled and replayed (docs/DESIGN.md); the rest passes through.
     pub fn is_generation(self) -> bool {
         !matches!(self, Api::Embeddings | Api::Unknown)
     }

@@ -1,5 +1,5 @@
 //! Turning what the data path saw into a [`RequestRecord`], per the normative
-//! definitions in DESIGN.md. Runs on the aggregator, off the request's hot path: this is
+//! definitions in docs/DESIGN.md. Runs on the aggregator, off the request's hot path: this is
 //! where request and non-streaming response bodies are parsed.
 
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// The numbers DESIGN.md defines for one response, derived from what was seen of it by
+/// The numbers docs/DESIGN.md defines for one response, derived from what was seen of it by
 /// [`derive`]. Shared by the proxy's records ([`Pending::finish`]) and the client-side
 /// measurement of `goodput replay`, so that both measure by the same code.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -92,7 +92,7 @@ pub fn derive(
 /// the model's tokenizer) puts at `estimate` tokens carried one token per event, as vLLM,
 /// SGLang and llama.cpp stream by default: then the event count is exact and the
 /// estimate is not. Measured on llama-cpp-python's server (scripts/token-sources.py,
-/// README "Counting without usage"): events exact in 40 of 40 streams, the estimate off
+/// docs/METRICS.md "Counting without usage"): events exact in 40 of 40 streams, the estimate off
 /// by one of 32 tokens in every one. Each event carries at least one token, so an estimate below the
 /// event count is wrong; well above it (more than a quarter more), the events carry
 /// several tokens each (speculative decoding, a gateway that batches) and the estimate is
@@ -101,7 +101,7 @@ fn one_token_per_event(estimate: u64, events: u64) -> bool {
     events > 0 && estimate.saturating_mul(4) <= events.saturating_mul(5)
 }
 
-/// How a request ended (DESIGN.md's outcomes). `proxy_failure` is set when the measuring
+/// How a request ended (docs/DESIGN.md's outcomes). `proxy_failure` is set when the measuring
 /// side answered or failed by itself (the proxy's 502/504; a client that could not
 /// connect); `stream_error` when the stream or body carried an error object;
 /// `unterminated` when a decoded stream never sent its dialect's terminal event.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-/// How a request ended, as DESIGN.md defines it. Closed set: safe as a metric label.
+/// How a request ended, as docs/DESIGN.md defines it. Closed set: safe as a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {

@@ -1,4 +1,4 @@
-//! The SLO verdict of one finished request, per DESIGN.md: it meets its class when its
+//! The SLO verdict of one finished request, per docs/DESIGN.md: it meets its class when its
 //! outcome is `ok` and each target the class sets holds (a missing target, or a metric the
 //! request has no value for, is not checked). Client aborts and client errors are excluded
 //! from attainment.

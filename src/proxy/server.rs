@@ -137,7 +137,7 @@ impl Proxy {
             .keep_alive(true);
         // Flood bounds h2 has without settings: one PING answer and one SETTINGS ack
         // pending at a time (no more frames are read until they are written), CONTINUATION
-        // frames bounded by the header list size. They are not rate limits (README).
+        // frames bounded by the header list size. They are not rate limits (docs/CONFIG.md).
         builder
             .http2()
             .timer(TokioTimer::new())

@@ -102,7 +102,7 @@ pub struct ReplayArgs {
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["profile", "target"])]
     pub compare: Option<Vec<PathBuf>>,
     /// Quality probes: JSON Lines of requests with an expected answer (`contains`,
-    /// `regex` or `json_schema`), mixed into the load (README: Quality probes).
+    /// `regex` or `json_schema`), mixed into the load (docs/REPLAY.md: Quality probes).
     #[arg(long, value_name = "FILE")]
     pub probes: Option<PathBuf>,
     /// Share of the requests that are probes (every round(1/F)-th request).

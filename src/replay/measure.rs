@@ -2,7 +2,7 @@
 //! attainment per class, effective goodput, latency percentiles, TTFT by input length, the
 //! generator's schedule lag, and the step's own spread (for `--compare`).
 //!
-//! Definitions are DESIGN.md's: attainment = met / (met + missed) (client aborts have no
+//! Definitions are docs/DESIGN.md's: attainment = met / (met + missed) (client aborts have no
 //! verdict); effective goodput = output tokens of requests that met their SLO / the
 //! measuring duration; errors = every outcome but `ok` and `client_abort`. Percentiles
 //! are nearest-rank over every value (no histogram rounding): ITL over every gap of

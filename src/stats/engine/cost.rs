@@ -1,4 +1,4 @@
-//! Unit cost, as DESIGN.md defines it: the configured cost per hour times the window's
+//! Unit cost (docs/DESIGN.md, "Unit cost"): the configured cost per hour times the window's
 //! seconds (the same span the rates use), divided by millions of tokens. Raw tokens are all
 //! output tokens (raw throughput's numerator). The wasted share is the share of output
 //! tokens, hence of spend, that went to requests which missed their SLO; tokens of client

@@ -1,6 +1,6 @@
 //! The statistics engine: sliding windows of SLO attainment, effective goodput, latency
 //! percentiles, unit cost, stability series and live capacity, per SLO class, per model and
-//! overall. The definitions are DESIGN.md's (normative); this module only counts.
+//! overall. The definitions are docs/DESIGN.md's (normative); this module only counts.
 //!
 //! Pure, synchronous and deterministic: time is passed in (`now` arguments and the
 //! observation's own instants), never read from a clock. It lives in the aggregator task

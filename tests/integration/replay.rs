@@ -518,8 +518,9 @@ async fn ramp_finds_the_knee_and_soak_runs_below_it() {
         "ramp: (rate, attainment) {att:?}, knee {knee:.1}/s, lag {}",
         r["generator"]["schedule_lag_ms"]["p99"]
     );
-    // ~8 in flight at ~38 ms each is ~210/s; beyond it TTFT passes 30 ms.
-    assert!((100.0..270.0).contains(&knee), "knee {knee}");
+    // ~8 in flight at ~38 ms each is ~210/s; beyond it TTFT passes 30 ms. A busy machine
+    // stretches every request and brings the knee lower, never higher.
+    assert!((40.0..270.0).contains(&knee), "knee {knee}");
     assert!(att.last().unwrap().1 < 0.8, "the last step broke: {att:?}");
     assert_eq!(
         r["verdict"]["interactive"], "pass",

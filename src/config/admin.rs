@@ -7,11 +7,35 @@ use std::{fmt, net::SocketAddr, sync::Arc};
 
 use subtle::ConstantTimeEq;
 
+use serde::Deserialize;
+
 use super::{
     Problem,
-    file::AdminSection,
-    tls::{self, TlsKeys},
+    tls::{self, TlsKeys, TlsSection},
 };
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSection {
+    pub listen: String,
+    /// A file holding the bearer token the admin endpoints require (none: open).
+    pub token_file: Option<String>,
+    /// Whether `/metrics` needs the token too (off: scrapers need no credentials).
+    pub metrics_auth: bool,
+    /// `[admin.tls]`: serve the admin endpoints over HTTPS.
+    pub tls: Option<TlsSection>,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9464".into(),
+            token_file: None,
+            metrics_auth: false,
+            tls: None,
+        }
+    }
+}
 
 /// Who may use the admin endpoints, and over what.
 #[derive(Debug, Clone, Default)]

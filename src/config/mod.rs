@@ -4,25 +4,33 @@
 
 pub mod admin;
 pub mod calibration;
-pub mod counting;
 pub mod file;
+pub mod log;
+pub mod measure;
 pub mod otlp;
 pub mod profile_file;
+pub mod server;
 pub mod slo;
 pub mod slo_file;
 mod tls;
+pub mod tokenizer;
+pub mod upstream;
+pub mod usage_injection;
 mod validate;
 
-use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
-
-use http::uri::{Authority, Scheme};
+use std::{net::SocketAddr, path::Path};
 
 pub use admin::{AdminAccess, AdminToken};
 pub use calibration::Calibration;
-pub use counting::{Counting, UsageInjection};
+pub use log::{Log, LogFormat};
+pub use measure::Measure;
 pub use otlp::Otlp;
 pub use profile_file::{DriftConfig, ProfileConfig};
+pub use server::{Server, ServerLimits};
 pub use slo::{Cost, Slo, SloClass};
+pub use tokenizer::Counting;
+pub use upstream::Upstream;
+pub use usage_injection::UsageInjection;
 pub use validate::{load, load_str, load_with_salt};
 
 /// Values given on the command line; each replaces the file's value.
@@ -57,74 +65,6 @@ pub struct Config {
     pub calibration: Calibration,
     /// Export to an OpenTelemetry collector (`[otlp]`); `None` when off.
     pub otlp: Option<Otlp>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Server {
-    pub listen: SocketAddr,
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    pub header_read_timeout: Duration,
-    pub drain_timeout: Duration,
-    pub http2: bool,
-    /// Bounds on what clients may hold (see docs/CONFIG.md "Limits").
-    pub limits: ServerLimits,
-    /// Answer HTTP/1 clients that half-close after their request (docs/CONFIG.md "Limits").
-    pub http1_half_close: bool,
-}
-
-/// What one client, or all of them together, may hold of the proxy.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerLimits {
-    pub max_connections: usize,
-    pub http2_max_concurrent_streams: u32,
-    pub max_request_header_bytes: usize,
-    pub request_body_timeout: Duration,
-    pub http2_max_control_frames_per_second: u32,
-}
-
-#[derive(Debug, Clone)]
-pub struct Upstream {
-    pub scheme: Scheme,
-    pub authority: Authority,
-    /// Path prefix of the upstream URL without a trailing slash (`""` for none).
-    pub base_path: String,
-    /// Trust roots and settings for `https://` upstreams (unused for `http://`).
-    pub tls: Arc<rustls::ClientConfig>,
-    pub http2: bool,
-    pub preserve_host: bool,
-    pub connect_timeout: Duration,
-    pub response_header_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub pool_idle_timeout: Duration,
-    pub pool_max_idle_per_host: usize,
-    /// Upstream connections in use at once (for an HTTP/2 upstream: requests).
-    pub max_connections: usize,
-    /// How long a request waits for a free upstream connection before its 503.
-    pub pool_wait_timeout: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub struct Measure {
-    pub request_inspect_limit: usize,
-    pub response_inspect_limit: usize,
-    pub channel_capacity: usize,
-    pub recent_requests: usize,
-    pub max_models: usize,
-    /// Reads timed by the kernel's receive stamps where it gives them (`proxy::wire`).
-    pub kernel_timestamps: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(Debug, Clone)]
-pub struct Log {
-    pub format: LogFormat,
-    pub level: String,
-    pub access_log: bool,
 }
 
 /// One thing wrong with the configuration.

@@ -5,8 +5,17 @@
 use std::{fs::File, io::BufReader, sync::Arc};
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
 
 use super::Problem;
+
+/// `[server.tls]` and `[admin.tls]`: the certificate chain and key files.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    pub cert: String,
+    pub key: String,
+}
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::common::fake::{FakeUpstream, Script, WritePlan};
 use crate::common::harness::*;
 use crate::common::temp::TempDir;
-use goodput::config::{Config, counting::ModelTokenizer};
+use goodput::config::{Config, tokenizer::ModelTokenizer};
 use goodput::run::Running;
 use serde_json::{Value, json};
 use tokenizers::models::bpe::BPE;

@@ -92,10 +92,7 @@ fn recorded_timings_agree_with_the_servers_ground_truth() {
             ("first-token lag", &mut lag_hi),
         ] {
             let (p50, p95) = (percentile(values, 0.5), percentile(values, 0.95));
-            assert!(
-                p50 <= 2.0,
-                "{what}: p50 {p50:.3} p95 {p95:.3} ms\n{report}"
-            );
+            assert!(p50 <= 2.0, "{what}: p50 {p50:.3} p95 {p95:.3} ms\n{report}");
         }
         // The 2 ms bound leaves room for a wrong definition: dividing by n instead of n - 1
         // is off by tpot/n = 0.5 ms here, in every request. With one shared clock the

@@ -1,6 +1,5 @@
-//! `[tokenizer]` (counting tokens when the upstream reports no usage) and
-//! `[usage_injection]` (asking OpenAI-style upstreams for usage on the client's behalf):
-//! the file schema, its validation, and the runtime values.
+//! `[tokenizer]`: counting tokens when the upstream reports no usage. The file's section,
+//! its validation and the runtime value.
 //!
 //! Tokenizer files are loaded here, once per configuration build, so a missing or broken
 //! `tokenizer.json` is a configuration problem naming its path, never a runtime surprise;
@@ -44,25 +43,6 @@ impl Default for TokenizerSection {
 pub struct ModelTokenizerSection {
     pub model: String,
     pub path: String,
-}
-
-/// `[usage_injection]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct UsageInjectionSection {
-    pub enabled: bool,
-    pub models: Vec<String>,
-    pub paths: Vec<String>,
-}
-
-impl Default for UsageInjectionSection {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            models: vec!["*".into()],
-            paths: vec!["/v1/chat/completions".into(), "/v1/completions".into()],
-        }
-    }
 }
 
 /// How tokens are counted when the upstream reports no usage.
@@ -113,27 +93,6 @@ impl Default for Counting {
             queue: s.queue,
             text_limit: DEFAULT_TEXT_LIMIT,
         }
-    }
-}
-
-/// Which requests get `stream_options.include_usage` added upstream.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UsageInjection {
-    pub enabled: bool,
-    /// Model globs; the request's `model` must match one.
-    pub models: Vec<String>,
-    /// Request path globs (the client's path, before any upstream prefix).
-    pub paths: Vec<String>,
-}
-
-impl UsageInjection {
-    /// Whether requests to this path are candidates (the model is checked on the body).
-    pub fn applies_to_path(&self, path: &str) -> bool {
-        self.enabled && self.paths.iter().any(|p| glob(p, path))
-    }
-
-    pub fn applies_to_model(&self, model: &str) -> bool {
-        self.models.iter().any(|m| glob(m, model))
     }
 }
 
@@ -190,59 +149,24 @@ pub fn validate_tokenizer(s: &TokenizerSection, problems: &mut Vec<Problem>) -> 
     }
 }
 
-/// Validates `[usage_injection]`.
-pub fn validate_injection(
-    s: &UsageInjectionSection,
-    problems: &mut Vec<Problem>,
-) -> UsageInjection {
-    if s.enabled {
-        if s.models.is_empty() {
-            problems.push(Problem::invalid(
-                "usage_injection.models",
-                "lists no model glob, so nothing would be injected; use [\"*\"] for every model",
-            ));
-        }
-        if s.paths.is_empty() {
-            problems.push(Problem::invalid("usage_injection.paths", "lists no path"));
-        }
-    }
-    for (i, p) in s.paths.iter().enumerate() {
-        if !(p.starts_with('/') || p.starts_with('*')) {
-            problems.push(Problem::invalid(
-                format!("usage_injection.paths[{i}]"),
-                format!("`{p}` must be a request path (glob) starting with `/` or `*`"),
-            ));
-        }
-    }
-    UsageInjection {
-        enabled: s.enabled,
-        models: s.models.clone(),
-        paths: s.paths.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn section(text: &str) -> (TokenizerSection, UsageInjectionSection) {
+    fn section(text: &str) -> TokenizerSection {
         #[derive(Deserialize)]
-        struct Both {
+        struct File {
             #[serde(default)]
             tokenizer: TokenizerSection,
-            #[serde(default)]
-            usage_injection: UsageInjectionSection,
         }
-        let both: Both = toml::from_str(text).unwrap();
-        (both.tokenizer, both.usage_injection)
+        toml::from_str::<File>(text).unwrap().tokenizer
     }
 
     #[test]
-    fn defaults_count_with_the_estimate_and_inject_nothing() {
-        let (t, u) = section("");
+    fn defaults_count_with_the_estimate() {
+        let t = section("");
         let mut problems = Vec::new();
         let counting = validate_tokenizer(&t, &mut problems);
-        let injection = validate_injection(&u, &mut problems);
         assert!(problems.is_empty(), "{problems:?}");
         assert!(counting.enabled());
         assert!(matches!(
@@ -253,15 +177,11 @@ mod tests {
             (counting.workers, counting.queue, counting.text_limit),
             (1, 256, 1 << 20)
         );
-        assert!(
-            !injection.applies_to_path("/v1/chat/completions"),
-            "off by default"
-        );
     }
 
     #[test]
     fn without_the_estimate_an_unmatched_model_is_not_counted() {
-        let (t, _) = section("[tokenizer]\nestimate = false\n");
+        let t = section("[tokenizer]\nestimate = false\n");
         let counting = validate_tokenizer(&t, &mut Vec::new());
         assert!(!counting.enabled());
         assert!(counting.counter_for(Some("m")).is_none());
@@ -269,35 +189,18 @@ mod tests {
     }
 
     #[test]
-    fn injection_paths_and_models_are_globs() {
-        let (_, u) = section(
-            "[usage_injection]\nenabled = true\nmodels = [\"llama-*\"]\npaths = [\"*/chat/completions\"]\n",
-        );
-        let mut problems = Vec::new();
-        let injection = validate_injection(&u, &mut problems);
-        assert!(problems.is_empty(), "{problems:?}");
-        assert!(injection.applies_to_path("/openai/v1/chat/completions"));
-        assert!(!injection.applies_to_path("/v1/completions"));
-        assert!(injection.applies_to_model("llama-3-8b") && !injection.applies_to_model("qwen"));
-    }
-
-    #[test]
     fn every_problem_is_named() {
-        let (t, u) = section(
-            "[tokenizer]\nworkers = 0\nqueue = 0\nmodels = [{ model = \"\", path = \"/nonexistent/t.json\" }]\n\
-             [usage_injection]\nenabled = true\nmodels = []\npaths = [\"v1/chat\"]\n",
+        let t = section(
+            "[tokenizer]\nworkers = 0\nqueue = 0\nmodels = [{ model = \"\", path = \"/nonexistent/t.json\" }]\n",
         );
         let mut problems = Vec::new();
         validate_tokenizer(&t, &mut problems);
-        validate_injection(&u, &mut problems);
         let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
         for key in [
             "tokenizer.models[0].model",
             "tokenizer.models[0].path",
             "tokenizer.workers",
             "tokenizer.queue",
-            "usage_injection.models",
-            "usage_injection.paths[0]",
         ] {
             assert!(
                 all.iter().any(|p| p.starts_with(key)),

@@ -1,0 +1,170 @@
+//! `[upstream]`: the inference gateway goodput forwards to, its TLS trust, timeouts and
+//! the connection budget. The file's section, its validation and the runtime value.
+
+use std::{sync::Arc, time::Duration};
+
+use http::{
+    Uri,
+    uri::{Authority, Scheme},
+};
+use serde::Deserialize;
+
+use super::{Problem, file::humantime_serde, tls, validate::positive};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamSection {
+    pub url: Option<String>,
+    pub ca_file: Option<String>,
+    pub http2: bool,
+    pub preserve_host: bool,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub response_header_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub pool_idle_timeout: Duration,
+    pub pool_max_idle_per_host: usize,
+    /// Upstream connections (HTTP/2: requests) in use at once.
+    pub max_connections: usize,
+    /// How long a request waits for one of them; exceeded -> 503.
+    #[serde(with = "humantime_serde")]
+    pub pool_wait_timeout: Duration,
+}
+
+impl Default for UpstreamSection {
+    fn default() -> Self {
+        Self {
+            url: None,
+            ca_file: None,
+            http2: false,
+            preserve_host: false,
+            connect_timeout: Duration::from_secs(5),
+            // Prefill of a long prompt behind a queue can take minutes; a short default
+            // would turn a slow-but-healthy request into a 504.
+            response_header_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(300),
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 256,
+            // Envoy's circuit-breaker default (max_connections, max_requests).
+            max_connections: 1024,
+            pool_wait_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub scheme: Scheme,
+    pub authority: Authority,
+    /// Path prefix of the upstream URL without a trailing slash (`""` for none).
+    pub base_path: String,
+    /// Trust roots and settings for `https://` upstreams (unused for `http://`).
+    pub tls: Arc<rustls::ClientConfig>,
+    pub http2: bool,
+    pub preserve_host: bool,
+    pub connect_timeout: Duration,
+    pub response_header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub pool_idle_timeout: Duration,
+    pub pool_max_idle_per_host: usize,
+    /// Upstream connections in use at once (for an HTTP/2 upstream: requests).
+    pub max_connections: usize,
+    /// How long a request waits for a free upstream connection before its 503.
+    pub pool_wait_timeout: Duration,
+}
+
+/// The runtime `[upstream]`; `url` is the flag's, replacing the file's.
+pub(super) fn validate(
+    u: &UpstreamSection,
+    url: Option<&str>,
+    problems: &mut Vec<Problem>,
+) -> Option<Upstream> {
+    for (key, value) in [
+        ("upstream.max_connections", u.max_connections as u64),
+        (
+            "upstream.pool_wait_timeout",
+            u.pool_wait_timeout.as_millis() as u64,
+        ),
+        (
+            "upstream.connect_timeout",
+            u.connect_timeout.as_millis() as u64,
+        ),
+        (
+            "upstream.response_header_timeout",
+            u.response_header_timeout.as_millis() as u64,
+        ),
+        ("upstream.idle_timeout", u.idle_timeout.as_millis() as u64),
+    ] {
+        positive(key, value, problems);
+    }
+    let Some(raw) = url.or(u.url.as_deref()) else {
+        problems.push(Problem::invalid(
+            "upstream.url",
+            "required: set it in the file or pass --upstream http://host:port",
+        ));
+        return None;
+    };
+    let uri: Uri = match raw.parse() {
+        Ok(uri) => uri,
+        Err(e) => {
+            problems.push(Problem::invalid("upstream.url", format!("`{raw}`: {e}")));
+            return None;
+        }
+    };
+    let scheme = uri.scheme().cloned();
+    let https = match scheme.as_ref().map(Scheme::as_str) {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            problems.push(Problem::invalid(
+                "upstream.url",
+                format!("`{raw}` must start with http:// or https://"),
+            ));
+            return None;
+        }
+    };
+    let Some(authority) = uri.authority().cloned() else {
+        problems.push(Problem::invalid(
+            "upstream.url",
+            format!("`{raw}` has no host"),
+        ));
+        return None;
+    };
+    if uri.query().is_some() {
+        problems.push(Problem::invalid(
+            "upstream.url",
+            format!("`{raw}` must not have a query"),
+        ));
+    }
+    if u.ca_file.is_some() && !https {
+        problems.push(Problem::invalid(
+            "upstream.ca_file",
+            "only used with an https:// upstream",
+        ));
+    }
+    let tls = match tls::client_config(u.ca_file.as_deref()) {
+        Ok(cfg) => Arc::new(cfg),
+        Err(p) => {
+            problems.push(p);
+            return None;
+        }
+    };
+    Some(Upstream {
+        scheme: scheme.unwrap_or(Scheme::HTTP),
+        authority,
+        base_path: uri.path().trim_end_matches('/').to_owned(),
+        tls,
+        http2: u.http2,
+        preserve_host: u.preserve_host,
+        connect_timeout: u.connect_timeout,
+        response_header_timeout: u.response_header_timeout,
+        idle_timeout: u.idle_timeout,
+        pool_idle_timeout: u.pool_idle_timeout,
+        pool_max_idle_per_host: u.pool_max_idle_per_host,
+        max_connections: u.max_connections,
+        pool_wait_timeout: u.pool_wait_timeout,
+    })
+}

@@ -194,6 +194,9 @@ fn the_window_is_bounded_and_reuse_is_seen() {
     }
     assert_eq!(m.window_lines().count(), 300);
     let s = m.evaluate(t0 + Duration::from_secs(10));
+    // The snapshot keeps the newest 300; the statistics count every request.
+    assert_eq!(s.live_requests, 1000);
+    assert_eq!(m.window_lines().count(), 300);
     let reuse = s
         .dimensions
         .iter()
@@ -270,6 +273,12 @@ fn the_summaries_give_what_every_request_gives() {
             l.outcome = "client_abort";
         }
         l.e2e_ms = 500.0 + (i % 17) as f64 * 100.0;
+        // Prompts seen again 3020 requests (60.4 panes) later: some within the window
+        // as it was then, some just out of it.
+        if i % 4 == 0 {
+            let k = (i % 3020) as u64;
+            l.block_hashes = vec![0xb10c_0000 + k, 0xb10d_0000 + k];
+        }
         // Arrivals out of finish order.
         l.arrival_ms -= (i % 7) as i64 * 150;
     }

@@ -308,12 +308,6 @@ impl Monitor {
             .map(|h| &h.line)
     }
 
-    /// Bytes the statistics' summaries hold (see [`Window::heap_bytes`]); the lines kept
-    /// for the snapshot are apart.
-    pub fn summary_bytes(&self) -> usize {
-        self.live.heap_bytes()
-    }
-
     /// Drops the held lines whose pane left the window (they finished in order, so from
     /// the front; one that finished late behind a newer one waits, filtered out).
     fn trim(&mut self) {

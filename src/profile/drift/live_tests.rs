@@ -416,3 +416,46 @@ fn the_summaries_do_not_grow_with_the_requests_in_the_window() {
     // A request held as a line would cost more than 100 bytes: a fraction of that here.
     assert!(large_bytes < large * 100, "{large_bytes}");
 }
+
+/// The monitor's resident memory with `GOODPUT_DRIFT_REQUESTS` (default 2,000,000)
+/// requests in a one-hour window, snapshot lines bounded by `GOODPUT_DRIFT_KEEP` (default
+/// `window_max_requests`). Reads the process's RSS, so run it alone:
+/// `GOODPUT_DRIFT_REQUESTS=10000000 cargo test --lib window_rss -- --ignored --nocapture`.
+#[test]
+#[ignore = "measures the process's RSS: run alone (docs/PERFORMANCE.md, Live drift window)"]
+fn window_rss_does_not_grow_with_requests() {
+    let var = |k: &str| std::env::var(k).ok().map(|v| v.parse::<u64>().unwrap());
+    let n = var("GOODPUT_DRIFT_REQUESTS").unwrap_or(2_000_000);
+    let base = profile_of(&synthetic(1, 300, 180.0, 0, 200));
+    let mut cfg = config(&base);
+    cfg.window = Duration::from_secs(3600);
+    if let Some(k) = var("GOODPUT_DRIFT_KEEP") {
+        cfg.window_max_requests = k as usize;
+    }
+    let mut m = Monitor::new(&cfg, &base);
+    let template = synthetic(5, 64, 180.0, 0, 1);
+    let kib = |field: &str| -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let before = kib("VmRSS:");
+    let t0 = Instant::now();
+    let gap_ns = 3_600_000_000_000 / n;
+    for i in 0..n {
+        let mut l = template[(i % 64) as usize].clone();
+        l.arrival_ms = (i * gap_ns / 1_000_000) as i64;
+        l.block_hashes = vec![i.wrapping_mul(0x9e37_79b9_7f4a_7c15), i + 1];
+        m.observe(&l, t0 + Duration::from_nanos(i * gap_ns));
+    }
+    let s = m.evaluate(t0 + Duration::from_secs(3600));
+    let grown = kib("VmHWM:") - before;
+    eprintln!(
+        "{} requests in the window, {} kept for the snapshot: peak RSS {grown} KiB above the start",
+        s.live_requests,
+        m.window_lines().count()
+    );
+    assert_eq!(s.live_requests as u64, n);
+    // The window's 17 MiB and the snapshot's 50,000 lines, whatever `n` is.
+    assert!(grown < 64 * 1024, "{grown} KiB");
+}

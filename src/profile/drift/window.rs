@@ -321,11 +321,13 @@ impl Window {
         };
         self.advance(self.pane_of(now));
         let nanos = self.pane_len.as_nanos() * u128::from(self.oldest_pane());
-        let from = started
-            + Duration::new(
-                u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX / 4),
-                (nanos % 1_000_000_000) as u32,
-            );
+        // Never past `now`: the oldest pane starts at or before the one `now` is in.
+        let from = u64::try_from(nanos / 1_000_000_000)
+            .ok()
+            .and_then(|secs| {
+                started.checked_add(Duration::new(secs, (nanos % 1_000_000_000) as u32))
+            })
+            .unwrap_or(now);
         let covered = now.saturating_duration_since(from);
         let mut total = Pane::default();
         for p in self.panes.values() {

@@ -2,15 +2,16 @@
 """Profile tools at fleet scale: time and peak memory of `goodput profile` commands.
 
 Generates synthetic profiles in the recorded format (docs/PROFILE.md, version 1) and runs
-summarize, diff, export (mooncake and parquet), merge and sample on them under `/usr/bin/time -v`,
-printing wall time and maximum RSS per command. Results are recorded in
+summarize, diff, export (mooncake and parquet), merge and sample on them under
+`/usr/bin/time -v`, printing wall and CPU (user + system) time, maximum RSS and the
+output's size (in all and per request) per command. Results are recorded in
 docs/PERFORMANCE.md ("Profile tools at scale").
 
     scripts/profile-scale.py                        # 1,000,000 requests, release build
     scripts/profile-scale.py --requests 250000      # check that time grows linearly
     scripts/profile-scale.py --goodput /tmp/old-goodput --keep
 
-The profiles go to a temporary directory (`--dir` to choose it; about 330 bytes per
+The profiles go to a temporary directory (`--dir` to choose it; about 395 bytes per
 request, plus as much again for the two halves merged) and are deleted afterwards unless
 `--keep` (and with `--keep`, profiles already in `--dir` are reused). Lines are written as the recorder writes them: in the order requests
 *finished* (arrival + e2e), `blocks` lines just before the first request using their
@@ -145,9 +146,11 @@ def measure(goodput, args, out_path):
         sys.exit("failed: %s\n%s" % (" ".join(cmd), p.stderr))
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", p.stderr)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+    cpu = sum(float(re.search(r"%s time \(seconds\): ([\d.]+)" % k, p.stderr).group(1))
+              for k in ("User", "System"))
     h, m, s = wall.groups()
     seconds = int(h or 0) * 3600 + int(m) * 60 + float(s)
-    return seconds, int(rss.group(1)) / 1024
+    return seconds, cpu, int(rss.group(1)) / 1024
 
 
 def main():
@@ -184,13 +187,17 @@ def main():
             ("sample --k 5", ["sample", "--k", "5", full]),
         ]
         only = set(a.only.split(",")) if a.only else None
-        print("| command | requests | wall time (s) | max RSS (MB) |")
-        print("|---|---:|---:|---:|")
+        print("| command | requests | wall time (s) | CPU time (s) | max RSS (MB) | output (MB) "
+              "| output bytes a request |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for name, args in commands:
             if only and name.split()[0] not in only:
                 continue
-            seconds, mb = measure(a.goodput, args, sink)
-            print("| `%s` | %d | %.1f | %.0f |" % (name, a.requests, seconds, mb), flush=True)
+            seconds, cpu, mb = measure(a.goodput, args, sink)
+            out = os.path.getsize(sink)
+            print("| `%s` | %d | %.1f | %.1f | %.0f | %.1f | %.1f |"
+                  % (name, a.requests, seconds, cpu, mb, out / 1e6, out / a.requests),
+                  flush=True)
             os.remove(sink)
     finally:
         if not a.keep and not a.dir:

@@ -130,7 +130,8 @@ pub struct DriftConfig {
     pub baseline: Arc<Profile>,
     pub every: Duration,
     pub window: Duration,
-    /// Requests kept in the live window at most (the newest); bounds memory.
+    /// Requests kept for the drift snapshot at most (the newest of the window); the
+    /// statistics cover the whole window in fixed memory.
     pub window_max_requests: usize,
     pub min_samples: usize,
     pub fire_after: u32,

@@ -9,7 +9,6 @@
 //! exponential backoff, opens a new file; then one line says recording resumed.
 
 use std::{
-    collections::HashMap,
     fs::{self, File, OpenOptions},
     io::{self, BufWriter, Write},
     path::{Path, PathBuf},
@@ -20,7 +19,8 @@ use prometheus_client::metrics::counter::Counter;
 
 use super::{
     Anonymizer, ProfileLine,
-    format::{BlocksLine, Contract, unix_ms},
+    format::{Contract, unix_ms},
+    line::LineEncoder,
 };
 
 /// Distinct blocks per file before it is rotated early: bounds the id map's memory
@@ -52,12 +52,12 @@ pub struct Counters {
 struct OpenFile {
     out: BufWriter<File>,
     path: PathBuf,
-    start_ms: i64,
     opened: Instant,
     bytes: u64,
     /// Lines in the buffer, counted as written once flushed.
     pending: u64,
-    ids: HashMap<u64, u32>,
+    /// Numbers this file's blocks.
+    lines: LineEncoder,
 }
 
 struct Failure {
@@ -119,12 +119,17 @@ impl Writer {
         let Some(o) = self.open.as_mut() else {
             return;
         };
-        let text = render(o, line);
+        let mut text = String::new();
+        if let Err(e) = o.lines.encode(line, &mut text) {
+            // Plain data always serializes; should it not, the line is dropped, not torn.
+            tracing::debug!(error = %e, "profile line not serializable");
+            return;
+        }
         match o.out.write_all(text.as_bytes()) {
             Ok(()) => {
                 o.bytes += text.len() as u64;
                 o.pending += 1;
-                if o.bytes >= self.s.rotate_bytes || o.ids.len() >= MAX_IDS_PER_FILE {
+                if o.bytes >= self.s.rotate_bytes || o.lines.distinct_blocks() >= MAX_IDS_PER_FILE {
                     self.close();
                 }
             }
@@ -251,11 +256,10 @@ impl Writer {
         Ok(OpenFile {
             out,
             path,
-            start_ms,
             opened: now,
             bytes: text.len() as u64,
             pending: 0,
-            ids: HashMap::new(),
+            lines: LineEncoder::new(start_ms),
         })
     }
 
@@ -306,43 +310,6 @@ pub fn file_name(start_ms: i64, instance: &str) -> String {
 pub fn stamp(ms: i64) -> String {
     let t = humantime::format_rfc3339_millis(super::format::from_unix_ms(ms)).to_string();
     t.chars().filter(|c| *c != '-' && *c != ':').collect()
-}
-
-/// The line's text: a `blocks` line first when it introduces new ids, then the entry.
-fn render(o: &mut OpenFile, line: &ProfileLine) -> String {
-    let mut out = String::new();
-    let hash_ids = (!line.block_hashes.is_empty()).then(|| {
-        let first_id = u32::try_from(o.ids.len()).unwrap_or(u32::MAX);
-        let mut keys = Vec::new();
-        let ids: Vec<u32> = line
-            .block_hashes
-            .iter()
-            .map(|h| {
-                let next = u32::try_from(o.ids.len()).unwrap_or(u32::MAX);
-                *o.ids.entry(*h).or_insert_with(|| {
-                    keys.push(format!("{h:016x}"));
-                    next
-                })
-            })
-            .collect();
-        if !keys.is_empty() {
-            let blocks = BlocksLine {
-                kind: "blocks".into(),
-                first_id,
-                keys,
-            };
-            if let Ok(text) = serde_json::to_string(&blocks) {
-                out.push_str(&text);
-                out.push('\n');
-            }
-        }
-        ids
-    });
-    if let Ok(text) = serde_json::to_string(&line.to_entry(o.start_ms, hash_ids)) {
-        out.push_str(&text);
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]

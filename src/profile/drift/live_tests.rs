@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::SmallRng};
 
-use super::*;
+use super::{window::PANES, *};
 use crate::{
     config::DriftConfig,
-    profile::{Anonymizer, Contract, Profile, ProfileLine},
+    profile::{Anonymizer, Contract, Profile, ProfileLine, shape::samples_of, stats},
     sim::Dist,
 };
 
@@ -194,6 +194,9 @@ fn the_window_is_bounded_and_reuse_is_seen() {
     }
     assert_eq!(m.window_lines().count(), 300);
     let s = m.evaluate(t0 + Duration::from_secs(10));
+    // The snapshot keeps the newest 300; the statistics count every request.
+    assert_eq!(s.live_requests, 1000);
+    assert_eq!(m.window_lines().count(), 300);
     let reuse = s
         .dimensions
         .iter()
@@ -247,4 +250,212 @@ fn metrics_and_snapshot() {
         json["dimensions"][0].get("name").is_some()
             && json["dimensions"][0].get("threshold").is_some()
     );
+}
+
+/// The window's summaries against the exact computation over the same requests:
+/// everything equal except what binning lengths costs, within its stated bound.
+#[test]
+fn the_summaries_give_what_every_request_gives() {
+    use crate::profile::{
+        shape::Sample,
+        stats::{ks, psi},
+    };
+    let window = Duration::from_secs(600);
+    let pane_ms = 10_000; // window / PANES
+    // 800 s of traffic, so the window slides; lengths up to a few thousand tokens.
+    let mut lines = synthetic(2, 4000, 300.0, 0, 200);
+    for (i, l) in lines.iter_mut().enumerate() {
+        if i % 3 == 0 {
+            l.model = Some("qwen".into());
+        }
+        if i % 5 == 0 {
+            l.api = "completions".into();
+            l.outcome = "client_abort";
+        }
+        l.e2e_ms = 500.0 + (i % 17) as f64 * 100.0;
+        // Prompts seen again 3020 requests (60.4 panes) later: some within the window
+        // as it was then, some just out of it.
+        if i % 4 == 0 {
+            let k = (i % 3020) as u64;
+            l.block_hashes = vec![0xb10c_0000 + k, 0xb10d_0000 + k];
+        }
+        // Arrivals out of finish order.
+        l.arrival_ms -= (i % 7) as i64 * 150;
+    }
+    let t0 = Instant::now();
+    let mut w = Window::new(window);
+    let finish = |i: usize| i as u64 * 200;
+    for (i, l) in lines.iter().enumerate() {
+        assert!(
+            w.observe(l, t0 + Duration::from_millis(finish(i)))
+                .is_some()
+        );
+    }
+    let now = t0 + Duration::from_millis(finish(lines.len() - 1));
+    let (live, covered) = w.shape(now);
+    // The exact computation: every request of the panes still in the window, each block
+    // reused when an earlier request of the window (as it was then) had it.
+    let pane = |i: usize| finish(i) / pane_ms;
+    let oldest = pane(lines.len() - 1) - PANES;
+    let mut last_seen: std::collections::HashMap<u64, u64> = Default::default();
+    let mut samples = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let reused = l
+            .block_hashes
+            .iter()
+            .filter(|h| last_seen.get(h).is_some_and(|p| *p + PANES >= pane(i)))
+            .count();
+        for h in &l.block_hashes {
+            last_seen.insert(*h, pane(i));
+        }
+        if pane(i) >= oldest {
+            samples.push(Sample {
+                at_ms: l.arrival_ms,
+                model: l.model.clone().unwrap(),
+                api: l.api.clone(),
+                stream: l.stream,
+                input: l.input_tokens,
+                output: l.output_tokens,
+                e2e_ms: l.e2e_ms,
+                blocks: l.block_hashes.len() as u32,
+                reused: reused as u32,
+                outcome: l.outcome.into(),
+                slo_met: l.slo_met,
+            });
+        }
+    }
+    assert_eq!(
+        covered,
+        Duration::from_millis(finish(lines.len() - 1) - oldest * pane_ms)
+    );
+    let exact = Shape::of(&samples, Some(covered.as_secs_f64()));
+    assert_eq!(live.requests, samples.len());
+    assert!(live.requests > 3000 && live.requests < 4000);
+    for (got, want) in [
+        (live.rate_mean, exact.rate_mean),
+        (live.stream_share, exact.stream_share),
+        (live.burstiness.unwrap(), exact.burstiness.unwrap()),
+        (live.prefix_reuse.unwrap(), exact.prefix_reuse.unwrap()),
+        (live.duration_s, exact.duration_s),
+    ] {
+        assert_eq!(got, want);
+    }
+    assert!(exact.prefix_reuse.unwrap() > 0.1, "{exact:?}");
+    let (c, e) = (live.concurrency.unwrap(), exact.concurrency.unwrap());
+    assert!((c - e).abs() <= 1e-9 * e, "{c} {e}");
+    assert_eq!(live.rate_peak, exact.rate_peak);
+    assert_eq!(
+        (&live.models, &live.apis, &live.outcomes),
+        (&exact.models, &exact.apis, &exact.outcomes)
+    );
+    assert_eq!(
+        (live.slo_met, live.slo_missed),
+        (exact.slo_met, exact.slo_missed)
+    );
+    // Lengths: the binned counts of the exact ones; PSI equal, KS and percentiles within
+    // their bounds, against a baseline binned the same way.
+    let base = Shape::of(
+        &samples_of(&profile_of(&synthetic(1, 3000, 180.0, 0, 200))),
+        None,
+    );
+    assert!(
+        exact.input.max().unwrap() > 2000.0,
+        "lengths past the exact range"
+    );
+    for (l, x, b) in [
+        (&live.input, &exact.input, &base.input),
+        (&live.output, &exact.output, &base.output),
+    ] {
+        assert_eq!(*l, binned(x));
+        assert_eq!(psi(&binned(b), l), psi(b, x));
+        let widest = |c: &stats::Counts| {
+            binned(c).iter().map(|(_, k)| k).max().unwrap() as f64 / c.len() as f64
+        };
+        let bound = widest(b).max(widest(x));
+        let (got, want) = (ks(&binned(b), l).unwrap(), ks(b, x).unwrap());
+        assert!(
+            got <= want && want - got <= bound,
+            "KS {got} {want} ± {bound}"
+        );
+        for q in [0.5, 0.9, 0.99] {
+            let (got, want) = (l.percentile(q).unwrap(), x.percentile(q).unwrap());
+            assert!(
+                got <= want && want - got <= want / 128.0,
+                "P{q} {got} {want}"
+            );
+        }
+    }
+}
+
+/// Four times the requests in the window: the summaries hold the same bytes.
+#[test]
+fn the_summaries_do_not_grow_with_the_requests_in_the_window() {
+    let template = synthetic(5, 64, 180.0, 0, 1);
+    let bytes = |per_ms: u64| {
+        let mut w = Window::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        let mut n = 0u64;
+        // Two windows' worth at `per_ms` requests a millisecond, each with blocks of
+        // its own (so the reuse table fills) and the template's lengths and mix.
+        for ms in 0..120_000u64 {
+            for k in 0..per_ms {
+                let mut l = template[(n % 64) as usize].clone();
+                l.arrival_ms = ms as i64;
+                l.block_hashes = vec![n.wrapping_mul(0x9e37_79b9_7f4a_7c15), n + 1];
+                w.observe(&l, t0 + Duration::from_micros(ms * 1000 + k));
+                n += 1;
+            }
+        }
+        let (shape, _) = w.shape(t0 + Duration::from_secs(120));
+        (shape.requests, w.heap_bytes())
+    };
+    let (small, small_bytes) = bytes(1);
+    let (large, large_bytes) = bytes(4);
+    assert!(small >= 60_000 && large >= 4 * 60_000, "{small} {large}");
+    assert_eq!(small_bytes, large_bytes);
+    // A request held as a line would cost more than 100 bytes: a fraction of that here.
+    assert!(large_bytes < large * 100, "{large_bytes}");
+}
+
+/// The monitor's resident memory with `GOODPUT_DRIFT_REQUESTS` (default 2,000,000)
+/// requests in a one-hour window, snapshot lines bounded by `GOODPUT_DRIFT_KEEP` (default
+/// `window_max_requests`). Reads the process's RSS, so run it alone:
+/// `GOODPUT_DRIFT_REQUESTS=10000000 cargo test --lib window_rss -- --ignored --nocapture`.
+#[test]
+#[ignore = "measures the process's RSS: run alone (docs/PERFORMANCE.md, Live drift window)"]
+fn window_rss_does_not_grow_with_requests() {
+    let var = |k: &str| std::env::var(k).ok().map(|v| v.parse::<u64>().unwrap());
+    let n = var("GOODPUT_DRIFT_REQUESTS").unwrap_or(2_000_000);
+    let base = profile_of(&synthetic(1, 300, 180.0, 0, 200));
+    let mut cfg = config(&base);
+    cfg.window = Duration::from_secs(3600);
+    if let Some(k) = var("GOODPUT_DRIFT_KEEP") {
+        cfg.window_max_requests = k as usize;
+    }
+    let mut m = Monitor::new(&cfg, &base);
+    let template = synthetic(5, 64, 180.0, 0, 1);
+    let kib = |field: &str| -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let before = kib("VmRSS:");
+    let t0 = Instant::now();
+    let gap_ns = 3_600_000_000_000 / n;
+    for i in 0..n {
+        let mut l = template[(i % 64) as usize].clone();
+        l.arrival_ms = (i * gap_ns / 1_000_000) as i64;
+        l.block_hashes = vec![i.wrapping_mul(0x9e37_79b9_7f4a_7c15), i + 1];
+        m.observe(&l, t0 + Duration::from_nanos(i * gap_ns));
+    }
+    let s = m.evaluate(t0 + Duration::from_secs(3600));
+    let grown = kib("VmHWM:") - before;
+    eprintln!(
+        "{} requests in the window, {} kept for the snapshot: peak RSS {grown} KiB above the start",
+        s.live_requests,
+        m.window_lines().count()
+    );
+    assert_eq!(s.live_requests as u64, n);
+    // The window's 17 MiB and the snapshot's 50,000 lines, whatever `n` is.
+    assert!(grown < 64 * 1024, "{grown} KiB");
 }

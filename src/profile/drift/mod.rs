@@ -18,7 +18,8 @@
 //!
 //! # Layout
 //! - this file: [`Thresholds`], [`Dimension`], [`compare`] and the [`Report`] of `diff`.
-//! - `monitor`: [`Monitor`], the live window, hysteresis and [`DriftStatus`].
+//! - `monitor`: [`Monitor`], evaluations, hysteresis and [`DriftStatus`].
+//! - `window`: [`Window`], the live window as mergeable summaries in fixed memory.
 //! - `webhook`: [`Webhook`], the optional JSON POST on transitions.
 //! - `snapshot`: [`write_snapshot`], the live window as a profile file.
 
@@ -27,6 +28,7 @@ mod live_tests;
 mod monitor;
 mod snapshot;
 mod webhook;
+mod window;
 
 use std::collections::BTreeMap;
 
@@ -35,6 +37,7 @@ use serde::{Deserialize, Serialize};
 pub use monitor::{DimensionStatus, DriftStatus, Monitor, Transition, TransitionKind};
 pub use snapshot::{write_profile, write_snapshot};
 pub use webhook::Webhook;
+pub use window::{ARRIVALS, PANES, REUSE_SLOTS, Window, binned, length_bin};
 
 use super::{shape::Shape, stats};
 

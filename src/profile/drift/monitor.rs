@@ -7,29 +7,33 @@
 //! statistics over threshold, and *clears* after `clear_after` consecutive evaluations
 //! with none; evaluations without enough samples change nothing.
 //!
-//! Memory is bounded by `window_max_requests` lines (the newest are kept) and by
-//! [`MAX_WINDOW_HASHES`] block fingerprints (past it, new lines keep their reuse counts but
-//! not their fingerprints, which only the snapshot needed).
+//! The statistics come from the [`Window`]'s summaries, in fixed memory however many
+//! requests the window holds. Only the snapshot needs requests themselves: the newest
+//! `window_max_requests` are kept for it, with at most [`MAX_WINDOW_HASHES`] block
+//! fingerprints between them (past it, a line is kept without its fingerprints).
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
-    time::{Duration, Instant},
+    collections::{BTreeMap, VecDeque},
+    time::Instant,
 };
 
 use serde::Serialize;
 
-use super::{Dimension, Thresholds, compare};
+use super::{
+    Dimension, Thresholds, compare,
+    window::{Window, binned},
+};
 use crate::{
     config::DriftConfig,
     metrics::{DimensionLabel, DriftLabels, Metrics},
     profile::{
         ProfileLine,
         read::Profile,
-        shape::{Sample, Shape, samples_of},
+        shape::{Shape, samples_of},
     },
 };
 
-/// Block fingerprints kept across the live window (8 bytes each, plus the map).
+/// Block fingerprints kept across the lines held for the snapshot (8 bytes each).
 pub const MAX_WINDOW_HASHES: usize = 2_000_000;
 
 /// Every dimension, in report order.
@@ -150,26 +154,25 @@ struct Hysteresis {
     active: bool,
 }
 
+/// A request kept for the snapshot, with the pane it counts in.
 struct Held {
-    at: Instant,
+    pane: u64,
     line: ProfileLine,
-    blocks: u32,
-    reused: u32,
 }
 
 /// See the module doc.
 pub struct Monitor {
     thresholds: Thresholds,
     min_samples: usize,
-    window: Duration,
     max_requests: usize,
     fire_after: u32,
     clear_after: u32,
     baseline_name: String,
     base: Shape,
+    live: Window,
     lines: VecDeque<Held>,
-    in_window: HashMap<u64, u32>,
-    started: Option<Instant>,
+    /// Fingerprints held in `lines`.
+    hashes: usize,
     states: BTreeMap<&'static str, Hysteresis>,
     status: DriftStatus,
 }
@@ -185,12 +188,14 @@ impl std::fmt::Debug for Monitor {
 
 impl Monitor {
     pub fn new(cfg: &DriftConfig, baseline: &Profile) -> Monitor {
-        let base = Shape::of(&samples_of(baseline), None);
+        let mut base = Shape::of(&samples_of(baseline), None);
+        // Lengths in the live window's bins, so both sides are measured alike.
+        base.input = binned(&base.input);
+        base.output = binned(&base.output);
         let baseline_name = cfg.baseline_path.display().to_string();
         Monitor {
             thresholds: cfg.thresholds.clone(),
             min_samples: cfg.min_samples,
-            window: cfg.window,
             max_requests: cfg.window_max_requests.max(1),
             fire_after: cfg.fire_after.max(1),
             clear_after: cfg.clear_after.max(1),
@@ -202,49 +207,34 @@ impl Monitor {
             },
             baseline_name,
             base,
+            live: Window::new(cfg.window),
             lines: VecDeque::new(),
-            in_window: HashMap::new(),
-            started: None,
+            hashes: 0,
             states: BTreeMap::new(),
         }
     }
 
     /// Adds a finished request, `at` = when it finished.
     pub fn observe(&mut self, line: &ProfileLine, at: Instant) {
-        self.started.get_or_insert(at);
-        self.evict(at);
+        let Some(pane) = self.live.observe(line, at) else {
+            return;
+        };
         while self.lines.len() >= self.max_requests {
             self.pop();
         }
-        let reused = line
-            .block_hashes
-            .iter()
-            .filter(|h| self.in_window.get(h).is_some_and(|n| *n > 0))
-            .count();
-        let mut held = line.clone();
-        if self.in_window.len() + held.block_hashes.len() > MAX_WINDOW_HASHES {
-            held.block_hashes = Vec::new();
+        let mut line = line.clone();
+        if self.hashes + line.block_hashes.len() > MAX_WINDOW_HASHES {
+            line.block_hashes = Vec::new();
         }
-        for h in &held.block_hashes {
-            *self.in_window.entry(*h).or_insert(0) += 1;
-        }
-        self.lines.push_back(Held {
-            at,
-            blocks: u32::try_from(line.block_hashes.len()).unwrap_or(u32::MAX),
-            reused: u32::try_from(reused).unwrap_or(u32::MAX),
-            line: held,
-        });
+        self.hashes += line.block_hashes.len();
+        self.lines.push_back(Held { pane, line });
+        self.trim();
     }
 
     /// Compares the window ending at `now` with the baseline and applies hysteresis.
     pub fn evaluate(&mut self, now: Instant) -> DriftStatus {
-        self.evict(now);
-        let samples: Vec<Sample> = self.lines.iter().map(sample).collect();
-        let covered = self
-            .started
-            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
-            .min(self.window);
-        let live = Shape::of(&samples, Some(covered.as_secs_f64()));
+        let (live, covered) = self.live.shape(now);
+        self.trim();
         let stats = compare(&self.base, &live, &self.thresholds, self.min_samples);
         let mut transitions = Vec::new();
         for name in DIMENSIONS {
@@ -308,49 +298,28 @@ impl Monitor {
         &self.status
     }
 
-    /// The requests in the live window, oldest first (for [`super::write_snapshot`]).
+    /// The newest requests in the live window (at most `window_max_requests`), in the
+    /// order they finished (for [`super::write_snapshot`]).
     pub fn window_lines(&self) -> impl Iterator<Item = &ProfileLine> {
-        self.lines.iter().map(|h| &h.line)
+        let oldest = self.live.oldest_pane();
+        self.lines
+            .iter()
+            .filter(move |h| h.pane >= oldest)
+            .map(|h| &h.line)
     }
 
-    fn evict(&mut self, now: Instant) {
-        while self
-            .lines
-            .front()
-            .is_some_and(|h| now.saturating_duration_since(h.at) > self.window)
-        {
+    /// Drops the held lines whose pane left the window (they finished in order, so from
+    /// the front; one that finished late behind a newer one waits, filtered out).
+    fn trim(&mut self) {
+        let oldest = self.live.oldest_pane();
+        while self.lines.front().is_some_and(|h| h.pane < oldest) {
             self.pop();
         }
     }
 
     fn pop(&mut self) {
-        let Some(h) = self.lines.pop_front() else {
-            return;
-        };
-        for hash in &h.line.block_hashes {
-            if let Some(n) = self.in_window.get_mut(hash) {
-                *n -= 1;
-                if *n == 0 {
-                    self.in_window.remove(hash);
-                }
-            }
+        if let Some(h) = self.lines.pop_front() {
+            self.hashes -= h.line.block_hashes.len();
         }
-    }
-}
-
-fn sample(h: &Held) -> Sample {
-    let l = &h.line;
-    Sample {
-        at_ms: l.arrival_ms,
-        model: l.model.clone().unwrap_or_else(|| "unknown".into()),
-        api: l.api.clone(),
-        stream: l.stream,
-        input: l.input_tokens,
-        output: l.output_tokens,
-        e2e_ms: l.e2e_ms,
-        blocks: h.blocks,
-        reused: h.reused,
-        outcome: l.outcome.to_owned(),
-        slo_met: l.slo_met,
     }
 }

@@ -3,16 +3,12 @@
 //! Blocking file I/O: call it from `spawn_blocking`.
 
 use std::{
-    collections::HashMap,
     fs::{self, OpenOptions},
     io::{self, BufWriter, Write},
     path::{Path, PathBuf},
 };
 
-use crate::profile::{
-    ProfileLine,
-    format::{BlocksLine, Header},
-};
+use crate::profile::{ProfileLine, format::Header, line::LineEncoder};
 
 /// Writes `lines` (sorted by arrival) under `header` to
 /// `dir/goodput-snapshot-<started>.jsonl`, fsynced; returns the path. The header's
@@ -66,39 +62,12 @@ pub fn write_profile<'a>(
         "{}",
         serde_json::to_string(header).map_err(io::Error::other)?
     )?;
-    let mut ids: HashMap<u64, u32> = HashMap::new();
+    let mut encoder = LineEncoder::new(start_ms);
+    let mut text = String::new();
     for line in lines {
-        let first_id = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-        let mut keys = Vec::new();
-        let hash_ids: Vec<u32> = line
-            .block_hashes
-            .iter()
-            .map(|h| {
-                let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
-                *ids.entry(*h).or_insert_with(|| {
-                    keys.push(format!("{h:016x}"));
-                    next
-                })
-            })
-            .collect();
-        if !keys.is_empty() {
-            let blocks = BlocksLine {
-                kind: "blocks".into(),
-                first_id,
-                keys,
-            };
-            writeln!(
-                out,
-                "{}",
-                serde_json::to_string(&blocks).map_err(io::Error::other)?
-            )?;
-        }
-        let entry = line.to_entry(start_ms, (!hash_ids.is_empty()).then_some(hash_ids));
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string(&entry).map_err(io::Error::other)?
-        )?;
+        text.clear();
+        encoder.encode(line, &mut text).map_err(io::Error::other)?;
+        out.write_all(text.as_bytes())?;
     }
     out.flush()
 }

@@ -18,6 +18,8 @@
 //! - `client`: the pooled hyper client and client-side measurement.
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
+//! - [`attribution`]: the target engine's metrics scraped during the run: where time
+//!   went and what the engine held, per step; a soak's resource drift.
 //! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
 //! - [`inject`]: `--inject` abnormal requests and `--burst`, and their report.
 //! - [`probes`]: `--probes`, quality probes mixed into the load and their checks.
@@ -27,6 +29,7 @@
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
 //! - `compare`: `--compare`.
 
+pub mod attribution;
 pub mod cli;
 mod client;
 mod compare;
@@ -97,6 +100,8 @@ pub enum ReplayError {
     Inject(#[from] inject::InjectError),
     #[error("missing {0}")]
     Missing(&'static str),
+    #[error("--engine-metrics `{url}` is not an http(s) URL with a host")]
+    EngineMetrics { url: String },
 }
 
 /// A finished replay: its report and where it was written.
@@ -127,6 +132,35 @@ fn load_config(args: &ReplayArgs, target: &str) -> Result<Config, ConfigError> {
     config::load(args.config.as_deref(), &overrides)
 }
 
+/// The scraper of the target engine's metrics: `--engine-metrics`, else `[calibration]
+/// url` (which defaults to the target's origin + `/metrics`); `None` when turned off.
+fn engine_watch(
+    args: &ReplayArgs,
+    config: &Config,
+) -> Result<Option<crate::calibrate::Scraper>, ReplayError> {
+    if args.no_engine_metrics {
+        return Ok(None);
+    }
+    let c = &config.calibration;
+    let url = match &args.engine_metrics {
+        Some(u) => {
+            let bad = || ReplayError::EngineMetrics { url: u.clone() };
+            let uri: http::Uri = u.parse().map_err(|_| bad())?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+                return Err(bad());
+            }
+            uri
+        }
+        None => c.url.clone(),
+    };
+    Ok(Some(crate::calibrate::Scraper::new(
+        url,
+        c.timeout,
+        c.engine,
+        &config.upstream.tls,
+    )))
+}
+
 /// BLAKE3 of the profile files' bytes, in order (32 hex digits).
 fn profile_hash(paths: &[PathBuf]) -> Result<String, ReadError> {
     let mut h = blake3::Hasher::new();
@@ -154,6 +188,7 @@ pub async fn execute(
     let hash = profile_hash(&args.profile)?;
     let workload = Arc::new(Workload::from_profile(&profile, args.model.as_deref())?);
     let config = load_config(args, &target_url)?;
+    let scraper = engine_watch(args, &config)?;
     let target = Target::new(&target_url, args.api_key_env.as_deref())?;
     let tokenizer = args.tokenizer.as_deref().map(Tokenizer::load).transpose()?;
     let prompt_lengths = match &tokenizer {
@@ -219,9 +254,15 @@ pub async fn execute(
         }
         _ => None,
     };
+    let watch =
+        scraper.map(|scraper| attribution::Watch::start(scraper, args.engine_metrics_interval, t0));
     let ticker = runner.progress().start();
     let driven = session::drive(&runner, args, &workload).await;
     drop(ticker);
+    let scrapes = match watch {
+        Some(w) => Some(w.finish().await),
+        None => None,
+    };
     let fault_run = match fault {
         Some((f, cmd, at)) => Some(f.finish(cmd, at).await),
         None => None,
@@ -266,6 +307,7 @@ pub async fn execute(
         notes,
         recovery,
         probes: probes.as_deref(),
+        scrapes: scrapes.as_ref(),
     });
     report::write(&report, &args.out)
         .and_then(|()| report::json::write_requests(&samples, &args.out))

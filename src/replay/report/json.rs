@@ -62,6 +62,11 @@ pub struct Report {
     /// `--repeat N` (steps): per concurrency level, mean and 95% CI over the repeats.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repeats: Option<Vec<crate::replay::repeats::Repeat>>,
+    /// The target engine's time (queue, prefill, decode, outside the engine) and load
+    /// (KV cache, waiting, running, preemptions) per step and overall, from its metrics;
+    /// absent with `--no-engine-metrics`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<crate::replay::attribution::AttributionOut>,
     pub notes: Vec<String>,
 }
 
@@ -189,6 +194,8 @@ pub struct StepOut {
     pub cut_short: bool,
     /// Finish reasons reported by the target (`stop`, `length`, ...).
     pub finish_reasons: BTreeMap<&'static str, u64>,
+    /// Why requests missed their SLO (`ttft`, `tpot`, `e2e`, `error`, ...), counted.
+    pub miss_reasons: BTreeMap<&'static str, u64>,
     /// `length` among them: a high share means answers were truncated.
     pub length_share: Option<f64>,
     /// `--probes`: the step's quality probes.

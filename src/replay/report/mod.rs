@@ -6,6 +6,7 @@ pub mod html;
 pub mod json;
 pub mod md;
 pub mod svg;
+pub mod table;
 pub mod verdict;
 
 use std::{
@@ -52,6 +53,8 @@ pub struct Inputs<'a> {
     pub notes: Vec<String>,
     pub recovery: Option<super::recovery::Recovery>,
     pub probes: Option<&'a super::probes::Probes>,
+    /// The target engine's metrics scraped during the run (`None`: not scraped).
+    pub scrapes: Option<&'a super::attribution::Scrapes>,
 }
 
 /// The probes among `samples` that have a verdict, as `quality`.
@@ -109,8 +112,13 @@ fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
         };
     }
     let (finish_reasons, length_share) = finish_reasons(samples);
+    let mut miss_reasons = BTreeMap::new();
+    for r in samples.iter().filter_map(|s| s.record.slo_miss_reason) {
+        *miss_reasons.entry(r).or_insert(0u64) += 1;
+    }
     StepOut {
         finish_reasons,
+        miss_reasons,
         length_share,
         quality: None,
         index: run.spec.index,
@@ -299,6 +307,26 @@ pub fn build(i: &Inputs<'_>) -> Report {
         ));
     }
     let repeats = (a.mode == Mode::Steps && a.repeat > 1).then(|| super::repeats::of(&steps));
+    let attribution = i
+        .scrapes
+        .map(|sc| attribution(sc, &steps, &overall, i.runs, a));
+    let mut verdicts = verdicts;
+    if let Some(soak) = attribution.as_ref().and_then(|at| at.soak.as_ref())
+        && soak.holds == Some(false)
+    {
+        let why = format!(
+            "the engine's resources drifted: {}",
+            soak.reasons.join("; ")
+        );
+        for v in &mut verdicts {
+            v.verdict = "fail";
+            v.reason = Some(match v.reason.take() {
+                Some(r) => format!("{r}; {why}"),
+                None => why.clone(),
+            });
+        }
+        notes.push(format!("soak failed: {why}"));
+    }
     let passed = !verdicts.is_empty() && verdicts.iter().all(|v| v.verdict == "pass");
     Report {
         report_format: REPORT_FORMAT,
@@ -335,6 +363,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         timeline: timeline(i.samples, run_s, &i.config.slo),
         recovery: i.recovery.clone(),
         repeats,
+        attribution,
         injection: (!a.inject.is_empty() || a.burst.is_some()).then(|| {
             let extra: Vec<&Sample> = i
                 .samples
@@ -359,6 +388,55 @@ pub fn build(i: &Inputs<'_>) -> Report {
             })
         }),
         notes,
+    }
+}
+
+/// report.json `attribution`: each step's measuring window, their union, and a soak's
+/// first quarter against its last.
+fn attribution(
+    sc: &super::attribution::Scrapes,
+    steps: &[StepOut],
+    overall: &Stats,
+    runs: &[StepRun],
+    a: &ReplayArgs,
+) -> super::attribution::AttributionOut {
+    use super::attribution::{Acc, AttributionOut, SoakLimits, StepResources, soak};
+    let mut all = Acc::default();
+    let steps = steps
+        .iter()
+        .map(|s| {
+            let lo = s.started_s + s.warmup_s;
+            let acc = Acc::window(&sc.points, lo, lo + s.duration_s);
+            all.merge(&acc);
+            StepResources {
+                label: s.label.clone(),
+                resources: acc.resources(s.stats.e2e_ms.mean),
+            }
+        })
+        .collect();
+    let soak = match (a.mode, runs.first()) {
+        (Mode::Soak, Some(run)) => Some(soak(
+            &sc.points,
+            run.window_start_s,
+            run.window_end_s,
+            SoakLimits {
+                max_kv_growth: a.soak_max_kv_growth,
+                max_waiting_growth: a.soak_max_waiting_growth,
+                max_jitter_growth: a.soak_max_jitter_growth,
+            },
+        )),
+        _ => None,
+    };
+    AttributionOut {
+        url: sc.url.clone(),
+        engine: sc.engine,
+        interval_s: sc.interval_s,
+        scrapes: sc.points.len(),
+        failed_scrapes: sc.failed,
+        last_error: sc.last_error.clone(),
+        overall: all.resources(overall.e2e_ms.mean),
+        steps,
+        soak,
     }
 }
 

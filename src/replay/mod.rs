@@ -18,6 +18,7 @@
 //! - `client`: the pooled hyper client and client-side measurement.
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
+//! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
 //! - [`attribution`]: the target engine's metrics scraped during the run: where time
 //!   went and what the engine held, per step; a soak's resource drift.
 //! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
@@ -35,6 +36,7 @@ mod client;
 mod compare;
 pub mod inject;
 mod load;
+mod log;
 pub mod measure;
 pub mod plan;
 pub mod probes;
@@ -218,6 +220,12 @@ pub async fn execute(
             workload.block_bytes,
         )?)
     };
+    let write_err = |source| ReplayError::Write {
+        dir: args.out.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(&args.out).map_err(write_err)?;
+    let log = log::RequestLog::create(&args.out).map_err(write_err)?;
     let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
     let runner = Runner::new(Setup {
         client: Client::new(target, pool, args.idle_timeout),
@@ -231,6 +239,7 @@ pub async fn execute(
         probes: probes.clone(),
         injector,
         burst: args.burst,
+        log: Some(log),
     });
     let abort = runner.abort_handle();
     let watcher = tokio::spawn(async move {
@@ -241,10 +250,6 @@ pub async fn execute(
     let t0: Instant = runner.started();
     let fault = match (&args.fault_cmd, args.fault_at) {
         (Some(cmd), Some(at)) => {
-            std::fs::create_dir_all(&args.out).map_err(|source| ReplayError::Write {
-                dir: args.out.display().to_string(),
-                source,
-            })?;
             let log = args.out.join(recovery::LOG_FILE);
             Some((
                 recovery::Fault::schedule(cmd, at, t0, log, runner.abort_signal()),
@@ -309,8 +314,9 @@ pub async fn execute(
         probes: probes.as_deref(),
         scrapes: scrapes.as_ref(),
     });
-    report::write(&report, &args.out)
-        .and_then(|()| report::json::write_requests(&samples, &args.out))
+    runner
+        .close_log()
+        .and_then(|()| report::write(&report, &args.out))
         .map_err(|source| ReplayError::Write {
             dir: args.out.display().to_string(),
             source,

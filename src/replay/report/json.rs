@@ -287,24 +287,18 @@ struct RequestLine<'a> {
     record: &'a crate::measure::RequestRecord,
 }
 
-/// Writes `requests.jsonl`: every request of the run, in finishing order.
-pub fn write_requests(
-    samples: &[super::super::measure::Sample],
-    dir: &std::path::Path,
-) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut out = std::io::BufWriter::new(std::fs::File::create(dir.join("requests.jsonl"))?);
-    for s in samples {
-        let line = RequestLine {
-            step: s.step,
-            measured: s.measured,
-            sent_s: s.sent_s,
-            lag_ms: s.lag_ms,
-            inject: s.inject.map(crate::replay::inject::Kind::as_str),
-            record: &s.record,
-        };
-        serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()
+/// The line of `requests.jsonl` for one finished request (newline-terminated).
+pub fn request_line(s: &super::super::measure::Sample) -> Vec<u8> {
+    let line = RequestLine {
+        step: s.step,
+        measured: s.measured,
+        sent_s: s.sent_s,
+        lag_ms: s.lag_ms,
+        inject: s.inject.map(crate::replay::inject::Kind::as_str),
+        record: &s.record,
+    };
+    // A record of plain fields and string keys always serializes.
+    let mut v = serde_json::to_vec(&line).unwrap_or_default();
+    v.push(b'\n');
+    v
 }

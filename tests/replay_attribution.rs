@@ -74,6 +74,12 @@ fn write_config(dir: &Path, ttft_ms: u32) -> PathBuf {
     path
 }
 
+/// The guides' cost model: 4/h of hardware, 26,280 one-time over 12 months (3/h), 10 kW at
+/// 0.2 per kWh (2/h), a quarter of the hours idle: (4 + 3 + 2) / 0.75 = 12/h.
+const COST: &str = "\n[cost]\ncurrency = \"EUR\"\nper_hour = { hardware = 4.0 }\n\
+one_time = { migration = 20000, integration = 6280 }\namortize_months = 12\nkw = 10\n\
+energy_price_per_kwh = 0.2\nidle_share = 0.25\n";
+
 fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -200,6 +206,8 @@ async fn a_soak_whose_kv_cache_keeps_growing_fails_saying_so() {
     let tmp = TempDir::new("attribution-soak");
     let dir = tmp.path();
     let (profile, config) = (write_profile(dir), write_config(dir, 500));
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}{COST}")).unwrap();
     let out = dir.join("report");
     let a = args(&[
         "--profile",
@@ -256,6 +264,40 @@ async fn a_soak_whose_kv_cache_keeps_growing_fails_saying_so() {
     assert!(r["overall"]["attainment"].as_f64().unwrap() >= 0.9);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Soak resources FAILED"), "{html}");
+    // The cost at the operating point (the whole soak).
+    let c = &r["cost"];
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    assert!(close(c["per_hour"].as_f64().unwrap(), 12.0), "{c}");
+    assert!(
+        close(c["components"]["one_time"].as_f64().unwrap(), 3.0),
+        "{c}"
+    );
+    assert!(
+        close(c["components"]["energy"].as_f64().unwrap(), 2.0),
+        "{c}"
+    );
+    assert!(
+        close(c["components"]["idle_and_failure"].as_f64().unwrap(), 3.0),
+        "{c}"
+    );
+    let o = &r["overall"];
+    let per_s = o["requests_per_s"].as_f64().unwrap();
+    assert!(
+        close(
+            c["cost_per_request"].as_f64().unwrap(),
+            12.0 / (per_s * 3600.0)
+        ),
+        "{c}"
+    );
+    let goodput = o["effective_goodput_tokens_per_s"].as_f64().unwrap();
+    assert!(close(
+        c["cost_per_million_effective_tokens"].as_f64().unwrap(),
+        12.0 / (goodput * 3600.0) * 1e6
+    ));
+    let wasted = o["missed_output_tokens"].as_f64().unwrap() / o["output_tokens"].as_f64().unwrap();
+    assert!(close(c["wasted_share"].as_f64().unwrap(), wasted), "{c}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("EUR per request"), "{md}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

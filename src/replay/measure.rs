@@ -137,6 +137,8 @@ pub struct Stats {
     pub attainment: Option<f64>,
     pub output_tokens: u64,
     pub effective_output_tokens: u64,
+    /// Output tokens of requests that missed their SLO (wasted spend).
+    pub missed_output_tokens: u64,
     pub effective_goodput_tokens_per_s: f64,
     pub raw_output_tokens_per_s: f64,
     pub requests_per_s: f64,
@@ -192,6 +194,11 @@ impl Stats {
             .count() as u64;
         let tokens = |s: &[&Sample]| s.iter().filter_map(|s| s.record.output_tokens).sum::<u64>();
         let (output_tokens, effective) = (tokens(samples), tokens(&met));
+        let missed_output_tokens = samples
+            .iter()
+            .filter(|s| s.record.slo_met == Some(false))
+            .filter_map(|s| s.record.output_tokens)
+            .sum::<u64>();
         let concurrency: Vec<f64> = samples
             .iter()
             .map(|s| f64::from(s.record.arrival.concurrency))
@@ -212,6 +219,7 @@ impl Stats {
             attainment: ratio(met.len() as u64, met.len() as u64 + missed),
             output_tokens,
             effective_output_tokens: effective,
+            missed_output_tokens,
             effective_goodput_tokens_per_s: per_s(effective, duration_s),
             raw_output_tokens_per_s: per_s(output_tokens, duration_s),
             requests_per_s: per_s(requests, duration_s),

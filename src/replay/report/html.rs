@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::{
     json::Report,
-    md::{FAILURES_SHOWN, contract_rows, num, pct, recovery_lines, signed},
+    md::{FAILURES_SHOWN, contract_rows, cost_lines, num, pct, recovery_lines, signed},
     svg::{Chart, Mark, STYLE, Series, escape},
 };
 
@@ -258,14 +258,9 @@ pub fn render(r: &Report) -> String {
         escape(r.operating_point.as_deref().unwrap_or("-"))
     );
     if let Some(c) = &r.cost {
-        let _ = write!(
-            o,
-            "<li>unit cost: <b>{} {} per million effective tokens</b> ({} per million raw, {} per stable user per month)</li>",
-            num(c.cost_per_million_effective_tokens, 4),
-            escape(&c.currency),
-            num(c.cost_per_million_raw_tokens, 4),
-            num(c.cost_per_stable_user_per_month, 2)
-        );
+        for line in cost_lines(c) {
+            let _ = write!(o, "<li>{}</li>", escape(&line));
+        }
     }
     o.push_str("</ul><div class=\"charts\">");
     let mut charts = step_charts(r);

@@ -246,9 +246,18 @@ pub struct Generator {
 #[derive(Debug, Clone, Serialize)]
 pub struct CostOut {
     pub currency: String,
+    /// Every component together (`[cost]`: per-hour lines, amortized one-time costs,
+    /// energy, the idle and failure uplift).
     pub per_hour: f64,
+    pub components: BTreeMap<String, f64>,
     pub cost_per_million_effective_tokens: Option<f64>,
     pub cost_per_million_raw_tokens: Option<f64>,
+    /// Per request finished at the operating point, and per request that met its SLO.
+    pub cost_per_request: Option<f64>,
+    pub cost_per_effective_request: Option<f64>,
+    /// Output tokens of SLO-missing requests over all output tokens: spend that bought
+    /// nothing.
+    pub wasted_share: Option<f64>,
     pub cost_per_stable_user_per_month: Option<f64>,
 }
 

@@ -185,15 +185,9 @@ pub fn render(r: &Report) -> String {
         r.operating_point.as_deref().unwrap_or("-")
     );
     if let Some(c) = &r.cost {
-        let _ = writeln!(
-            o,
-            "- unit cost: **{} {} per million effective tokens** ({} per million raw; {} per stable user per month; {}/h)",
-            num(c.cost_per_million_effective_tokens, 4),
-            c.currency,
-            num(c.cost_per_million_raw_tokens, 4),
-            num(c.cost_per_stable_user_per_month, 2),
-            c.per_hour
-        );
+        for line in cost_lines(c) {
+            let _ = writeln!(o, "- {line}");
+        }
     }
     o.push_str(&super::table::steps(r).md());
     if let Some(t) = super::table::attribution(r) {
@@ -450,6 +444,42 @@ pub fn injection_parts(i: &crate::replay::inject::Injection) -> (Vec<[String; 4]
         ));
     }
     (rows, lines)
+}
+
+/// The cost lines of the capacity section (shared by report.md and report.html).
+pub fn cost_lines(c: &super::json::CostOut) -> Vec<String> {
+    let cur = &c.currency;
+    let parts: Vec<String> = c
+        .components
+        .iter()
+        .map(|(k, v)| format!("{k} {}", num(Some(*v), 2)))
+        .collect();
+    vec![
+        format!(
+            "unit cost: {} {cur} per million effective tokens ({} per million raw)",
+            num(c.cost_per_million_effective_tokens, 4),
+            num(c.cost_per_million_raw_tokens, 4)
+        ),
+        format!(
+            "{} {cur} per request ({} per request that met its SLO); {} {cur} per stable user per month",
+            num(c.cost_per_request, 6),
+            num(c.cost_per_effective_request, 6),
+            num(c.cost_per_stable_user_per_month, 2)
+        ),
+        format!(
+            "wasted share (output tokens of requests that missed their SLO): {}",
+            pct(c.wasted_share)
+        ),
+        format!(
+            "{} {cur}/h: {}",
+            num(Some(c.per_hour), 2),
+            if parts.is_empty() {
+                "-".to_owned()
+            } else {
+                parts.join(", ")
+            }
+        ),
+    ]
 }
 
 /// The recovery section, one line per answer (shared by report.md and report.html).

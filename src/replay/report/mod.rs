@@ -281,19 +281,15 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .find(|s| s.rate.is_some() && s.rate == knee.rate),
         Mode::Trace | Mode::Soak => None,
     };
-    let (goodput, raw, operating_point) = match (a.mode, point) {
-        (Mode::Trace | Mode::Soak, _) if overall.requests > 0 => (
-            Some(overall.effective_goodput_tokens_per_s),
-            Some(overall.raw_output_tokens_per_s),
-            Some("run".to_owned()),
-        ),
-        (_, Some(p)) => (
-            Some(p.stats.effective_goodput_tokens_per_s),
-            Some(p.stats.raw_output_tokens_per_s),
-            Some(p.label.clone()),
-        ),
-        _ => (None, None, None),
+    let (point_stats, operating_point) = match (a.mode, point) {
+        (Mode::Trace | Mode::Soak, _) if overall.requests > 0 => {
+            (Some(&overall), Some("run".to_owned()))
+        }
+        (_, Some(p)) => (Some(&p.stats), Some(p.label.clone())),
+        _ => (None, None),
     };
+    let goodput = point_stats.map(|p| p.effective_goodput_tokens_per_s);
+    let cost = verdict::cost(i.config.cost.as_ref(), point_stats, stable);
     let lags: Vec<f64> = i.samples.iter().filter_map(|s| s.lag_ms).collect();
     let lag = (!lags.is_empty()).then(|| super::measure::Pcts::of(lags));
     let run_s = i.samples.iter().map(|s| s.ended_s).fold(0.0f64, f64::max);
@@ -344,7 +340,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         knee,
         effective_goodput_tokens_per_s: goodput,
         operating_point,
-        cost: verdict::cost(i.config.cost.as_ref(), goodput, raw, stable),
+        cost,
         generator: Generator {
             requests_sent: i.sent,
             kept_up: !i.saturated

@@ -388,6 +388,7 @@ impl Inner {
                 concurrency: 0,
                 probe: Some(k),
                 inject: None,
+                tenant: None,
             };
         }
         if let Some((kind, body)) = self.s.injector.as_ref().and_then(|i| i.pick(seq)) {
@@ -399,6 +400,7 @@ impl Inner {
                 concurrency: 0,
                 probe: None,
                 inject: Some(kind),
+                tenant: t.tenant.clone(),
             };
         }
         Outgoing {
@@ -409,6 +411,7 @@ impl Inner {
             concurrency: 0,
             probe: None,
             inject: None,
+            tenant: t.tenant.clone(),
         }
     }
 
@@ -525,6 +528,11 @@ impl Inner {
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
         let (probe, inject) = (out.probe, out.inject);
+        // As the proxy keeps the tenant header's value: its salted hash.
+        let tenant = match (&self.s.slo.tenant_header, &out.tenant) {
+            (Some(_), Some(t)) => Some(self.s.slo.tenant_hash(t.as_bytes())),
+            _ => None,
+        };
         let long = out.body.len() as u64 >= self.s.slo.long_input_bytes;
         let long_before = if long {
             self.long_in_flight.fetch_add(1, Ordering::Relaxed)
@@ -538,6 +546,7 @@ impl Inner {
         }
         let mut record = m.record;
         record.arrival.long_in_flight = long_before > 0;
+        record.tenant = tenant;
         crate::measure::slo::judge(&mut record, &self.s.slo);
         let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
         // A probe is judged on its answer when it has one (errors are counted as such).

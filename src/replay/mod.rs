@@ -228,7 +228,8 @@ pub async fn execute(
     let log = log::RequestLog::create(&args.out).map_err(write_err)?;
     let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
     let runner = Runner::new(Setup {
-        client: Client::new(target, pool, args.idle_timeout),
+        client: Client::new(target, pool, args.idle_timeout)
+            .with_tenant_header(config.slo.tenant_header.clone()),
         workload: workload.clone(),
         prompts: Prompts::new(args.seed, workload.block_bytes, args.ignore_eos, tokenizer),
         slo: Arc::new(config.slo.clone()),

@@ -271,6 +271,7 @@ pub fn render(r: &Report) -> String {
     }
     o.push_str("</div>");
     o.push_str(&super::table::steps(r).html());
+    o.push_str(&super::table::models(r).html());
     if let Some(t) = super::table::attribution(r) {
         o.push_str(&t.html());
     }

@@ -43,6 +43,9 @@ pub struct Report {
     pub steps: Vec<StepOut>,
     /// Every measured request of the run together.
     pub overall: Stats,
+    /// The measured requests of each model (as sent; `unknown` without one), over the
+    /// whole measuring time.
+    pub by_model: BTreeMap<String, Stats>,
     /// The capacity curve as the proxy's engine computes it, pooled and per class.
     pub capacity: Option<Capacity>,
     pub capacity_by_class: Vec<Capacity>,

@@ -190,6 +190,7 @@ pub fn render(r: &Report) -> String {
         }
     }
     o.push_str(&super::table::steps(r).md());
+    o.push_str(&super::table::models(r).md());
     if let Some(t) = super::table::attribution(r) {
         o.push_str(&t.md());
     }

@@ -236,6 +236,17 @@ pub fn build(i: &Inputs<'_>) -> Report {
     }
     let measuring_s: f64 = i.runs.iter().map(StepRun::duration_s).sum();
     let overall = Stats::of(&measured, measuring_s, &i.config.slo);
+    let mut models: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+    for s in &measured {
+        models
+            .entry(s.record.model.as_deref().unwrap_or("unknown"))
+            .or_default()
+            .push(s);
+    }
+    let by_model = models
+        .into_iter()
+        .map(|(m, part)| (m.to_owned(), Stats::of(&part, measuring_s, &i.config.slo)))
+        .collect();
     let levels: BTreeMap<usize, u32> = i
         .runs
         .iter()
@@ -354,6 +365,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .flatten(),
         steps,
         overall,
+        by_model,
         capacity,
         capacity_by_class: by_class,
         timeline: timeline(i.samples, run_s, &i.config.slo),

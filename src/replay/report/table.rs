@@ -222,6 +222,36 @@ pub fn steps(r: &Report) -> Table {
     t
 }
 
+/// Each model's measured requests over the whole measuring time.
+pub fn models(r: &Report) -> Table {
+    let mut t = Table::new(
+        "Per model",
+        &[
+            "model",
+            "requests",
+            "errors",
+            "attainment",
+            "goodput tok/s",
+            "TTFT p50/p95/p99 ms",
+            "TPOT p50/p95/p99 ms",
+            "e2e p95 ms",
+        ],
+    );
+    for (m, st) in &r.by_model {
+        t.row([
+            m.clone(),
+            st.requests.to_string(),
+            st.errors.to_string(),
+            pct(st.attainment),
+            num(Some(st.effective_goodput_tokens_per_s), 1),
+            p3(&st.ttft_ms),
+            p3(&st.tpot_ms),
+            num(st.e2e_ms.p95, 1),
+        ]);
+    }
+    t
+}
+
 /// `--repeat`: mean and 95% confidence interval per level.
 pub fn repeats(r: &Report) -> Option<Table> {
     let rows = repeat_rows(r);

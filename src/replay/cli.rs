@@ -98,8 +98,10 @@ pub struct ReplayArgs {
     /// Open-loop cap on requests in flight; reaching it delays sends (flagged in the report).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_in_flight: u32,
-    /// Put two reports side by side instead of running: A/report.json B/report.json.
-    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["profile", "target"])]
+    /// Put reports side by side instead of running: two (A/report.json B/report.json)
+    /// compared step by step, three or more as a matrix with P99 rows and scaling
+    /// efficiency.
+    #[arg(long, num_args = 2.., value_name = "REPORT", conflicts_with_all = ["profile", "target"])]
     pub compare: Option<Vec<PathBuf>>,
     /// Quality probes: JSON Lines of requests with an expected answer (`contains`,
     /// `regex` or `json_schema`), mixed into the load (docs/REPLAY.md: Quality probes).

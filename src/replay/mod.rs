@@ -28,7 +28,8 @@
 //! - [`repeats`]: `--repeat`, mean and 95% confidence interval per level.
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
-//! - `compare`: `--compare`.
+//! - `compare`: `--compare A B`.
+//! - `matrix`: `--compare A B C …`, the matrix with scaling efficiency.
 
 pub mod attribution;
 pub mod cli;
@@ -37,6 +38,7 @@ mod compare;
 pub mod inject;
 mod load;
 mod log;
+mod matrix;
 pub mod measure;
 pub mod plan;
 pub mod probes;
@@ -332,11 +334,15 @@ pub async fn execute(
 /// the report is, and returns the exit code.
 pub fn run(args: ReplayArgs) -> ExitCode {
     if let Some(files) = &args.compare {
-        let (Some(a), Some(b)) = (files.first(), files.get(1)) else {
-            eprintln!("goodput replay: --compare needs two report.json files");
-            return ExitCode::from(EXIT_ERROR);
+        let result = match files.as_slice() {
+            [a, b] => compare::run(a, b, &args.out, args.allow_different),
+            [_, _, _, ..] => matrix::run(files, &args.out, args.allow_different),
+            _ => {
+                eprintln!("goodput replay: --compare needs two or more report.json files");
+                return ExitCode::from(EXIT_ERROR);
+            }
         };
-        return match compare::run(a, b, &args.out, args.allow_different) {
+        return match result {
             Ok(md) => {
                 println!("{md}");
                 eprintln!("comparison written to {}", args.out.display());

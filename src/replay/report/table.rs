@@ -32,21 +32,21 @@ impl From<String> for Cell {
 pub struct Table {
     pub title: &'static str,
     pub intro: Option<String>,
-    pub head: Vec<&'static str>,
+    pub head: Vec<String>,
     pub rows: Vec<Vec<Cell>>,
 }
 
 impl Table {
-    fn new(title: &'static str, head: &[&'static str]) -> Table {
+    pub fn new(title: &'static str, head: &[&str]) -> Table {
         Table {
             title,
             intro: None,
-            head: head.to_vec(),
+            head: head.iter().map(|h| (*h).to_owned()).collect(),
             rows: Vec::new(),
         }
     }
 
-    fn row<I: IntoIterator<Item = String>>(&mut self, cells: I) {
+    pub fn row<I: IntoIterator<Item = String>>(&mut self, cells: I) {
         self.rows.push(cells.into_iter().map(Cell::from).collect());
     }
 

@@ -221,9 +221,16 @@ impl Runner {
         &self.0.s.progress
     }
 
-    /// Every request finished so far, in finishing order.
-    pub fn samples(&self) -> Vec<Sample> {
-        self.0.lock().clone()
+    /// The requests finished so far that `keep` selects, in finishing order (copies of
+    /// only those: the run's other requests are not copied).
+    pub fn samples_where(&self, keep: impl Fn(&Sample) -> bool) -> Vec<Sample> {
+        self.0.lock().iter().filter(|s| keep(s)).cloned().collect()
+    }
+
+    /// Every request finished so far, in finishing order, moved out of the runner (after
+    /// the last step, so the report is built without a second copy).
+    pub fn take_samples(&self) -> Vec<Sample> {
+        std::mem::take(&mut *self.0.lock())
     }
 
     /// Flushes and closes `requests.jsonl` (after the last step).

@@ -276,7 +276,7 @@ pub async fn execute(
         None => None,
     };
     watcher.abort();
-    let samples = runner.samples();
+    let samples = runner.take_samples();
     let recovery = fault_run
         .as_ref()
         .map(|f| recovery::analyse(&samples, f, args.recovery_deadline, &config.slo));

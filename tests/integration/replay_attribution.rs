@@ -8,8 +8,6 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     sync::{
@@ -18,19 +16,17 @@ use std::{
     },
 };
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpListener,
 };
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Parser)]
 struct Cli {
@@ -86,7 +82,7 @@ fn read_json(path: &Path) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_get_the_engine_time_and_load_and_miss_reasons() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     // TTFT 30 ms against a 10 ms target: every request misses on TTFT. The knee makes
     // the simulator report KV-cache usage (in flight / 8).
     let (_sim, url) = start_sim(goodput::sim::SimConfig {
@@ -200,7 +196,7 @@ async fn growing_kv_endpoint() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_soak_whose_kv_cache_keeps_growing_fails_saying_so() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let metrics = growing_kv_endpoint().await;
     let tmp = TempDir::new("attribution-soak");
@@ -302,7 +298,7 @@ async fn a_soak_whose_kv_cache_keeps_growing_fails_saying_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_metrics_endpoint_is_counted_not_fatal() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     // A port that was bound and released: nothing listens there.
     let closed = {

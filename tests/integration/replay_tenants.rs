@@ -6,26 +6,22 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
 };
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpListener,
 };
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[derive(Parser)]
 struct Cli {
@@ -79,7 +75,7 @@ fn write_config(dir: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_classes_are_judged_and_models_reported_apart() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let tmp = TempDir::new("tenants");
     let dir = tmp.path();
@@ -175,7 +171,7 @@ async fn recording_upstream() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tenant_hash_is_sent_in_the_configured_header_only() {
-    let _serial = SERIAL.lock().await;
+    let _serial = crate::common::SERIAL.lock().await;
     let (url, seen) = recording_upstream().await;
     let tmp = TempDir::new("tenant-header");
     let dir = tmp.path();

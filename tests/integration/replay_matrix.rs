@@ -6,15 +6,13 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::{path::Path, process::Command};
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
 
@@ -41,6 +39,7 @@ fn write_profile(path: &Path, requests: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_runs_make_a_matrix_with_scaling_efficiency() {
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let tmp = TempDir::new("matrix");
     let dir = tmp.path();

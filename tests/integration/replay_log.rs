@@ -7,15 +7,13 @@
     reason = "integration tests: a failed step must stop the test"
 )]
 
-mod common;
-
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
-use clap::Parser;
-use common::{
+use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
+use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
 
@@ -54,6 +52,7 @@ fn lines(path: &Path) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_grows_during_the_run_and_agrees_with_the_report() {
+    let _serial = crate::common::SERIAL.lock().await;
     let (_sim, url) = start_sim(fast_sim(5.0, 1.0)).await;
     let tmp = TempDir::new("log");
     let dir = tmp.path();

@@ -461,12 +461,6 @@ pub fn validate_cost(c: &CostSection, problems: &mut Vec<Problem>) -> Cost {
                     problems.push(Problem::invalid(format!("cost.{k}"), "must be ≥ 0"));
                 }
             }
-            if p.power.is_some() {
-                problems.push(Problem::invalid(
-                    "cost.kw",
-                    "set either cost.per_hour.power or cost.kw with cost.energy_price_per_kwh, not both",
-                ));
-            }
             components.push(("energy".to_owned(), kw * price));
         }
         (None, None) => {}
@@ -701,12 +695,7 @@ mod tests {
         validate_cost(&c, &mut problems);
         let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
         let all = text.join("\n");
-        for needle in [
-            "cost.one_time.upgrade",
-            "cost.amortize_months",
-            "not both",
-            "below 1",
-        ] {
+        for needle in ["cost.one_time.upgrade", "cost.amortize_months", "below 1"] {
             assert!(all.contains(needle), "{needle} missing in:\n{all}");
         }
         let half: CostSection = toml::from_str("kw = 3\n").unwrap();

@@ -279,6 +279,15 @@ impl Acc {
         acc
     }
 
+    /// A counter went back between two scrapes of the windows.
+    pub fn restarted(&self) -> bool {
+        self.restarted
+    }
+
+    pub fn note_restart(&mut self, restarted: bool) {
+        self.restarted |= restarted;
+    }
+
     pub fn merge(&mut self, o: &Acc) {
         self.scrapes += o.scrapes;
         for (a, b) in self.phases.iter_mut().zip(o.phases) {
@@ -336,7 +345,8 @@ pub struct Resources {
     pub prefill_ms: Option<f64>,
     pub decode_ms: Option<f64>,
     pub engine_e2e_ms: Option<f64>,
-    /// The replay's own mean e2e of the step's measured requests.
+    /// The replay's own mean e2e of the step's measured requests that were answered
+    /// (outcome `ok`), as the engine counts finished requests.
     pub client_e2e_ms: Option<f64>,
     /// Client e2e − engine e2e: network, gateway and load-balancer queues.
     pub outside_engine_ms: Option<f64>,
@@ -465,7 +475,8 @@ pub fn soak(points: &[Point], lo: f64, hi: f64, limits: SoakLimits) -> SoakResou
     out
 }
 
-/// report.json `attribution`: the scrape source, the whole run and every step.
+/// report.json `attribution`: the scrape source, the whole run and every step
+/// (`overall.engine_restarted` also covers a restart between two steps' windows).
 #[derive(Debug, Clone, Serialize)]
 pub struct AttributionOut {
     /// The metrics URL, without credentials.

@@ -316,7 +316,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let repeats = (a.mode == Mode::Steps && a.repeat > 1).then(|| super::repeats::of(&steps));
     let attribution = i
         .scrapes
-        .map(|sc| attribution(sc, &steps, &overall, i.runs, a));
+        .map(|sc| attribution(sc, &steps, &measured, i.runs, a));
     let mut verdicts = verdicts;
     if let Some(soak) = attribution.as_ref().and_then(|at| at.soak.as_ref())
         && soak.holds == Some(false)
@@ -404,24 +404,50 @@ pub fn build(i: &Inputs<'_>) -> Report {
 fn attribution(
     sc: &super::attribution::Scrapes,
     steps: &[StepOut],
-    overall: &Stats,
+    measured: &[&Sample],
     runs: &[StepRun],
     a: &ReplayArgs,
 ) -> super::attribution::AttributionOut {
     use super::attribution::{Acc, AttributionOut, SoakLimits, StepResources, soak};
-    let mut all = Acc::default();
-    let steps = steps
+    // The engine's e2e histogram counts the requests it finished: compare with the
+    // replay's own answered requests, not its fast failures.
+    let ok_e2e = |windows: &[(f64, f64)]| {
+        let e2e: Vec<f64> = measured
+            .iter()
+            .filter(|s| s.record.outcome == crate::measure::Outcome::Ok)
+            .filter(|s| {
+                windows
+                    .iter()
+                    .any(|(lo, hi)| s.ended_s >= *lo && s.ended_s <= *hi)
+            })
+            .map(|s| s.record.e2e_ms)
+            .collect();
+        (!e2e.is_empty()).then(|| e2e.iter().sum::<f64>() / e2e.len() as f64)
+    };
+    let windows: Vec<(f64, f64)> = steps
         .iter()
         .map(|s| {
             let lo = s.started_s + s.warmup_s;
-            let acc = Acc::window(&sc.points, lo, lo + s.duration_s);
+            (lo, lo + s.duration_s)
+        })
+        .collect();
+    let mut all = Acc::default();
+    let steps = steps
+        .iter()
+        .zip(&windows)
+        .map(|(s, &(lo, hi))| {
+            let acc = Acc::window(&sc.points, lo, hi);
             all.merge(&acc);
             StepResources {
                 label: s.label.clone(),
-                resources: acc.resources(s.stats.e2e_ms.mean),
+                resources: acc.resources(ok_e2e(&[(lo, hi)])),
             }
         })
         .collect();
+    // A restart between two steps' windows is in neither: look over the whole run.
+    if let (Some(first), Some(last)) = (windows.first(), windows.last()) {
+        all.note_restart(Acc::window(&sc.points, first.0, last.1).restarted());
+    }
     let soak = match (a.mode, runs.first()) {
         (Mode::Soak, Some(run)) => Some(soak(
             &sc.points,
@@ -442,7 +468,7 @@ fn attribution(
         scrapes: sc.points.len(),
         failed_scrapes: sc.failed,
         last_error: sc.last_error.clone(),
-        overall: all.resources(overall.e2e_ms.mean),
+        overall: all.resources(ok_e2e(&windows)),
         steps,
         soak,
     }

@@ -30,9 +30,9 @@ use serde::Serialize;
 
 pub use attribution::Attribution;
 pub use compare::{CalibrationView, Comparison, Status};
-pub use engines::{Engine, EngineKind};
+pub use engines::{Engine, EngineKind, Extracted, Load};
 pub use proxy::ProxyTotals;
-pub use scraper::Calibrator;
+pub use scraper::{Calibrator, ScrapeError, Scraper};
 
 /// What is compared: the proxy's definitions (docs/DESIGN.md) against the engine's histogram of
 /// the same name, plus the engine-only phases that explain where its time went. A closed

@@ -76,7 +76,7 @@ impl ScrapeResult {
 }
 
 #[derive(Debug, thiserror::Error)]
-enum ScrapeError {
+pub enum ScrapeError {
     #[error("cannot reach the metrics endpoint: {0}")]
     Unreachable(#[source] hyper_util::client::legacy::Error),
     #[error("the request failed: {0}")]
@@ -420,10 +420,61 @@ fn build_client(tls: &Arc<rustls::ClientConfig>) -> ScrapeClient {
 
 /// One GET within `timeout`, and the engine's histograms from the answer.
 async fn scrape(client: &ScrapeClient, c: &Calibration) -> Result<Extracted, ScrapeError> {
-    let text = tokio::time::timeout(c.timeout, fetch(client, &c.url))
+    scrape_url(client, &c.url, c.timeout, c.engine).await
+}
+
+async fn scrape_url(
+    client: &ScrapeClient,
+    url: &Uri,
+    timeout: Duration,
+    engine: EngineKind,
+) -> Result<Extracted, ScrapeError> {
+    let text = tokio::time::timeout(timeout, fetch(client, url))
         .await
         .map_err(|_| ScrapeError::Timeout)??;
-    Ok(engines::extract(&text, c.engine)?)
+    Ok(engines::extract(&text, engine)?)
+}
+
+/// Scrapes for callers other than the calibration task (a replay watching its target's
+/// engine): the same client, request, limits and extraction.
+#[derive(Clone)]
+pub struct Scraper {
+    client: ScrapeClient,
+    url: Uri,
+    timeout: Duration,
+    engine: EngineKind,
+}
+
+impl Scraper {
+    pub fn new(
+        url: Uri,
+        timeout: Duration,
+        engine: EngineKind,
+        tls: &Arc<rustls::ClientConfig>,
+    ) -> Scraper {
+        Scraper {
+            client: build_client(tls),
+            url,
+            timeout,
+            engine,
+        }
+    }
+
+    /// The URL without credentials.
+    pub fn shown_url(&self) -> String {
+        shown(&self.url)
+    }
+
+    pub async fn scrape(&self) -> Result<Extracted, ScrapeError> {
+        scrape_url(&self.client, &self.url, self.timeout, self.engine).await
+    }
+}
+
+impl ScrapeError {
+    /// The closed name of the failure (`unreachable`, `timeout`, `http_error`, ...).
+    pub fn kind(&self) -> &'static str {
+        self.result().as_str()
+    }
 }
 
 async fn fetch(client: &ScrapeClient, url: &Uri) -> Result<String, ScrapeError> {

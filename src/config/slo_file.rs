@@ -125,13 +125,33 @@ pub struct PercentileSection {
 pub struct CostSection {
     pub currency: String,
     pub per_hour: PerHourSection,
+    /// One-time costs by name (migration, integration, upgrade, ...), spread over
+    /// `amortize_months`.
+    pub one_time: std::collections::BTreeMap<String, f64>,
+    pub amortize_months: f64,
+    /// Power drawn by the serving system, kW; with `energy_price_per_kwh` the energy cost.
+    pub kw: Option<f64>,
+    pub energy_price_per_kwh: Option<f64>,
+    /// Share of paid hours the system stands idle, and share lost to failures and
+    /// maintenance: the hours that serve carry the cost of the others.
+    pub idle_share: f64,
+    pub failure_share: f64,
 }
+
+/// Months one-time costs are spread over unless set (a three-year depreciation).
+pub const DEFAULT_AMORTIZE_MONTHS: f64 = 36.0;
 
 impl Default for CostSection {
     fn default() -> Self {
         Self {
             currency: "USD".into(),
             per_hour: PerHourSection::default(),
+            one_time: std::collections::BTreeMap::new(),
+            amortize_months: DEFAULT_AMORTIZE_MONTHS,
+            kw: None,
+            energy_price_per_kwh: None,
+            idle_share: 0.0,
+            failure_share: 0.0,
         }
     }
 }

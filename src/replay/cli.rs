@@ -98,8 +98,10 @@ pub struct ReplayArgs {
     /// Open-loop cap on requests in flight; reaching it delays sends (flagged in the report).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_in_flight: u32,
-    /// Put two reports side by side instead of running: A/report.json B/report.json.
-    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["profile", "target"])]
+    /// Put reports side by side instead of running: two (A/report.json B/report.json)
+    /// compared step by step, three or more as a matrix with P99 rows and scaling
+    /// efficiency.
+    #[arg(long, num_args = 2.., value_name = "REPORT", conflicts_with_all = ["profile", "target"])]
     pub compare: Option<Vec<PathBuf>>,
     /// Quality probes: JSON Lines of requests with an expected answer (`contains`,
     /// `regex` or `json_schema`), mixed into the load (docs/REPLAY.md: Quality probes).
@@ -136,6 +138,28 @@ pub struct ReplayArgs {
     /// revision, precision) differ instead of refusing.
     #[arg(long, requires = "compare")]
     pub allow_different: bool,
+    /// The target engine's Prometheus metrics (vLLM or SGLang names) scraped during the
+    /// run for the report's `attribution`; default: `[calibration] url` of --config, else
+    /// the target's origin + `/metrics`.
+    #[arg(long, value_name = "URL", conflicts_with = "no_engine_metrics")]
+    pub engine_metrics: Option<String>,
+    /// How often the engine's metrics are scraped.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = nonzero_duration)]
+    pub engine_metrics_interval: Duration,
+    /// Do not scrape the engine's metrics (no `attribution` in the report).
+    #[arg(long)]
+    pub no_engine_metrics: bool,
+    /// soak: fail when the engine's KV-cache usage (share, 0..1) grows by more than this
+    /// from the first to the last quarter of the soak.
+    #[arg(long, value_name = "F", default_value_t = 0.10, value_parser = non_negative_f64)]
+    pub soak_max_kv_growth: f64,
+    /// soak: fail when the mean of the engine's waiting requests grows by more than this.
+    #[arg(long, value_name = "N", default_value_t = 5.0, value_parser = non_negative_f64)]
+    pub soak_max_waiting_growth: f64,
+    /// soak: fail when the batch jitter (coefficient of variation of the engine's running
+    /// requests) grows by more than this.
+    #[arg(long, value_name = "F", default_value_t = 0.25, value_parser = non_negative_f64)]
+    pub soak_max_jitter_growth: f64,
     /// No live progress display, even on a terminal.
     #[arg(long)]
     pub quiet: bool,
@@ -180,6 +204,20 @@ fn share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 1.0 => Ok(v),
         _ => Err(format!("{s:?} is not a share in (0, 1]")),
+    }
+}
+
+fn non_negative_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a number of zero or more")),
+    }
+}
+
+fn nonzero_duration(s: &str) -> Result<Duration, String> {
+    match duration(s)? {
+        d if d.is_zero() => Err("must be longer than zero".into()),
+        d => Ok(d),
     }
 }
 

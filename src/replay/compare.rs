@@ -42,7 +42,7 @@ pub enum CompareError {
     },
 }
 
-fn read(path: &Path) -> Result<Value, CompareError> {
+pub(super) fn read(path: &Path) -> Result<Value, CompareError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| CompareError::Read {
         path: shown.clone(),

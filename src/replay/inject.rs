@@ -136,6 +136,7 @@ impl Injector {
                         input_tokens: ctx.saturating_mul(OVER_LONG_FACTOR),
                         output_tokens: 16,
                         blocks: Vec::new(),
+                        tenant: None,
                     };
                     Prompts::new(seed, block_bytes, false, None).body(&t, 0)
                 }

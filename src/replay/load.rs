@@ -91,6 +91,35 @@ pub struct Setup {
     pub injector: Option<super::inject::Injector>,
     /// `--burst`: requests/s and how long, once per step.
     pub burst: Option<(f64, Duration)>,
+    /// `requests.jsonl`, written as requests finish.
+    pub log: Option<super::log::RequestLog>,
+}
+
+/// The measuring window of the step running now: a request is measured when it is
+/// decided, as it finishes (see [`Window::measures`]).
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    step: usize,
+    /// Seconds after the run started.
+    lo: f64,
+    hi: f64,
+    trace: bool,
+}
+
+impl Window {
+    /// Closed and rate steps measure what finishes inside the window; trace measures what
+    /// was sent after the warm-up and not cancelled; extra requests are never measured.
+    /// A step cut short lowers `hi` under the lock at the instant it takes as its end, so
+    /// a request that finished before that instant is inside, one after it outside.
+    fn measures(&self, s: &Sample) -> bool {
+        s.step == self.step
+            && s.inject.is_none()
+            && if self.trace {
+                s.sent_s >= self.lo && s.record.outcome != Outcome::ClientAbort
+            } else {
+                s.ended_s >= self.lo && s.ended_s < self.hi
+            }
+    }
 }
 
 /// Runs the steps of one run; cheap to clone (tasks hold a clone).
@@ -110,6 +139,8 @@ struct Inner {
     seq: AtomicU64,
     saturated: AtomicBool,
     samples: Mutex<Vec<Sample>>,
+    window: Mutex<Window>,
+    log: Mutex<Option<super::log::RequestLog>>,
     /// Random per run, in every request id (`replay-<nonce>-<seq>`), so runs against the
     /// same proxy never share ids.
     nonce: u32,
@@ -126,10 +157,18 @@ impl AbortHandle {
 }
 
 impl Runner {
-    pub fn new(setup: Setup) -> Runner {
+    pub fn new(mut setup: Setup) -> Runner {
         let (abort_tx, abort) = watch::channel(false);
+        let log = setup.log.take();
         Runner(Arc::new(Inner {
             s: setup,
+            window: Mutex::new(Window {
+                step: usize::MAX,
+                lo: 0.0,
+                hi: 0.0,
+                trace: false,
+            }),
+            log: Mutex::new(log),
             t0: Instant::now(),
             abort_tx,
             abort,
@@ -182,9 +221,27 @@ impl Runner {
         &self.0.s.progress
     }
 
-    /// Every request finished so far, in finishing order.
-    pub fn samples(&self) -> Vec<Sample> {
-        self.0.lock().clone()
+    /// The requests finished so far that `keep` selects, in finishing order (copies of
+    /// only those: the run's other requests are not copied).
+    pub fn samples_where(&self, keep: impl Fn(&Sample) -> bool) -> Vec<Sample> {
+        self.0.lock().iter().filter(|s| keep(s)).cloned().collect()
+    }
+
+    /// Every request finished so far, in finishing order, moved out of the runner (after
+    /// the last step, so the report is built without a second copy).
+    pub fn take_samples(&self) -> Vec<Sample> {
+        std::mem::take(&mut *self.0.lock())
+    }
+
+    /// Flushes and closes `requests.jsonl` (after the last step).
+    pub fn close_log(&self) -> std::io::Result<()> {
+        let log = self
+            .0
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        log.map_or(Ok(()), super::log::RequestLog::close)
     }
 
     /// Runs one step to its end (or until stopped).
@@ -195,6 +252,12 @@ impl Runner {
         let (cancel_tx, cancel) = watch::channel(false);
         let window_start = start + spec.warmup;
         let mut window_end = window_start + spec.measure;
+        *me.window() = Window {
+            step: spec.index,
+            lo: me.secs(window_start),
+            hi: me.secs(window_end),
+            trace: matches!(spec.load, Load::Trace(_)),
+        };
         let mut tasks = JoinSet::new();
         let mut cut_short = false;
         // The burst: centred in the measuring window, no longer than it.
@@ -259,7 +322,9 @@ impl Runner {
             }
         }
         if cut_short {
+            let mut w = me.window();
             window_end = window_end.min(Instant::now());
+            w.hi = me.secs(window_end);
         }
         cancel_tx.send_replace(true);
         wait_all(&mut tasks).await;
@@ -273,15 +338,12 @@ impl Runner {
         let trace = matches!(spec.load, Load::Trace(_));
         let (lo, hi) = (me.secs(window_start), me.secs(window_end));
         let mut last = lo;
-        for s in me.lock().iter_mut().filter(|s| s.step == spec.index) {
-            s.measured = if trace {
-                s.sent_s >= lo && s.record.outcome != Outcome::ClientAbort
-            } else {
-                s.ended_s >= lo && s.ended_s < hi
-            } && s.inject.is_none();
-            if s.measured {
-                last = last.max(s.ended_s);
-            }
+        for s in me
+            .lock()
+            .iter()
+            .filter(|s| s.step == spec.index && s.measured)
+        {
+            last = last.max(s.ended_s);
         }
         StepRun {
             spec,
@@ -297,6 +359,10 @@ impl Runner {
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Sample>> {
         self.samples.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn window(&self) -> std::sync::MutexGuard<'_, Window> {
+        self.window.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn secs(&self, t: Instant) -> f64 {
@@ -329,6 +395,7 @@ impl Inner {
                 concurrency: 0,
                 probe: Some(k),
                 inject: None,
+                tenant: None,
             };
         }
         if let Some((kind, body)) = self.s.injector.as_ref().and_then(|i| i.pick(seq)) {
@@ -340,6 +407,7 @@ impl Inner {
                 concurrency: 0,
                 probe: None,
                 inject: Some(kind),
+                tenant: t.tenant.clone(),
             };
         }
         Outgoing {
@@ -350,6 +418,7 @@ impl Inner {
             concurrency: 0,
             probe: None,
             inject: None,
+            tenant: t.tenant.clone(),
         }
     }
 
@@ -466,6 +535,11 @@ impl Inner {
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
         let (probe, inject) = (out.probe, out.inject);
+        // As the proxy keeps the tenant header's value: its salted hash.
+        let tenant = match (&self.s.slo.tenant_header, &out.tenant) {
+            (Some(_), Some(t)) => Some(self.s.slo.tenant_hash(t.as_bytes())),
+            _ => None,
+        };
         let long = out.body.len() as u64 >= self.s.slo.long_input_bytes;
         let long_before = if long {
             self.long_in_flight.fetch_add(1, Ordering::Relaxed)
@@ -479,6 +553,7 @@ impl Inner {
         }
         let mut record = m.record;
         record.arrival.long_in_flight = long_before > 0;
+        record.tenant = tenant;
         crate::measure::slo::judge(&mut record, &self.s.slo);
         let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
         // A probe is judged on its answer when it has one (errors are counted as such).
@@ -496,7 +571,7 @@ impl Inner {
             _ => None,
         };
         self.s.progress.finished(record.ttft_ms, error);
-        let sample = Sample {
+        let mut sample = Sample {
             lag_ms: scheduled.map(|s| m.sent.saturating_duration_since(s).as_secs_f64() * 1e3),
             sent_s: self.secs(m.sent),
             ended_s: self.secs(m.ended),
@@ -507,7 +582,18 @@ impl Inner {
             probe,
             inject,
         };
-        self.lock().push(sample);
+        let mut samples = self.lock();
+        sample.measured = self.window().measures(&sample);
+        // Under the samples lock: the log's order is the samples' order.
+        if let Some(log) = self
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            log.push(super::report::json::request_line(&sample));
+        }
+        samples.push(sample);
     }
 }
 

@@ -18,6 +18,9 @@
 //! - `client`: the pooled hyper client and client-side measurement.
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
+//! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
+//! - [`attribution`]: the target engine's metrics scraped during the run: where time
+//!   went and what the engine held, per step; a soak's resource drift.
 //! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
 //! - [`inject`]: `--inject` abnormal requests and `--burst`, and their report.
 //! - [`probes`]: `--probes`, quality probes mixed into the load and their checks.
@@ -25,13 +28,17 @@
 //! - [`repeats`]: `--repeat`, mean and 95% confidence interval per level.
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
-//! - `compare`: `--compare`.
+//! - `compare`: `--compare A B`.
+//! - `matrix`: `--compare A B C …`, the matrix with scaling efficiency.
 
+pub mod attribution;
 pub mod cli;
 mod client;
 mod compare;
 pub mod inject;
 mod load;
+mod log;
+mod matrix;
 pub mod measure;
 pub mod plan;
 pub mod probes;
@@ -97,6 +104,8 @@ pub enum ReplayError {
     Inject(#[from] inject::InjectError),
     #[error("missing {0}")]
     Missing(&'static str),
+    #[error("--engine-metrics `{url}` is not an http(s) URL with a host")]
+    EngineMetrics { url: String },
 }
 
 /// A finished replay: its report and where it was written.
@@ -127,6 +136,35 @@ fn load_config(args: &ReplayArgs, target: &str) -> Result<Config, ConfigError> {
     config::load(args.config.as_deref(), &overrides)
 }
 
+/// The scraper of the target engine's metrics: `--engine-metrics`, else `[calibration]
+/// url` (which defaults to the target's origin + `/metrics`); `None` when turned off.
+fn engine_watch(
+    args: &ReplayArgs,
+    config: &Config,
+) -> Result<Option<crate::calibrate::Scraper>, ReplayError> {
+    if args.no_engine_metrics {
+        return Ok(None);
+    }
+    let c = &config.calibration;
+    let url = match &args.engine_metrics {
+        Some(u) => {
+            let bad = || ReplayError::EngineMetrics { url: u.clone() };
+            let uri: http::Uri = u.parse().map_err(|_| bad())?;
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+                return Err(bad());
+            }
+            uri
+        }
+        None => c.url.clone(),
+    };
+    Ok(Some(crate::calibrate::Scraper::new(
+        url,
+        c.timeout,
+        c.engine,
+        &config.upstream.tls,
+    )))
+}
+
 /// BLAKE3 of the profile files' bytes, in order (32 hex digits).
 fn profile_hash(paths: &[PathBuf]) -> Result<String, ReadError> {
     let mut h = blake3::Hasher::new();
@@ -154,6 +192,7 @@ pub async fn execute(
     let hash = profile_hash(&args.profile)?;
     let workload = Arc::new(Workload::from_profile(&profile, args.model.as_deref())?);
     let config = load_config(args, &target_url)?;
+    let scraper = engine_watch(args, &config)?;
     let target = Target::new(&target_url, args.api_key_env.as_deref())?;
     let tokenizer = args.tokenizer.as_deref().map(Tokenizer::load).transpose()?;
     let prompt_lengths = match &tokenizer {
@@ -183,9 +222,16 @@ pub async fn execute(
             workload.block_bytes,
         )?)
     };
+    let write_err = |source| ReplayError::Write {
+        dir: args.out.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(&args.out).map_err(write_err)?;
+    let log = log::RequestLog::create(&args.out).map_err(write_err)?;
     let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
     let runner = Runner::new(Setup {
-        client: Client::new(target, pool, args.idle_timeout),
+        client: Client::new(target, pool, args.idle_timeout)
+            .with_tenant_header(config.slo.tenant_header.clone()),
         workload: workload.clone(),
         prompts: Prompts::new(args.seed, workload.block_bytes, args.ignore_eos, tokenizer),
         slo: Arc::new(config.slo.clone()),
@@ -196,6 +242,7 @@ pub async fn execute(
         probes: probes.clone(),
         injector,
         burst: args.burst,
+        log: Some(log),
     });
     let abort = runner.abort_handle();
     let watcher = tokio::spawn(async move {
@@ -206,10 +253,6 @@ pub async fn execute(
     let t0: Instant = runner.started();
     let fault = match (&args.fault_cmd, args.fault_at) {
         (Some(cmd), Some(at)) => {
-            std::fs::create_dir_all(&args.out).map_err(|source| ReplayError::Write {
-                dir: args.out.display().to_string(),
-                source,
-            })?;
             let log = args.out.join(recovery::LOG_FILE);
             Some((
                 recovery::Fault::schedule(cmd, at, t0, log, runner.abort_signal()),
@@ -219,15 +262,21 @@ pub async fn execute(
         }
         _ => None,
     };
+    let watch =
+        scraper.map(|scraper| attribution::Watch::start(scraper, args.engine_metrics_interval, t0));
     let ticker = runner.progress().start();
     let driven = session::drive(&runner, args, &workload).await;
     drop(ticker);
+    let scrapes = match watch {
+        Some(w) => Some(w.finish().await),
+        None => None,
+    };
     let fault_run = match fault {
         Some((f, cmd, at)) => Some(f.finish(cmd, at).await),
         None => None,
     };
     watcher.abort();
-    let samples = runner.samples();
+    let samples = runner.take_samples();
     let recovery = fault_run
         .as_ref()
         .map(|f| recovery::analyse(&samples, f, args.recovery_deadline, &config.slo));
@@ -266,9 +315,11 @@ pub async fn execute(
         notes,
         recovery,
         probes: probes.as_deref(),
+        scrapes: scrapes.as_ref(),
     });
-    report::write(&report, &args.out)
-        .and_then(|()| report::json::write_requests(&samples, &args.out))
+    runner
+        .close_log()
+        .and_then(|()| report::write(&report, &args.out))
         .map_err(|source| ReplayError::Write {
             dir: args.out.display().to_string(),
             source,
@@ -283,11 +334,15 @@ pub async fn execute(
 /// the report is, and returns the exit code.
 pub fn run(args: ReplayArgs) -> ExitCode {
     if let Some(files) = &args.compare {
-        let (Some(a), Some(b)) = (files.first(), files.get(1)) else {
-            eprintln!("goodput replay: --compare needs two report.json files");
-            return ExitCode::from(EXIT_ERROR);
+        let result = match files.as_slice() {
+            [a, b] => compare::run(a, b, &args.out, args.allow_different),
+            [_, _, _, ..] => matrix::run(files, &args.out, args.allow_different),
+            _ => {
+                eprintln!("goodput replay: --compare needs two or more report.json files");
+                return ExitCode::from(EXIT_ERROR);
+            }
         };
-        return match compare::run(a, b, &args.out, args.allow_different) {
+        return match result {
             Ok(md) => {
                 println!("{md}");
                 eprintln!("comparison written to {}", args.out.display());

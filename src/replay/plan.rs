@@ -66,6 +66,8 @@ pub struct Template {
     pub output_tokens: u64,
     /// Seeds of the prompt's blocks, in order: equal profile blocks, equal seeds.
     pub blocks: Vec<u64>,
+    /// The profile's salted tenant hash, sent as `[slo] tenant_header` when one is set.
+    pub tenant: Option<std::sync::Arc<str>>,
 }
 
 /// The requests of a profile and how large one prompt block is.
@@ -154,6 +156,7 @@ impl Workload {
                     input_tokens,
                     output_tokens,
                     blocks,
+                    tenant: e.tenant.as_deref().map(std::sync::Arc::from),
                 }
             })
             .collect();

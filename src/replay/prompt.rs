@@ -190,6 +190,7 @@ mod tests {
             input_tokens,
             output_tokens: 7,
             blocks,
+            tenant: None,
         }
     }
 

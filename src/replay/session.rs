@@ -170,11 +170,7 @@ async fn ramp(
 }
 
 fn measured(runner: &Runner, index: usize) -> Vec<Sample> {
-    runner
-        .samples()
-        .into_iter()
-        .filter(|s| s.step == index && s.measured)
-        .collect()
+    runner.samples_where(|s| s.step == index && s.measured)
 }
 
 fn stats(runner: &Runner, run: &StepRun) -> Stats {

@@ -351,6 +351,12 @@ fn the_example_config_documents_every_slo_and_cost_key() {
         "[cost]",
         "currency",
         "per_hour",
+        "one_time",
+        "amortize_months",
+        "kw",
+        "energy_price_per_kwh",
+        "idle_share",
+        "failure_share",
     ] {
         let documented = section.lines().any(|l| {
             let l = l.trim_start_matches(['#', ' ']);

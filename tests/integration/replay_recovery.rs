@@ -196,12 +196,23 @@ async fn a_restarted_target_is_seen_failing_and_recovering() {
             &fault,
             "--recovery-deadline",
             "5s",
+            "--engine-metrics-interval",
+            "250ms",
         ],
     );
     replay::execute(&a, std::future::pending()).await.unwrap();
     let r = read_json(&out.join("report.json"));
     let rec = &r["recovery"];
     eprintln!("recovery: {rec:#}");
+    // The engine's metrics went away for the second it was down and came back from zero:
+    // failed scrapes, and the restart seen and skipped in the attribution.
+    let at = &r["attribution"];
+    assert!(at["failed_scrapes"].as_u64().unwrap() >= 1, "{at}");
+    assert_eq!(at["overall"]["engine_restarted"], true, "{at}");
+    assert!(
+        at["overall"]["engine_requests"].as_u64().unwrap() > 0,
+        "{at}"
+    );
     assert!(rec["fault_at_s"].as_f64().unwrap() >= 3.0);
     assert_eq!(rec["planned_fault_at_s"], 3.0);
     assert_eq!(rec["fault_exit_code"], 0, "{}", rec["fault_error"]);

@@ -7,10 +7,7 @@ use std::fmt::Write as _;
 
 use super::{
     json::Report,
-    md::{
-        FAILURES_SHOWN, REPEAT_HEAD, contract_rows, injection_parts, num, pct, quality_rows,
-        recovery_lines, repeat_rows, short_rows, signed,
-    },
+    md::{FAILURES_SHOWN, contract_rows, cost_lines, num, pct, recovery_lines, signed},
     svg::{Chart, Mark, STYLE, Series, escape},
 };
 
@@ -19,10 +16,6 @@ table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:
 th{background:#f0f0f0}.pass{color:#070;font-weight:bold}.fail{color:#b00;font-weight:bold}\
 .banner{font-size:20px;padding:8px 12px;display:inline-block;border-radius:4px}\
 .banner.pass{background:#e3f6e3}.banner.fail{background:#fbe3e3}.charts{display:flex;flex-wrap:wrap}";
-
-fn class(verdict: &str) -> &'static str {
-    if verdict == "pass" { "pass" } else { "fail" }
-}
 
 fn step_charts(r: &Report) -> Vec<Chart> {
     let labels: Vec<String> = r.steps.iter().map(|s| s.label.clone()).collect();
@@ -249,41 +242,12 @@ pub fn render(r: &Report) -> String {
     for (k, v) in contract_rows(r) {
         let _ = write!(o, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
     }
-    o.push_str("</table><h2>Verdict per SLO class</h2><table><tr><th>class</th><th>verdict</th><th>judged at</th><th>requests</th><th>attainment</th><th>target</th><th>percentile targets</th><th>max stable concurrency</th><th>why</th></tr>");
-    for v in &r.verdicts {
-        let targets: Vec<String> = v
-            .percentile_targets
-            .iter()
-            .map(|t| {
-                format!(
-                    "P{} {} {} ms (≤ {})",
-                    t.quantile * 100.0,
-                    t.metric,
-                    num(t.value_ms, 1),
-                    t.max_ms
-                )
-            })
-            .collect();
-        let _ = write!(
-            o,
-            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&v.class),
-            class(v.verdict),
-            v.verdict,
-            escape(&v.judged_at),
-            v.requests,
-            pct(v.attainment),
-            pct(Some(v.attainment_target)),
-            escape(&targets.join("; ")),
-            v.max_stable_concurrency
-                .map_or("-".into(), |c| c.to_string()),
-            escape(v.reason.as_deref().unwrap_or(""))
-        );
-    }
+    o.push_str("</table>");
+    o.push_str(&super::table::verdicts(r).html());
     let k = &r.knee;
     let _ = write!(
         o,
-        "</table><h2>Capacity and cost</h2><ul><li>max stable concurrency: <b>{}</b></li><li>knee: concurrency {}, rate {}, throughput {} tok/s, P95 TTFT {} ms</li><li>effective goodput: <b>{} tok/s</b> (at {})</li>",
+        "<h2>Capacity and cost</h2><ul><li>max stable concurrency: <b>{}</b></li><li>knee: concurrency {}, rate {}, throughput {} tok/s, P95 TTFT {} ms</li><li>effective goodput: <b>{} tok/s</b> (at {})</li>",
         r.max_stable_concurrency
             .map_or("-".into(), |c| c.to_string()),
         k.concurrency.map_or("-".into(), |c| c.to_string()),
@@ -294,14 +258,9 @@ pub fn render(r: &Report) -> String {
         escape(r.operating_point.as_deref().unwrap_or("-"))
     );
     if let Some(c) = &r.cost {
-        let _ = write!(
-            o,
-            "<li>unit cost: <b>{} {} per million effective tokens</b> ({} per million raw, {} per stable user per month)</li>",
-            num(c.cost_per_million_effective_tokens, 4),
-            escape(&c.currency),
-            num(c.cost_per_million_raw_tokens, 4),
-            num(c.cost_per_stable_user_per_month, 2)
-        );
+        for line in cost_lines(c) {
+            let _ = write!(o, "<li>{}</li>", escape(&line));
+        }
     }
     o.push_str("</ul><div class=\"charts\">");
     let mut charts = step_charts(r);
@@ -310,36 +269,17 @@ pub fn render(r: &Report) -> String {
     for c in charts {
         o.push_str(&c.render());
     }
-    o.push_str("</div><h2>Steps</h2><table><tr><th>step</th><th>load</th><th>requests</th><th>errors</th><th>attainment</th><th>goodput tok/s</th><th>TTFT p50/p95/p99 ms</th><th>TPOT p50/p95/p99 ms</th><th>ITL p95 ms</th><th>e2e p95 ms</th></tr>");
-    for s in &r.steps {
-        let st = &s.stats;
-        let p3 = |p: &crate::replay::measure::Pcts| {
-            format!("{} / {} / {}", num(p.p50, 1), num(p.p95, 1), num(p.p99, 1))
-        };
-        let load = match (s.concurrency, s.rate) {
-            (Some(c), _) => format!("c={c}"),
-            (None, Some(r)) => format!("{r:.2}/s"),
-            _ => "-".into(),
-        };
-        let _ = write!(
-            o,
-            "<tr><td>{}</td><td>{load}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&s.label),
-            st.requests,
-            st.errors,
-            pct(st.attainment),
-            num(Some(st.effective_goodput_tokens_per_s), 1),
-            p3(&st.ttft_ms),
-            p3(&st.tpot_ms),
-            num(st.itl_ms.p95, 1),
-            num(st.e2e_ms.p95, 1)
-        );
+    o.push_str("</div>");
+    o.push_str(&super::table::steps(r).html());
+    o.push_str(&super::table::models(r).html());
+    if let Some(t) = super::table::attribution(r) {
+        o.push_str(&t.html());
     }
     let g = &r.generator;
     let lag = g.schedule_lag_ms.as_ref();
     let _ = write!(
         o,
-        "</table><h2>Generator fidelity</h2><p>{} requests sent; schedule lag p50 {} ms, p99 {} ms; {}.</p>",
+        "<h2>Generator fidelity</h2><p>{} requests sent; schedule lag p50 {} ms, p99 {} ms; {}.</p>",
         g.requests_sent,
         num(lag.and_then(|l| l.p50), 2),
         num(lag.and_then(|l| l.p99), 2),
@@ -360,52 +300,14 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_last)
         );
     }
-    let rows = repeat_rows(r);
-    if !rows.is_empty() {
-        o.push_str("<h2>Repeats: mean [95% confidence interval]</h2><table><tr>");
-        for h in REPEAT_HEAD {
-            let _ = write!(o, "<th>{h}</th>");
-        }
-        o.push_str("</tr>");
-        for row in rows {
-            o.push_str("<tr>");
-            for cell in row {
-                let _ = write!(o, "<td>{}</td>", escape(&cell));
-            }
-            o.push_str("</tr>");
-        }
-        o.push_str("</table>");
+    for t in [super::table::repeats(r), super::table::short(r)]
+        .into_iter()
+        .flatten()
+    {
+        o.push_str(&t.html());
     }
-    let rows = short_rows(r);
-    if !rows.is_empty() {
-        let _ = write!(
-            o,
-            "<h2>Short requests beside long ones</h2><p>TTFT of short requests (≤ {} input tokens) sent while a long one was in flight, and without.</p><table><tr><th>step</th><th>with long: requests</th><th>p50 / p95 ms</th><th>without: requests</th><th>p50 / p95 ms</th></tr>",
-            r.overall
-                .short_ttft_ms
-                .short_max_input_tokens
-                .map_or("-".into(), |n| n.to_string())
-        );
-        for row in rows {
-            o.push_str("<tr>");
-            for cell in row {
-                let _ = write!(o, "<td>{}</td>", escape(&cell));
-            }
-            o.push_str("</tr>");
-        }
-        o.push_str("</table>");
-    }
-    let rows = quality_rows(r);
-    if !rows.is_empty() {
-        o.push_str("<h2>Quality and finish reasons</h2><table><tr><th>step</th><th>probes</th><th>passed</th><th>pass rate</th><th>finish reasons</th><th>length share</th></tr>");
-        for row in rows {
-            o.push_str("<tr>");
-            for cell in row {
-                let _ = write!(o, "<td>{}</td>", escape(&cell));
-            }
-            o.push_str("</tr>");
-        }
-        o.push_str("</table>");
+    if let Some(t) = super::table::quality(r) {
+        o.push_str(&t.html());
         if let Some(q) = &r.quality {
             let _ = write!(
                 o,
@@ -429,16 +331,9 @@ pub fn render(r: &Report) -> String {
         }
     }
     if let Some(inj) = &r.injection {
-        let (rows, lines) = injection_parts(inj);
-        o.push_str("<h2>Abnormal input and bursts</h2><table><tr><th>kind</th><th>requests</th><th>statuses</th><th>answer p50 / p95 / max ms</th></tr>");
-        for row in rows {
-            o.push_str("<tr>");
-            for cell in row {
-                let _ = write!(o, "<td>{}</td>", escape(&cell));
-            }
-            o.push_str("</tr>");
-        }
-        o.push_str("</table><ul>");
+        let (t, lines) = super::table::injection(inj);
+        o.push_str(&t.html());
+        o.push_str("<ul>");
         for l in lines {
             let _ = write!(o, "<li>{}</li>", escape(&l));
         }

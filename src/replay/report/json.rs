@@ -43,6 +43,9 @@ pub struct Report {
     pub steps: Vec<StepOut>,
     /// Every measured request of the run together.
     pub overall: Stats,
+    /// The measured requests of each model (as sent; `unknown` without one), over the
+    /// whole measuring time.
+    pub by_model: BTreeMap<String, Stats>,
     /// The capacity curve as the proxy's engine computes it, pooled and per class.
     pub capacity: Option<Capacity>,
     pub capacity_by_class: Vec<Capacity>,
@@ -62,6 +65,11 @@ pub struct Report {
     /// `--repeat N` (steps): per concurrency level, mean and 95% CI over the repeats.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repeats: Option<Vec<crate::replay::repeats::Repeat>>,
+    /// The target engine's time (queue, prefill, decode, outside the engine) and load
+    /// (KV cache, waiting, running, preemptions) per step and overall, from its metrics;
+    /// absent with `--no-engine-metrics`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<crate::replay::attribution::AttributionOut>,
     pub notes: Vec<String>,
 }
 
@@ -189,6 +197,8 @@ pub struct StepOut {
     pub cut_short: bool,
     /// Finish reasons reported by the target (`stop`, `length`, ...).
     pub finish_reasons: BTreeMap<&'static str, u64>,
+    /// Why requests missed their SLO (`ttft`, `tpot`, `e2e`, `error`, ...), counted.
+    pub miss_reasons: BTreeMap<&'static str, u64>,
     /// `length` among them: a high share means answers were truncated.
     pub length_share: Option<f64>,
     /// `--probes`: the step's quality probes.
@@ -239,9 +249,18 @@ pub struct Generator {
 #[derive(Debug, Clone, Serialize)]
 pub struct CostOut {
     pub currency: String,
+    /// Every component together (`[cost]`: per-hour lines, amortized one-time costs,
+    /// energy, the idle and failure uplift).
     pub per_hour: f64,
+    pub components: BTreeMap<String, f64>,
     pub cost_per_million_effective_tokens: Option<f64>,
     pub cost_per_million_raw_tokens: Option<f64>,
+    /// Per request finished at the operating point, and per request that met its SLO.
+    pub cost_per_request: Option<f64>,
+    pub cost_per_effective_request: Option<f64>,
+    /// Output tokens of SLO-missing requests over all output tokens: spend that bought
+    /// nothing.
+    pub wasted_share: Option<f64>,
     pub cost_per_stable_user_per_month: Option<f64>,
 }
 
@@ -280,24 +299,18 @@ struct RequestLine<'a> {
     record: &'a crate::measure::RequestRecord,
 }
 
-/// Writes `requests.jsonl`: every request of the run, in finishing order.
-pub fn write_requests(
-    samples: &[super::super::measure::Sample],
-    dir: &std::path::Path,
-) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut out = std::io::BufWriter::new(std::fs::File::create(dir.join("requests.jsonl"))?);
-    for s in samples {
-        let line = RequestLine {
-            step: s.step,
-            measured: s.measured,
-            sent_s: s.sent_s,
-            lag_ms: s.lag_ms,
-            inject: s.inject.map(crate::replay::inject::Kind::as_str),
-            record: &s.record,
-        };
-        serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()
+/// The line of `requests.jsonl` for one finished request (newline-terminated).
+pub fn request_line(s: &super::super::measure::Sample) -> Vec<u8> {
+    let line = RequestLine {
+        step: s.step,
+        measured: s.measured,
+        sent_s: s.sent_s,
+        lag_ms: s.lag_ms,
+        inject: s.inject.map(crate::replay::inject::Kind::as_str),
+        record: &s.record,
+    };
+    // A record of plain fields and string keys always serializes.
+    let mut v = serde_json::to_vec(&line).unwrap_or_default();
+    v.push(b'\n');
+    v
 }

@@ -160,41 +160,7 @@ pub fn render(r: &Report) -> String {
     for (k, v) in contract_rows(r) {
         let _ = writeln!(o, "| {k} | {} |", v.replace('|', "\\|"));
     }
-    let _ = writeln!(o, "\n## Verdict per SLO class\n");
-    let _ = writeln!(
-        o,
-        "| class | verdict | judged at | requests | attainment | target | percentile targets | max stable concurrency | why |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
-    for v in &r.verdicts {
-        let targets: Vec<String> = v
-            .percentile_targets
-            .iter()
-            .map(|t| {
-                format!(
-                    "P{} {} {} ms (≤ {})",
-                    t.quantile * 100.0,
-                    t.metric,
-                    num(t.value_ms, 1),
-                    t.max_ms
-                )
-            })
-            .collect();
-        let _ = writeln!(
-            o,
-            "| {} | **{}** | {} | {} | {} | {} | {} | {} | {} |",
-            v.class,
-            v.verdict,
-            v.judged_at,
-            v.requests,
-            pct(v.attainment),
-            pct(Some(v.attainment_target)),
-            targets.join("; "),
-            v.max_stable_concurrency
-                .map_or("-".into(), |c| c.to_string()),
-            v.reason.as_deref().unwrap_or("")
-        );
-    }
+    o.push_str(&super::table::verdicts(r).md());
     let _ = writeln!(o, "\n## Capacity and cost\n");
     let _ = writeln!(
         o,
@@ -219,46 +185,14 @@ pub fn render(r: &Report) -> String {
         r.operating_point.as_deref().unwrap_or("-")
     );
     if let Some(c) = &r.cost {
-        let _ = writeln!(
-            o,
-            "- unit cost: **{} {} per million effective tokens** ({} per million raw; {} per stable user per month; {}/h)",
-            num(c.cost_per_million_effective_tokens, 4),
-            c.currency,
-            num(c.cost_per_million_raw_tokens, 4),
-            num(c.cost_per_stable_user_per_month, 2),
-            c.per_hour
-        );
+        for line in cost_lines(c) {
+            let _ = writeln!(o, "- {line}");
+        }
     }
-    let _ = writeln!(o, "\n## Steps\n");
-    let _ = writeln!(
-        o,
-        "| step | load | requests | errors | attainment | goodput tok/s | TTFT p50/p95/p99 ms | TPOT p50/p95/p99 ms | ITL p95 ms | e2e p95 ms |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
-    for s in &r.steps {
-        let st = &s.stats;
-        let load = match (s.concurrency, s.rate) {
-            (Some(c), _) => format!("c={c}"),
-            (None, Some(r)) => format!("{r:.2}/s"),
-            _ => "-".into(),
-        };
-        let p3 = |p: &crate::replay::measure::Pcts| {
-            format!("{} / {} / {}", num(p.p50, 1), num(p.p95, 1), num(p.p99, 1))
-        };
-        let _ = writeln!(
-            o,
-            "| {}{} | {load} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            s.label,
-            if s.cut_short { " (cut short)" } else { "" },
-            st.requests,
-            st.errors,
-            pct(st.attainment),
-            num(Some(st.effective_goodput_tokens_per_s), 1),
-            p3(&st.ttft_ms),
-            p3(&st.tpot_ms),
-            num(st.itl_ms.p95, 1),
-            num(st.e2e_ms.p95, 1)
-        );
+    o.push_str(&super::table::steps(r).md());
+    o.push_str(&super::table::models(r).md());
+    if let Some(t) = super::table::attribution(r) {
+        o.push_str(&t.md());
     }
     if !r.overall.ttft_ms_by_input.is_empty() {
         let _ = writeln!(
@@ -310,41 +244,14 @@ pub fn render(r: &Report) -> String {
             pct(d.error_rate_last)
         );
     }
-    let rows = repeat_rows(r);
-    if !rows.is_empty() {
-        let _ = writeln!(
-            o,
-            "\n## Repeats: mean [95% confidence interval]\n\n| {} |\n|{}",
-            REPEAT_HEAD.join(" | "),
-            "---|".repeat(REPEAT_HEAD.len())
-        );
-        for row in rows {
-            let _ = writeln!(o, "| {} |", row.join(" | "));
-        }
+    for t in [super::table::repeats(r), super::table::short(r)]
+        .into_iter()
+        .flatten()
+    {
+        o.push_str(&t.md());
     }
-    let rows = short_rows(r);
-    if !rows.is_empty() {
-        let _ = writeln!(
-            o,
-            "\n## Short requests beside long ones\n\nTTFT of short requests (≤ {} input tokens) sent while a long one was in flight, and without.\n\n| step | with long: requests | p50 / p95 ms | without: requests | p50 / p95 ms |\n|---|---|---|---|---|",
-            r.overall
-                .short_ttft_ms
-                .short_max_input_tokens
-                .map_or("-".into(), |n| n.to_string())
-        );
-        for row in rows {
-            let _ = writeln!(o, "| {} |", row.join(" | "));
-        }
-    }
-    let rows = quality_rows(r);
-    if !rows.is_empty() {
-        let _ = writeln!(
-            o,
-            "\n## Quality and finish reasons\n\n| step | probes | passed | pass rate | finish reasons | length share |\n|---|---|---|---|---|---|"
-        );
-        for row in rows {
-            let _ = writeln!(o, "| {} |", row.join(" | ").replace('\n', " "));
-        }
+    if let Some(t) = super::table::quality(r) {
+        o.push_str(&t.md());
         if let Some(q) = &r.quality {
             let _ = writeln!(
                 o,
@@ -370,14 +277,8 @@ pub fn render(r: &Report) -> String {
         }
     }
     if let Some(inj) = &r.injection {
-        let (rows, lines) = injection_parts(inj);
-        let _ = writeln!(
-            o,
-            "\n## Abnormal input and bursts\n\n| kind | requests | statuses | answer p50 / p95 / max ms |\n|---|---|---|---|"
-        );
-        for row in rows {
-            let _ = writeln!(o, "| {} |", row.join(" | "));
-        }
+        let (t, lines) = super::table::injection(inj);
+        o.push_str(&t.md());
         let _ = writeln!(o);
         for l in lines {
             let _ = writeln!(o, "- {l}");
@@ -544,6 +445,42 @@ pub fn injection_parts(i: &crate::replay::inject::Injection) -> (Vec<[String; 4]
         ));
     }
     (rows, lines)
+}
+
+/// The cost lines of the capacity section (shared by report.md and report.html).
+pub fn cost_lines(c: &super::json::CostOut) -> Vec<String> {
+    let cur = &c.currency;
+    let parts: Vec<String> = c
+        .components
+        .iter()
+        .map(|(k, v)| format!("{k} {}", num(Some(*v), 2)))
+        .collect();
+    vec![
+        format!(
+            "unit cost: {} {cur} per million effective tokens ({} per million raw)",
+            num(c.cost_per_million_effective_tokens, 4),
+            num(c.cost_per_million_raw_tokens, 4)
+        ),
+        format!(
+            "{} {cur} per request ({} per request that met its SLO); {} {cur} per stable user per month",
+            num(c.cost_per_request, 6),
+            num(c.cost_per_effective_request, 6),
+            num(c.cost_per_stable_user_per_month, 2)
+        ),
+        format!(
+            "wasted share (output tokens of requests that missed their SLO): {}",
+            pct(c.wasted_share)
+        ),
+        format!(
+            "{} {cur}/h: {}",
+            num(Some(c.per_hour), 2),
+            if parts.is_empty() {
+                "-".to_owned()
+            } else {
+                parts.join(", ")
+            }
+        ),
+    ]
 }
 
 /// The recovery section, one line per answer (shared by report.md and report.html).

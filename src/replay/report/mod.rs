@@ -6,6 +6,7 @@ pub mod html;
 pub mod json;
 pub mod md;
 pub mod svg;
+pub mod table;
 pub mod verdict;
 
 use std::{
@@ -52,6 +53,8 @@ pub struct Inputs<'a> {
     pub notes: Vec<String>,
     pub recovery: Option<super::recovery::Recovery>,
     pub probes: Option<&'a super::probes::Probes>,
+    /// The target engine's metrics scraped during the run (`None`: not scraped).
+    pub scrapes: Option<&'a super::attribution::Scrapes>,
 }
 
 /// The probes among `samples` that have a verdict, as `quality`.
@@ -109,8 +112,13 @@ fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
         };
     }
     let (finish_reasons, length_share) = finish_reasons(samples);
+    let mut miss_reasons = BTreeMap::new();
+    for r in samples.iter().filter_map(|s| s.record.slo_miss_reason) {
+        *miss_reasons.entry(r).or_insert(0u64) += 1;
+    }
     StepOut {
         finish_reasons,
+        miss_reasons,
         length_share,
         quality: None,
         index: run.spec.index,
@@ -228,6 +236,17 @@ pub fn build(i: &Inputs<'_>) -> Report {
     }
     let measuring_s: f64 = i.runs.iter().map(StepRun::duration_s).sum();
     let overall = Stats::of(&measured, measuring_s, &i.config.slo);
+    let mut models: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
+    for s in &measured {
+        models
+            .entry(s.record.model.as_deref().unwrap_or("unknown"))
+            .or_default()
+            .push(s);
+    }
+    let by_model = models
+        .into_iter()
+        .map(|(m, part)| (m.to_owned(), Stats::of(&part, measuring_s, &i.config.slo)))
+        .collect();
     let levels: BTreeMap<usize, u32> = i
         .runs
         .iter()
@@ -273,19 +292,15 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .find(|s| s.rate.is_some() && s.rate == knee.rate),
         Mode::Trace | Mode::Soak => None,
     };
-    let (goodput, raw, operating_point) = match (a.mode, point) {
-        (Mode::Trace | Mode::Soak, _) if overall.requests > 0 => (
-            Some(overall.effective_goodput_tokens_per_s),
-            Some(overall.raw_output_tokens_per_s),
-            Some("run".to_owned()),
-        ),
-        (_, Some(p)) => (
-            Some(p.stats.effective_goodput_tokens_per_s),
-            Some(p.stats.raw_output_tokens_per_s),
-            Some(p.label.clone()),
-        ),
-        _ => (None, None, None),
+    let (point_stats, operating_point) = match (a.mode, point) {
+        (Mode::Trace | Mode::Soak, _) if overall.requests > 0 => {
+            (Some(&overall), Some("run".to_owned()))
+        }
+        (_, Some(p)) => (Some(&p.stats), Some(p.label.clone())),
+        _ => (None, None),
     };
+    let goodput = point_stats.map(|p| p.effective_goodput_tokens_per_s);
+    let cost = verdict::cost(i.config.cost.as_ref(), point_stats, stable);
     let lags: Vec<f64> = i.samples.iter().filter_map(|s| s.lag_ms).collect();
     let lag = (!lags.is_empty()).then(|| super::measure::Pcts::of(lags));
     let run_s = i.samples.iter().map(|s| s.ended_s).fold(0.0f64, f64::max);
@@ -299,6 +314,26 @@ pub fn build(i: &Inputs<'_>) -> Report {
         ));
     }
     let repeats = (a.mode == Mode::Steps && a.repeat > 1).then(|| super::repeats::of(&steps));
+    let attribution = i
+        .scrapes
+        .map(|sc| attribution(sc, &steps, &measured, i.runs, a));
+    let mut verdicts = verdicts;
+    if let Some(soak) = attribution.as_ref().and_then(|at| at.soak.as_ref())
+        && soak.holds == Some(false)
+    {
+        let why = format!(
+            "the engine's resources drifted: {}",
+            soak.reasons.join("; ")
+        );
+        for v in &mut verdicts {
+            v.verdict = "fail";
+            v.reason = Some(match v.reason.take() {
+                Some(r) => format!("{r}; {why}"),
+                None => why.clone(),
+            });
+        }
+        notes.push(format!("soak failed: {why}"));
+    }
     let passed = !verdicts.is_empty() && verdicts.iter().all(|v| v.verdict == "pass");
     Report {
         report_format: REPORT_FORMAT,
@@ -316,7 +351,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         knee,
         effective_goodput_tokens_per_s: goodput,
         operating_point,
-        cost: verdict::cost(i.config.cost.as_ref(), goodput, raw, stable),
+        cost,
         generator: Generator {
             requests_sent: i.sent,
             kept_up: !i.saturated
@@ -330,11 +365,13 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .flatten(),
         steps,
         overall,
+        by_model,
         capacity,
         capacity_by_class: by_class,
         timeline: timeline(i.samples, run_s, &i.config.slo),
         recovery: i.recovery.clone(),
         repeats,
+        attribution,
         injection: (!a.inject.is_empty() || a.burst.is_some()).then(|| {
             let extra: Vec<&Sample> = i
                 .samples
@@ -359,6 +396,81 @@ pub fn build(i: &Inputs<'_>) -> Report {
             })
         }),
         notes,
+    }
+}
+
+/// report.json `attribution`: each step's measuring window, their union, and a soak's
+/// first quarter against its last.
+fn attribution(
+    sc: &super::attribution::Scrapes,
+    steps: &[StepOut],
+    measured: &[&Sample],
+    runs: &[StepRun],
+    a: &ReplayArgs,
+) -> super::attribution::AttributionOut {
+    use super::attribution::{Acc, AttributionOut, SoakLimits, StepResources, soak};
+    // The engine's e2e histogram counts the requests it finished: compare with the
+    // replay's own answered requests, not its fast failures.
+    let ok_e2e = |windows: &[(f64, f64)]| {
+        let e2e: Vec<f64> = measured
+            .iter()
+            .filter(|s| s.record.outcome == crate::measure::Outcome::Ok)
+            .filter(|s| {
+                windows
+                    .iter()
+                    .any(|(lo, hi)| s.ended_s >= *lo && s.ended_s <= *hi)
+            })
+            .map(|s| s.record.e2e_ms)
+            .collect();
+        (!e2e.is_empty()).then(|| e2e.iter().sum::<f64>() / e2e.len() as f64)
+    };
+    let windows: Vec<(f64, f64)> = steps
+        .iter()
+        .map(|s| {
+            let lo = s.started_s + s.warmup_s;
+            (lo, lo + s.duration_s)
+        })
+        .collect();
+    let mut all = Acc::default();
+    let steps = steps
+        .iter()
+        .zip(&windows)
+        .map(|(s, &(lo, hi))| {
+            let acc = Acc::window(&sc.points, lo, hi);
+            all.merge(&acc);
+            StepResources {
+                label: s.label.clone(),
+                resources: acc.resources(ok_e2e(&[(lo, hi)])),
+            }
+        })
+        .collect();
+    // A restart between two steps' windows is in neither: look over the whole run.
+    if let (Some(first), Some(last)) = (windows.first(), windows.last()) {
+        all.note_restart(Acc::window(&sc.points, first.0, last.1).restarted());
+    }
+    let soak = match (a.mode, runs.first()) {
+        (Mode::Soak, Some(run)) => Some(soak(
+            &sc.points,
+            run.window_start_s,
+            run.window_end_s,
+            SoakLimits {
+                max_kv_growth: a.soak_max_kv_growth,
+                max_waiting_growth: a.soak_max_waiting_growth,
+                max_jitter_growth: a.soak_max_jitter_growth,
+            },
+        )),
+        _ => None,
+    };
+    AttributionOut {
+        url: sc.url.clone(),
+        engine: sc.engine,
+        interval_s: sc.interval_s,
+        scrapes: sc.points.len(),
+        failed_scrapes: sc.failed,
+        last_error: sc.last_error.clone(),
+        overall: all.resources(ok_e2e(&windows)),
+        steps,
+        soak,
     }
 }
 

@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 use super::json::{CostOut, Knee, StepOut, Verdict};
 use crate::{
     config::{Config, Cost},
-    replay::{cli::Mode, measure::Sample},
+    replay::{
+        cli::Mode,
+        measure::{Sample, Stats},
+    },
     stats::engine::{Capacity, Engine, HOURS_PER_MONTH, Observation},
 };
 
@@ -244,22 +247,34 @@ fn miss_reason(c: &crate::replay::measure::ClassStats) -> String {
 }
 
 /// Unit cost at an operating point of `goodput` effective and `raw` output tokens/s.
-pub fn cost(
-    cost: Option<&Cost>,
-    goodput: Option<f64>,
-    raw: Option<f64>,
-    stable: Option<u32>,
-) -> Option<CostOut> {
+pub fn cost(cost: Option<&Cost>, point: Option<&Stats>, stable: Option<u32>) -> Option<CostOut> {
     let c = cost?;
-    let per_million = |tps: Option<f64>| {
-        tps.filter(|t| *t > 0.0 && t.is_finite())
-            .map(|t| c.per_hour / (t * 3600.0) * 1e6)
+    let per_hour_over = |per_s: Option<f64>, unit: f64| {
+        per_s
+            .filter(|t| *t > 0.0 && t.is_finite())
+            .map(|t| c.per_hour / (t * 3600.0) * unit)
     };
+    let effective_requests_per_s = point.map(|p| {
+        if p.requests == 0 {
+            0.0
+        } else {
+            p.requests_per_s * p.slo_met as f64 / p.requests as f64
+        }
+    });
     Some(CostOut {
         currency: c.currency.clone(),
         per_hour: c.per_hour,
-        cost_per_million_effective_tokens: per_million(goodput),
-        cost_per_million_raw_tokens: per_million(raw),
+        components: c.components.iter().cloned().collect(),
+        cost_per_million_effective_tokens: per_hour_over(
+            point.map(|p| p.effective_goodput_tokens_per_s),
+            1e6,
+        ),
+        cost_per_million_raw_tokens: per_hour_over(point.map(|p| p.raw_output_tokens_per_s), 1e6),
+        cost_per_request: per_hour_over(point.map(|p| p.requests_per_s), 1.0),
+        cost_per_effective_request: per_hour_over(effective_requests_per_s, 1.0),
+        wasted_share: point
+            .filter(|p| p.output_tokens > 0)
+            .map(|p| p.missed_output_tokens as f64 / p.output_tokens as f64),
         cost_per_stable_user_per_month: stable
             .filter(|s| *s > 0)
             .map(|s| c.per_hour * HOURS_PER_MONTH / f64::from(s)),

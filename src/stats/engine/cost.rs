@@ -23,6 +23,9 @@ pub struct CostSummary {
     pub window_cost: f64,
     pub cost_per_million_effective_tokens: Option<f64>,
     pub cost_per_million_raw_tokens: Option<f64>,
+    /// Window cost per request finished in the window, and per request that met its SLO.
+    pub cost_per_request: Option<f64>,
+    pub cost_per_effective_request: Option<f64>,
     /// Output tokens of SLO-missing requests / all output tokens.
     pub wasted_share: Option<f64>,
     /// `window_cost × wasted_share`.
@@ -70,6 +73,8 @@ pub fn summarize(
         window_cost,
         cost_per_million_effective_tokens: per_million(window_cost, counts.met_tokens),
         cost_per_million_raw_tokens: per_million(window_cost, counts.output_tokens),
+        cost_per_request: per_million(window_cost, counts.requests).map(|c| c / 1e6),
+        cost_per_effective_request: per_million(window_cost, counts.met).map(|c| c / 1e6),
         wasted_share,
         wasted_cost: wasted_share.map(|s| s * window_cost),
         cost_per_stable_user_per_month: max_stable

@@ -87,6 +87,9 @@ fn attainment_goodput_throughput_and_cost_are_hand_computed() {
     assert_close(c.cost_per_million_raw_tokens.unwrap(), 0.2 / 1050.0 * 1e6);
     assert_close(c.wasted_share.unwrap(), 300.0 / 1050.0);
     assert_close(c.wasted_cost.unwrap(), 0.2 * 300.0 / 1050.0);
+    // 7 requests finished, 3 met their SLO.
+    assert_close(c.cost_per_request.unwrap(), 0.2 / 7.0);
+    assert_close(c.cost_per_effective_request.unwrap(), 0.2 / 3.0);
     assert_eq!(
         c.cost_per_stable_user_per_month, None,
         "too few samples for a stable level"

@@ -20,16 +20,16 @@ pub struct FileConfig {
     #[serde(default)]
     pub log: super::log::LogSection,
     #[serde(default)]
-    pub slo: super::slo_file::SloSection,
-    pub cost: Option<super::slo_file::CostSection>,
+    pub slo: super::slo::SloSection,
+    pub cost: Option<super::cost::CostSection>,
     #[serde(default)]
     pub tokenizer: super::tokenizer::TokenizerSection,
     #[serde(default)]
     pub usage_injection: super::usage_injection::UsageInjectionSection,
     #[serde(default)]
-    pub profile: super::profile_file::ProfileSection,
+    pub profile: super::profile::ProfileSection,
     #[serde(default)]
-    pub drift: super::profile_file::DriftSection,
+    pub drift: super::drift::DriftSection,
     #[serde(default)]
     pub calibration: super::calibration::CalibrationSection,
     /// Export to an OpenTelemetry collector; absent: off.

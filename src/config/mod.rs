@@ -4,14 +4,15 @@
 
 pub mod admin;
 pub mod calibration;
+pub mod cost;
+pub mod drift;
 pub mod file;
 pub mod log;
 pub mod measure;
 pub mod otlp;
-pub mod profile_file;
+pub mod profile;
 pub mod server;
 pub mod slo;
-pub mod slo_file;
 mod tls;
 pub mod tokenizer;
 pub mod upstream;
@@ -22,12 +23,14 @@ use std::{net::SocketAddr, path::Path};
 
 pub use admin::{AdminAccess, AdminToken};
 pub use calibration::Calibration;
+pub use cost::Cost;
+pub use drift::DriftConfig;
 pub use log::{Log, LogFormat};
 pub use measure::Measure;
 pub use otlp::Otlp;
-pub use profile_file::{DriftConfig, ProfileConfig};
+pub use profile::ProfileConfig;
 pub use server::{Server, ServerLimits};
-pub use slo::{Cost, Slo, SloClass};
+pub use slo::{Slo, SloClass};
 pub use tokenizer::Counting;
 pub use upstream::Upstream;
 pub use usage_injection::UsageInjection;

@@ -1,18 +1,131 @@
-//! Validated SLO classes and cost: what a request is held to, and what serving costs.
-//! Matching is evaluated off the data path (by the aggregator), first match wins, and the
-//! default class takes the rest.
+//! `[slo]`: the classes a request is held to, their targets and how requests are matched
+//! to them. The file's section (key names are a contract with users' configs), its
+//! validation and the runtime value. Matching is evaluated off the data path (by the
+//! aggregator), first match wins, and the default class takes the rest.
 
 use std::{hash::Hasher, time::Duration};
 
 use http::HeaderName;
 
-use super::{
-    Problem,
-    slo_file::{ClassSection, CostSection, SloSection, TargetsSection},
-};
+use serde::Deserialize;
+
+use super::{Problem, file::humantime_serde};
 
 /// Name of the class that takes every request no configured class matched.
 pub const DEFAULT_CLASS: &str = "default";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SloSection {
+    /// Sliding windows reported, e.g. `["1m", "5m", "1h"]`.
+    pub windows: Vec<String>,
+    /// Request header naming the tenant; its value is only kept as a salted hash.
+    pub tenant_header: Option<String>,
+    /// Salt for tenant hashes; random per process when absent (hashes then can't be
+    /// linked across restarts).
+    pub tenant_salt: Option<String>,
+    /// Honour per-request `x-slo-ttft-ms` / `x-slo-tpot-ms` / `x-slo-e2e-ms` headers.
+    pub override_headers: bool,
+    /// Samples a concurrency level needs before it can count as stable.
+    pub min_samples: u64,
+    /// Upper bounds (tokens) of the input-length buckets TTFT is broken down by.
+    pub input_buckets: Vec<u64>,
+    /// How long per-window series are kept for the stability view.
+    #[serde(with = "humantime_serde")]
+    pub history: Duration,
+    /// Points of the dashboard's timeline (`/api/v1/timeline`): one per slice of the
+    /// shortest window (5 s for 1m), so 720 is the last hour.
+    pub timeline_points: usize,
+    /// A request whose body is at least this many bytes counts as long-input when asking
+    /// whether long requests slow down short ones (≈ 4 bytes per token).
+    pub long_input_bytes: u64,
+    /// Upstream 4xx statuses caused by the request itself: outcome `client_error`,
+    /// excluded from attainment. 429 is always a rejection.
+    pub client_error_statuses: Vec<u16>,
+    /// The classes, first match wins.
+    pub class: Vec<ClassSection>,
+    /// Targets of the class that takes every request no other class matched.
+    pub default: TargetsSection,
+}
+
+impl Default for SloSection {
+    fn default() -> Self {
+        Self {
+            windows: vec!["1m".into(), "5m".into(), "1h".into()],
+            tenant_header: None,
+            tenant_salt: None,
+            override_headers: false,
+            min_samples: 20,
+            input_buckets: vec![1024, 4096, 16384, 65536],
+            history: Duration::from_secs(6 * 3600),
+            timeline_points: 720,
+            long_input_bytes: 64 * 1024,
+            client_error_statuses: crate::measure::record::DEFAULT_CLIENT_ERROR_STATUSES.to_vec(),
+            class: Vec::new(),
+            default: TargetsSection::default(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSection {
+    pub name: String,
+    #[serde(rename = "match", default)]
+    pub matches: MatchSection,
+    #[serde(flatten)]
+    pub targets: TargetsSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchSection {
+    /// Glob over the request's model (`*` and `?`).
+    pub model: Option<String>,
+    /// An API label (`chat_completions`, `completions`, ...) or `chat` for every chat API.
+    pub api: Option<String>,
+    /// Tenant header value (compared by salted hash).
+    pub tenant: Option<String>,
+    /// Largest input (tokens) this class takes.
+    pub input_tokens_max: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TargetsSection {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+    /// Share of requests that must meet the targets, e.g. 0.99.
+    pub attainment: f64,
+    /// Largest share of requests that may end in an upstream or proxy error
+    /// (`upstream_error`, `upstream_reset`, `proxy_error`); the class fails above it.
+    pub error_rate_max: Option<f64>,
+    /// Percentile targets, e.g. `[{ metric = "ttft", quantile = 0.95, max_ms = 800 }]`.
+    pub percentiles: Vec<PercentileSection>,
+}
+
+impl Default for TargetsSection {
+    fn default() -> Self {
+        Self {
+            ttft_ms: None,
+            tpot_ms: None,
+            e2e_ms: None,
+            attainment: 0.99,
+            error_rate_max: None,
+            percentiles: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PercentileSection {
+    /// `ttft`, `tpot`, `itl` or `e2e`.
+    pub metric: String,
+    pub quantile: f64,
+    pub max_ms: f64,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slo {
@@ -185,14 +298,6 @@ pub fn glob(pattern: &str, text: &str) -> bool {
         }
     }
     p[pi..].iter().all(|c| *c == '*')
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Cost {
-    pub currency: String,
-    /// Sum of the components.
-    pub per_hour: f64,
-    pub components: Vec<(String, f64)>,
 }
 
 fn targets(
@@ -405,100 +510,6 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
     }
 }
 
-pub fn validate_cost(c: &CostSection, problems: &mut Vec<Problem>) -> Cost {
-    let p = &c.per_hour;
-    let components: Vec<(String, f64)> = [
-        ("hardware", p.hardware),
-        ("power", p.power),
-        ("hosting", p.hosting),
-        ("licences", p.licences),
-        ("operations", p.operations),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
-    .collect();
-    for (k, v) in &components {
-        if !(v.is_finite() && *v >= 0.0) {
-            problems.push(Problem::invalid(
-                format!("cost.per_hour.{k}"),
-                "must be ≥ 0",
-            ));
-        }
-    }
-    if c.currency.is_empty() || !c.currency.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        problems.push(Problem::invalid(
-            "cost.currency",
-            "must be a currency code like USD",
-        ));
-    }
-    let mut components = components;
-    let mut one_time = 0.0;
-    for (k, v) in &c.one_time {
-        if v.is_finite() && *v >= 0.0 {
-            one_time += v;
-        } else {
-            problems.push(Problem::invalid(
-                format!("cost.one_time.{k}"),
-                "must be ≥ 0",
-            ));
-        }
-    }
-    if !(c.amortize_months.is_finite() && c.amortize_months > 0.0) {
-        problems.push(Problem::invalid(
-            "cost.amortize_months",
-            "must be a positive number of months",
-        ));
-    } else if one_time > 0.0 {
-        components.push((
-            "one_time".to_owned(),
-            one_time / (c.amortize_months * HOURS_PER_MONTH),
-        ));
-    }
-    match (c.kw, c.energy_price_per_kwh) {
-        (Some(kw), Some(price)) => {
-            for (k, v) in [("kw", kw), ("energy_price_per_kwh", price)] {
-                if !(v.is_finite() && v >= 0.0) {
-                    problems.push(Problem::invalid(format!("cost.{k}"), "must be ≥ 0"));
-                }
-            }
-            components.push(("energy".to_owned(), kw * price));
-        }
-        (None, None) => {}
-        (Some(_), None) | (None, Some(_)) => problems.push(Problem::invalid(
-            "cost.kw",
-            "cost.kw and cost.energy_price_per_kwh go together (energy = kW × price per kWh)",
-        )),
-    }
-    for (k, v) in [
-        ("idle_share", c.idle_share),
-        ("failure_share", c.failure_share),
-    ] {
-        if !(v.is_finite() && (0.0..1.0).contains(&v)) {
-            problems.push(Problem::invalid(format!("cost.{k}"), "must be in [0, 1)"));
-        }
-    }
-    let lost = c.idle_share + c.failure_share;
-    if lost.is_nan() || lost >= 1.0 {
-        problems.push(Problem::invalid(
-            "cost.idle_share",
-            "cost.idle_share + cost.failure_share must be below 1",
-        ));
-    }
-    let base: f64 = components.iter().map(|(_, v)| v).sum();
-    if lost > 0.0 && lost < 1.0 {
-        // The serving hours carry the cost of the idle and failed ones.
-        components.push(("idle_and_failure".to_owned(), base * lost / (1.0 - lost)));
-    }
-    Cost {
-        currency: c.currency.clone(),
-        per_hour: components.iter().map(|(_, v)| v).sum(),
-        components,
-    }
-}
-
-/// Hours per month for amortization (8,760 h / 12), as the cost engine's.
-const HOURS_PER_MONTH: f64 = 730.0;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,59 +662,5 @@ mod tests {
         ] {
             assert!(all.contains(needle), "{needle} missing in:\n{all}");
         }
-    }
-
-    #[test]
-    fn cost_sums_components() {
-        let c: CostSection = toml::from_str(
-            "currency = \"EUR\"\nper_hour = { hardware = 9.8, power = 0.6, operations = 1.2 }\n",
-        )
-        .unwrap();
-        let mut problems = Vec::new();
-        let cost = validate_cost(&c, &mut problems);
-        assert!(problems.is_empty());
-        assert!((cost.per_hour - 11.6).abs() < 1e-9);
-        assert_eq!(cost.components.len(), 3);
-    }
-
-    #[test]
-    fn one_time_energy_and_idle_costs_become_components() {
-        let c: CostSection = toml::from_str(
-            "per_hour = { hardware = 4.0 }\none_time = { migration = 21900, integration = 4380 }\n\
-             amortize_months = 12\nkw = 10\nenergy_price_per_kwh = 0.2\nidle_share = 0.3\nfailure_share = 0.2\n",
-        )
-        .unwrap();
-        let mut problems = Vec::new();
-        let cost = validate_cost(&c, &mut problems);
-        assert!(problems.is_empty(), "{problems:?}");
-        let get = |k: &str| cost.components.iter().find(|(n, _)| n == k).unwrap().1;
-        // 26,280 over 12 × 730 h = 3/h; 10 kW × 0.2 = 2/h; (4 + 3 + 2) / (1 − 0.5) = 18/h.
-        assert!((get("one_time") - 3.0).abs() < 1e-9);
-        assert!((get("energy") - 2.0).abs() < 1e-9);
-        assert!((get("idle_and_failure") - 9.0).abs() < 1e-9);
-        assert!((cost.per_hour - 18.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn bad_cost_keys_are_each_named() {
-        let c: CostSection = toml::from_str(
-            "per_hour = { power = 1.0 }\none_time = { upgrade = -1 }\namortize_months = 0\nkw = 3\n\
-             energy_price_per_kwh = 0.1\nidle_share = 0.7\nfailure_share = 0.4\n",
-        )
-        .unwrap();
-        let mut problems = Vec::new();
-        validate_cost(&c, &mut problems);
-        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        let all = text.join("\n");
-        for needle in ["cost.one_time.upgrade", "cost.amortize_months", "below 1"] {
-            assert!(all.contains(needle), "{needle} missing in:\n{all}");
-        }
-        let half: CostSection = toml::from_str("kw = 3\n").unwrap();
-        let mut problems = Vec::new();
-        validate_cost(&half, &mut problems);
-        assert!(
-            problems[0].to_string().contains("go together"),
-            "{problems:?}"
-        );
     }
 }

@@ -4,8 +4,8 @@
 use std::{net::SocketAddr, path::Path};
 
 use super::{
-    Config, ConfigError, Overrides, Problem, admin, calibration, file::FileConfig, log, measure,
-    otlp, profile_file, server, slo, tokenizer, upstream, usage_injection,
+    Config, ConfigError, Overrides, Problem, admin, calibration, cost, drift, file::FileConfig,
+    log, measure, otlp, profile, server, slo, tokenizer, upstream, usage_injection,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -99,11 +99,11 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
     let cost = file
         .cost
         .as_ref()
-        .map(|c| slo::validate_cost(c, &mut problems));
+        .map(|c| cost::validate_cost(c, &mut problems));
     let tokenizer = tokenizer::validate_tokenizer(&file.tokenizer, &mut problems);
     let usage_injection = usage_injection::validate_injection(&file.usage_injection, &mut problems);
-    let profile = profile_file::validate_profile(&file.profile, &mut problems);
-    let drift = profile_file::validate_drift(&file.drift, &mut problems);
+    let profile = profile::validate_profile(&file.profile, &mut problems);
+    let drift = drift::validate_drift(&file.drift, &mut problems);
     let calibration =
         calibration::validate_calibration(&file.calibration, upstream.as_ref(), &mut problems);
     let otlp = otlp::validate_otlp(file.otlp.as_ref(), &mut problems);

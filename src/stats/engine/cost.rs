@@ -8,8 +8,8 @@ use serde::{Serialize, Serializer, ser::SerializeMap};
 
 use super::{config::CostConfig, slice::Counts};
 
-/// Hours per month for "per month" figures (8,760 h / 12).
-pub const HOURS_PER_MONTH: f64 = 730.0;
+/// Hours per month for "per month" figures (8,760 h / 12), as `[cost]` amortizes with.
+pub use crate::config::cost::HOURS_PER_MONTH;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CostSummary {

@@ -1,21 +1,13 @@
-//! `[profile]` (anonymized traffic recording) and `[drift]` (live comparison with the
-//! profile a deployment was accepted on): the file schema, its validation, and the runtime
-//! values. Key names are a contract with users' configs; every key is documented in
-//! `config/goodput.example.toml` and `docs/PROFILE.md`.
-//!
-//! The drift baseline is read here, once per configuration build, so a missing or
-//! unreadable baseline is a configuration problem naming its path; a reload reads it again.
+//! `[profile]`: anonymized traffic recording. The file's section, its validation and the
+//! runtime value. Key names are a contract with users' configs; every key is documented
+//! in `config/goodput.example.toml` and `docs/PROFILE.md`.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
-    time::Duration,
-};
+use std::{path::PathBuf, time::Duration};
 
 use serde::Deserialize;
 
-use super::{Problem, file::humantime_serde};
-use crate::profile::{Contract, Profile, drift::Thresholds};
+use super::{Problem, file::humantime_serde, validate::positive};
+use crate::profile::Contract;
 
 /// Default size at which a profile file is closed and a new one started.
 pub const DEFAULT_ROTATE_BYTES: u64 = 64 << 20;
@@ -67,42 +59,6 @@ impl Default for ProfileSection {
     }
 }
 
-/// `[drift]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DriftSection {
-    /// The profile the deployment was accepted on; drift detection is off without it.
-    pub baseline: Option<String>,
-    #[serde(with = "humantime_serde")]
-    pub every: Duration,
-    #[serde(with = "humantime_serde")]
-    pub window: Duration,
-    pub window_max_requests: usize,
-    pub min_samples: usize,
-    pub fire_after: u32,
-    pub clear_after: u32,
-    pub webhook: Option<String>,
-    pub snapshot_dir: Option<String>,
-    pub thresholds: Thresholds,
-}
-
-impl Default for DriftSection {
-    fn default() -> Self {
-        Self {
-            baseline: None,
-            every: Duration::from_secs(60),
-            window: Duration::from_secs(3600),
-            window_max_requests: 50_000,
-            min_samples: 200,
-            fire_after: 3,
-            clear_after: 5,
-            webhook: None,
-            snapshot_dir: None,
-            thresholds: Thresholds::default(),
-        }
-    }
-}
-
 /// How profiles are recorded and anonymized. Always present: the salt and block settings
 /// are also what live drift detection hashes with when recording is off.
 #[derive(Debug, Clone)]
@@ -120,51 +76,6 @@ pub struct ProfileConfig {
     pub block_bytes: usize,
     pub salt: Option<String>,
     pub contract: Contract,
-}
-
-/// Live drift detection against an accepted baseline.
-#[derive(Debug, Clone)]
-pub struct DriftConfig {
-    pub baseline_path: PathBuf,
-    /// The baseline, read and checked when the configuration was built.
-    pub baseline: Arc<Profile>,
-    pub every: Duration,
-    pub window: Duration,
-    /// Requests kept for the drift snapshot at most (the newest of the window); the
-    /// statistics cover the whole window in fixed memory.
-    pub window_max_requests: usize,
-    pub min_samples: usize,
-    pub fire_after: u32,
-    pub clear_after: u32,
-    pub webhook: Option<http::Uri>,
-    pub snapshot_dir: PathBuf,
-    pub thresholds: Thresholds,
-}
-
-impl DriftConfig {
-    /// A configuration for tests and tools, with the defaults of `[drift]`.
-    pub fn with_baseline(baseline: Profile) -> DriftConfig {
-        let d = DriftSection::default();
-        DriftConfig {
-            baseline_path: PathBuf::new(),
-            baseline: Arc::new(baseline),
-            every: d.every,
-            window: d.window,
-            window_max_requests: d.window_max_requests,
-            min_samples: d.min_samples,
-            fire_after: d.fire_after,
-            clear_after: d.clear_after,
-            webhook: None,
-            snapshot_dir: std::env::temp_dir(),
-            thresholds: d.thresholds,
-        }
-    }
-}
-
-fn positive(key: &str, value: u64, problems: &mut Vec<Problem>) {
-    if value == 0 {
-        problems.push(Problem::invalid(key, "must be greater than zero"));
-    }
 }
 
 /// Host name, for file names; `goodput` when it cannot be read.
@@ -253,77 +164,6 @@ pub fn validate_profile(s: &ProfileSection, problems: &mut Vec<Problem>) -> Prof
     }
 }
 
-pub fn validate_drift(s: &DriftSection, problems: &mut Vec<Problem>) -> Option<DriftConfig> {
-    let raw = s.baseline.as_deref()?;
-    positive("drift.every", s.every.as_millis() as u64, problems);
-    positive("drift.window", s.window.as_millis() as u64, problems);
-    positive("drift.min_samples", s.min_samples as u64, problems);
-    positive("drift.fire_after", u64::from(s.fire_after), problems);
-    positive("drift.clear_after", u64::from(s.clear_after), problems);
-    positive(
-        "drift.window_max_requests",
-        s.window_max_requests as u64,
-        problems,
-    );
-    for p in s.thresholds.problems() {
-        problems.push(Problem::invalid(format!("drift.thresholds.{}", p.0), p.1));
-    }
-    let webhook = s
-        .webhook
-        .as_deref()
-        .and_then(|w| match w.parse::<http::Uri>() {
-            Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) => Some(uri),
-            Ok(_) => {
-                problems.push(Problem::invalid(
-                    "drift.webhook",
-                    format!("`{w}` must start with http:// or https://"),
-                ));
-                None
-            }
-            Err(e) => {
-                problems.push(Problem::invalid("drift.webhook", format!("`{w}`: {e}")));
-                None
-            }
-        });
-    let path = PathBuf::from(raw);
-    let baseline = match Profile::read(std::slice::from_ref(&path)) {
-        Ok(p) if p.entries.is_empty() => {
-            problems.push(Problem::invalid(
-                "drift.baseline",
-                format!("`{raw}` holds no requests"),
-            ));
-            return None;
-        }
-        Ok(p) => p,
-        Err(e) => {
-            problems.push(Problem::invalid("drift.baseline", e.to_string()));
-            return None;
-        }
-    };
-    let snapshot_dir = s.snapshot_dir.as_deref().map_or_else(
-        || {
-            path.parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."))
-                .to_path_buf()
-        },
-        PathBuf::from,
-    );
-    Some(DriftConfig {
-        baseline_path: path,
-        baseline: Arc::new(baseline),
-        every: s.every,
-        window: s.window,
-        window_max_requests: s.window_max_requests,
-        min_samples: s.min_samples,
-        fire_after: s.fire_after,
-        clear_after: s.clear_after,
-        webhook,
-        snapshot_dir,
-        thresholds: s.thresholds.clone(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,16 +201,5 @@ mod tests {
         let (cfg, _) = parse_profile("instance = \"gw 1/a\"\n[contract]\nengine = \"vllm\"\n");
         assert_eq!(cfg.instance, "gw_1_a");
         assert_eq!(cfg.contract.engine.as_deref(), Some("vllm"));
-    }
-
-    #[test]
-    fn drift_needs_a_readable_baseline() {
-        let s: DriftSection = toml::from_str("baseline = \"/nonexistent/base.jsonl\"").unwrap();
-        let mut problems = Vec::new();
-        assert!(validate_drift(&s, &mut problems).is_none());
-        assert!(problems[0].to_string().contains("/nonexistent/base.jsonl"));
-        let off: DriftSection = toml::from_str("").unwrap();
-        assert!(validate_drift(&off, &mut problems).is_none());
-        assert_eq!(problems.len(), 1);
     }
 }

@@ -1,10 +1,6 @@
 //! Tenants and models in replay: each request carries its profile tenant hash in the
 //! configured `[slo] tenant_header` and is judged in the tenant's class (the hash salted
 //! as the proxy keeps it), and the report has results per model.
-#![expect(
-    clippy::unwrap_used,
-    reason = "integration tests: a failed step must stop the test"
-)]
 
 use std::{
     path::{Path, PathBuf},
@@ -15,7 +11,6 @@ use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
-use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
 use tokio::{
@@ -23,40 +18,26 @@ use tokio::{
     net::TcpListener,
 };
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ReplayArgs,
-}
-
 fn args(list: &[&str]) -> ReplayArgs {
-    let mut all = vec!["replay", "--quiet", "--no-engine-metrics"];
+    let mut all = vec!["--no-engine-metrics"];
     all.extend_from_slice(list);
-    Cli::try_parse_from(all).unwrap().args
+    super::args(&all)
 }
 
 /// Requests alternating between tenants `t-gold` (model `big`) and `t-free` (model
 /// `small`).
 fn write_profile(dir: &Path) -> PathBuf {
-    let mut text = String::from(
-        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"5a1700000000beef","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{}}"#,
-    );
-    text.push('\n');
+    let mut lines = vec![super::header("{}")];
     for i in 0..40 {
         let (tenant, model) = if i % 2 == 0 {
             ("t-gold", "big")
         } else {
             ("t-free", "small")
         };
-        text.push_str(&format!(
-            r#"{{"t_ms":{},"model":"{model}","api":"chat_completions","stream":true,"input_tokens":300,"input_tokens_source":"usage","output_tokens":8,"output_tokens_source":"usage","max_tokens":null,"outcome":"ok","status":200,"slo_class":"default","slo_met":true,"ttft_ms":20.0,"tpot_ms":2.0,"e2e_ms":40.0,"tenant":"{tenant}"}}"#,
-            i * 25
-        ));
-        text.push('\n');
+        let extra = format!(r#","tenant":"{tenant}""#);
+        lines.push(super::request(i * 25, model, 300, 8, "default", &extra));
     }
-    let path = dir.join("profile.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
+    super::write_lines(dir, &lines)
 }
 
 /// Gold must answer within 1 ms (the simulator takes 5: every gold request misses), the

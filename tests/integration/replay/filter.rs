@@ -1,29 +1,20 @@
 //! `goodput profile filter` (the binary, on a file with `blocks` lines) and a replay of
 //! long and short requests mixed as recorded: short requests' TTFT is split by whether a
 //! long request was in flight.
-#![expect(
-    clippy::unwrap_used,
-    reason = "integration tests: a failed step must stop the test"
-)]
 
 use std::{
     path::{Path, PathBuf},
     process::Command,
 };
 
+use super::Cli;
 use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
 use clap::Parser;
-use goodput::replay::{self, ReplayArgs};
+use goodput::replay::{self};
 use serde_json::Value;
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ReplayArgs,
-}
 
 /// 40 requests 20 ms apart; every fourth is long (20 000 input tokens, ~80 KB of prompt),
 /// each with a `blocks` line before its first use of an id.

@@ -2,48 +2,19 @@
 //! still going (the run below is stopped only once they are), and the log agrees with the
 //! report: one line per request sent, and per step as many `measured` lines as the step
 //! counted requests, the step cut short by the stop included.
-#![expect(
-    clippy::unwrap_used,
-    reason = "integration tests: a failed step must stop the test"
-)]
 
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
+use super::args;
 use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
-use clap::Parser;
-use goodput::replay::{self, ReplayArgs};
+use goodput::replay::{self};
 use serde_json::Value;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ReplayArgs,
-}
-
-fn args(list: &[&str]) -> ReplayArgs {
-    let mut all = vec!["replay", "--quiet"];
-    all.extend_from_slice(list);
-    Cli::try_parse_from(all).unwrap().args
-}
-
 fn write_profile(dir: &Path) -> std::path::PathBuf {
-    let mut text = String::from(
-        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"5a1700000000beef","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{}}"#,
-    );
-    text.push('\n');
-    for i in 0..20 {
-        text.push_str(&format!(
-            r#"{{"t_ms":{},"model":"sim-model","api":"chat_completions","stream":true,"input_tokens":300,"input_tokens_source":"usage","output_tokens":8,"output_tokens_source":"usage","max_tokens":null,"outcome":"ok","status":200,"slo_class":"default","slo_met":true,"ttft_ms":20.0,"tpot_ms":2.0,"e2e_ms":40.0}}"#,
-            i * 50
-        ));
-        text.push('\n');
-    }
-    let path = dir.join("profile.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
+    super::twenty_requests(dir, 8, "default", false)
 }
 
 fn lines(path: &Path) -> usize {

@@ -1,49 +1,19 @@
 //! `goodput replay --probes`: quality probes mixed into the load against the in-process
 //! simulator (whose answers are English words): a probe expecting its words passes, one
 //! expecting "Paris" or JSON fails, and the report says so per step, with finish reasons.
-#![expect(
-    clippy::unwrap_used,
-    reason = "integration tests: a failed step must stop the test"
-)]
 
 use std::path::{Path, PathBuf};
 
+use super::args;
 use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
-use clap::Parser;
-use goodput::replay::{self, ReplayArgs};
+use goodput::replay::{self};
 use serde_json::Value;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ReplayArgs,
-}
-
-fn args(list: &[&str]) -> ReplayArgs {
-    let mut all = vec!["replay", "--quiet"];
-    all.extend_from_slice(list);
-    Cli::try_parse_from(all).unwrap().args
-}
-
 fn write_profile(dir: &Path) -> PathBuf {
-    let mut text = String::from(
-        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"5a1700000000beef","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{}}"#,
-    );
-    text.push('\n');
-    for i in 0..20 {
-        text.push_str(&format!(
-            r#"{{"t_ms":{},"model":"sim-model","api":"chat_completions","stream":true,"input_tokens":300,"input_tokens_source":"usage","output_tokens":8,"output_tokens_source":"usage","max_tokens":null,"outcome":"ok","status":200,"slo_class":"interactive","slo_met":true,"ttft_ms":20.0,"tpot_ms":2.0,"e2e_ms":40.0,"hash_ids":[{}]}}"#,
-            i * 50,
-            i + 1
-        ));
-        text.push('\n');
-    }
-    let path = dir.join("profile.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
+    super::twenty_requests(dir, 8, "interactive", true)
 }
 
 const PROBES: &str = r#"{"name":"words","body":{"messages":[{"role":"user","content":"Say some words, PROBE-SECRET-1"}],"max_tokens":5,"stream":true},"expect":{"regex":"^([a-z]+ )+$"}}

@@ -1,26 +1,17 @@
 //! `goodput replay --compare A B C`: three runs against the simulator (one, two and four
 //! "cards" by their contracts) put in a matrix with P99 rows and scaling efficiency, from
 //! the command line as a user runs it; a run of other traffic is refused by name.
-#![expect(
-    clippy::unwrap_used,
-    reason = "integration tests: a failed step must stop the test"
-)]
 
 use std::{path::Path, process::Command};
 
+use super::Cli;
 use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
 use clap::Parser;
-use goodput::replay::{self, ReplayArgs};
+use goodput::replay::{self};
 use serde_json::Value;
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ReplayArgs,
-}
 
 fn write_profile(path: &Path, requests: u32) {
     let mut text = String::from(

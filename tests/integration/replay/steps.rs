@@ -3,56 +3,41 @@
 //! report checked against the simulator's configuration, the generator's own timing, the
 //! JSON contract, the HTML's self-containment, `--compare`, Ctrl-C, and against what the
 //! proxy measured when the replay runs through it.
-#![expect(
-    clippy::unwrap_used,
-    reason = "integration tests: a failed step must stop the test"
-)]
 
 use std::{path::Path, path::PathBuf, time::Duration};
 
+use super::{args, read_json};
 use crate::common::{
     harness::{fast_sim, start_proxy, start_sim, wait_records},
     temp::TempDir,
 };
-use clap::Parser;
-use goodput::replay::{self, ReplayArgs};
+use goodput::replay::{self};
 use serde_json::Value;
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ReplayArgs,
-}
-
-fn args(list: &[&str]) -> ReplayArgs {
-    let mut all = vec!["replay", "--quiet"];
-    all.extend_from_slice(list);
-    Cli::try_parse_from(all).unwrap().args
-}
 
 /// A profile of `n` streamed chat requests `gap_ms` apart, every fourth sharing its first
 /// block with the others, in the format of docs/PROFILE.md.
 fn write_profile(dir: &Path, n: usize, gap_ms: f64, output_tokens: u64) -> PathBuf {
-    let mut text = String::from(
-        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"5a1700000000beef","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{"engine":"vllm","hardware":"1xL4","precision":"bf16","model_revision":"abc123"}}"#,
-    );
-    text.push('\n');
+    let mut lines = vec![super::header(
+        r#"{"engine":"vllm","hardware":"1xL4","precision":"bf16","model_revision":"abc123"}"#,
+    )];
     for i in 0..n {
         let hash_ids = if i % 4 == 0 {
-            format!("[0,{}]", i + 1)
+            format!(r#","hash_ids":[0,{}]"#, i + 1)
         } else {
-            format!("[{}]", i + 1)
+            format!(r#","hash_ids":[{}]"#, i + 1)
         };
         let input = if i % 3 == 0 { 1500 } else { 300 };
-        text.push_str(&format!(
-            r#"{{"t_ms":{},"model":"sim-model","api":"chat_completions","stream":true,"input_tokens":{input},"input_tokens_source":"usage","output_tokens":{output_tokens},"output_tokens_source":"usage","max_tokens":null,"outcome":"ok","status":200,"slo_class":"interactive","slo_met":true,"ttft_ms":20.0,"tpot_ms":2.0,"e2e_ms":40.0,"hash_ids":{hash_ids}}}"#,
-            (i as f64 * gap_ms).round() as i64
+        let t_ms = (i as f64 * gap_ms).round() as u64;
+        lines.push(super::request(
+            t_ms,
+            "sim-model",
+            input,
+            output_tokens,
+            "interactive",
+            &hash_ids,
         ));
-        text.push('\n');
     }
-    let path = dir.join("profile.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
+    super::write_lines(dir, &lines)
 }
 
 /// SLO: chat within 35 ms TTFT (the simulator gives 20 below its knee, 40 at 12 in flight) for
@@ -66,10 +51,6 @@ fn write_config(dir: &Path) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn step(report: &Value, concurrency: u64) -> &Value {

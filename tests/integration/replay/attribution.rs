@@ -3,10 +3,6 @@
 //! usage and batch numbers, with miss reasons; a soak whose engine's KV usage keeps growing
 //! (a purpose-built metrics endpoint) fails its verdict saying so; an unreachable endpoint
 //! costs counted failures, not the run.
-#![expect(
-    clippy::unwrap_used,
-    reason = "integration tests: a failed step must stop the test"
-)]
 
 use std::{
     path::{Path, PathBuf},
@@ -16,45 +12,19 @@ use std::{
     },
 };
 
+use super::{args, read_json};
 use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
-use clap::Parser;
-use goodput::replay::{self, ReplayArgs};
-use serde_json::Value;
+use goodput::replay::{self};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpListener,
 };
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ReplayArgs,
-}
-
-fn args(list: &[&str]) -> ReplayArgs {
-    let mut all = vec!["replay", "--quiet"];
-    all.extend_from_slice(list);
-    Cli::try_parse_from(all).unwrap().args
-}
-
 fn write_profile(dir: &Path) -> PathBuf {
-    let mut text = String::from(
-        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"5a1700000000beef","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{}}"#,
-    );
-    text.push('\n');
-    for i in 0..20 {
-        text.push_str(&format!(
-            r#"{{"t_ms":{},"model":"sim-model","api":"chat_completions","stream":true,"input_tokens":300,"input_tokens_source":"usage","output_tokens":8,"output_tokens_source":"usage","max_tokens":null,"outcome":"ok","status":200,"slo_class":"interactive","slo_met":true,"ttft_ms":20.0,"tpot_ms":2.0,"e2e_ms":40.0}}"#,
-            i * 50
-        ));
-        text.push('\n');
-    }
-    let path = dir.join("profile.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
+    super::twenty_requests(dir, 8, "interactive", false)
 }
 
 fn write_config(dir: &Path, ttft_ms: u32) -> PathBuf {
@@ -75,10 +45,6 @@ fn write_config(dir: &Path, ttft_ms: u32) -> PathBuf {
 const COST: &str = "\n[cost]\ncurrency = \"EUR\"\nper_hour = { hardware = 4.0 }\n\
 one_time = { migration = 20000, integration = 6280 }\namortize_months = 12\nkw = 10\n\
 energy_price_per_kwh = 0.2\nidle_share = 0.25\n";
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_get_the_engine_time_and_load_and_miss_reasons() {

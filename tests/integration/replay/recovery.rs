@@ -13,43 +13,17 @@ use std::{
     time::Duration,
 };
 
+use super::{args, read_json};
 use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
 };
-use clap::Parser;
 use goodput::replay::{self, ReplayArgs};
 use serde_json::Value;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: ReplayArgs,
-}
-
-fn args(list: &[&str]) -> ReplayArgs {
-    let mut all = vec!["replay", "--quiet"];
-    all.extend_from_slice(list);
-    Cli::try_parse_from(all).unwrap().args
-}
-
 /// Twenty streamed chat requests of 300 input and 10 output tokens, 50 ms apart.
 fn write_profile(dir: &Path) -> PathBuf {
-    let mut text = String::from(
-        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-01-01T00:00:00.000Z","salt_id":"5a1700000000beef","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{}}"#,
-    );
-    text.push('\n');
-    for i in 0..20 {
-        text.push_str(&format!(
-            r#"{{"t_ms":{},"model":"sim-model","api":"chat_completions","stream":true,"input_tokens":300,"input_tokens_source":"usage","output_tokens":10,"output_tokens_source":"usage","max_tokens":null,"outcome":"ok","status":200,"slo_class":"interactive","slo_met":true,"ttft_ms":20.0,"tpot_ms":2.0,"e2e_ms":40.0,"hash_ids":[{}]}}"#,
-            i * 50,
-            i + 1
-        ));
-        text.push('\n');
-    }
-    let path = dir.join("profile.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
+    super::twenty_requests(dir, 10, "interactive", true)
 }
 
 /// One class: TTFT within 500 ms (the simulator answers in 20) for 90% of requests.
@@ -62,10 +36,6 @@ fn write_config(dir: &Path) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// A `goodput sim` process on a fixed loopback port, started by `start.sh` (which the

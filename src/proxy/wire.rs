@@ -48,7 +48,7 @@ use crate::measure::ReadClock;
 pub const READ_CHUNK: usize = 16 * 1024;
 
 /// The least room one stamped read offers.
-pub const MIN_CHUNK: usize = 2 * 1024;
+pub const MIN_CHUNK: usize = 1024;
 
 /// The room the next read offers after one that took `got` bytes: twice that (so a full
 /// read doubles it), within [`MIN_CHUNK`]..=[`READ_CHUNK`].

@@ -1,5 +1,5 @@
 //! `report.json`: the acceptance record, machine-readable. Field names are a contract
-//! (issue "Contract" section): `contract`, `steps` (each with `concurrency` or `rate`,
+//! with users' tooling: `contract`, `steps` (each with `concurrency` or `rate`,
 //! `requests`, `errors`, `attainment`, `effective_goodput_tokens_per_s`, and
 //! `ttft_ms`/`tpot_ms`/`itl_ms`/`e2e_ms` with `p50`, `p90`, `p95`, `p99`, `max`), `knee`,
 //! and `verdict` (class → `pass`/`fail`). Extend, never rename.

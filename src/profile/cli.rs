@@ -1,5 +1,5 @@
 //! `goodput profile summarize | diff | export | merge | sample | filter`. Command and flag names
-//! are a contract (issue "Contract" section; `docs/PROFILE.md`).
+//! are a contract with users' scripts (`docs/PROFILE.md`): extend, never rename.
 //!
 //! Exit codes: 0 success (for `diff`: nothing drifted), 1 `diff` found drift, 2 an error
 //! (unreadable file, unknown format version, bad flags). Data goes to stdout (or `-o`),

@@ -1,4 +1,4 @@
-//! The flags of `goodput replay`. Flag names are a contract (issue "Contract" section):
+//! The flags of `goodput replay`. Flag names are a contract with users' scripts:
 //! extend, never rename.
 
 use std::{path::PathBuf, time::Duration};

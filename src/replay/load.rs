@@ -556,6 +556,11 @@ impl Inner {
         record.tenant = tenant;
         crate::measure::slo::judge(&mut record, &self.s.slo);
         let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
+        // The probe's name marks its line in the request log, whatever its outcome.
+        let probe_name = match (probe, &self.s.probes) {
+            (Some(k), Some(probes)) => Some(probes.name(k).to_owned()),
+            _ => None,
+        };
         // A probe is judged on its answer when it has one (errors are counted as such).
         let probe = match (probe, &self.s.probes) {
             (Some(k), Some(probes)) if record.outcome == Outcome::Ok => {
@@ -591,7 +596,10 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
-            log.push(super::report::json::request_line(&sample));
+            log.push(super::report::json::request_line(
+                &sample,
+                probe_name.as_deref(),
+            ));
         }
         samples.push(sample);
     }

@@ -1,5 +1,5 @@
 //! `report.json`: the acceptance record, machine-readable. Field names are a contract
-//! (issue "Contract" section): `contract`, `steps` (each with `concurrency` or `rate`,
+//! with users' tooling: `contract`, `steps` (each with `concurrency` or `rate`,
 //! `requests`, `errors`, `attainment`, `effective_goodput_tokens_per_s`, and
 //! `ttft_ms`/`tpot_ms`/`itl_ms`/`e2e_ms` with `p50`, `p90`, `p95`, `p99`, `max`), `knee`,
 //! and `verdict` (class → `pass`/`fail`). Extend, never rename.
@@ -295,18 +295,23 @@ struct RequestLine<'a> {
     /// `over_long`, `empty`, `malformed` or `burst` for extra requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     inject: Option<&'static str>,
+    /// The probe's name (`--probes`) for probe requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probe: Option<&'a str>,
     #[serde(flatten)]
     record: &'a crate::measure::RequestRecord,
 }
 
 /// The line of `requests.jsonl` for one finished request (newline-terminated).
-pub fn request_line(s: &super::super::measure::Sample) -> Vec<u8> {
+/// `probe` names the probe a probe request sent.
+pub fn request_line(s: &super::super::measure::Sample, probe: Option<&str>) -> Vec<u8> {
     let line = RequestLine {
         step: s.step,
         measured: s.measured,
         sent_s: s.sent_s,
         lag_ms: s.lag_ms,
         inject: s.inject.map(crate::replay::inject::Kind::as_str),
+        probe,
         record: &s.record,
     };
     // A record of plain fields and string keys always serializes.

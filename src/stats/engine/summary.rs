@@ -1,6 +1,6 @@
 //! The summary document (`GET /api/v1/summary?window=5m`): per class, per model and
 //! overall. Field names of [`Group`], [`Rates`] and [`Overall`] are a contract with users'
-//! tooling (issue 4): extend, never rename.
+//! tooling: extend, never rename.
 //!
 //! Window seconds (the denominator of every rate and of the window's cost): the span the
 //! window's slices cover up to `now` (W to W + W/12, see `ring`). While the engine is

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// The contract field set of a record (issue 2, "Admin server"), then the fields later
+/// The contract field set of a record (the records API), then the fields later
 /// capabilities added (TTFO from the dialects; the SLO verdict; the finish reason; whether
 /// the terminal event was delivered).
 const RECORD_FIELDS: [&str; 25] = [

@@ -3,19 +3,24 @@
 //! and cost in the report ([`attribution`]), profile filtering ([`filter`]), abnormal input
 //! and bursts ([`inject`]), the request log ([`log`]), the comparison matrix ([`matrix`]),
 //! quality probes and repeats ([`quality`]), recovery from a fault ([`recovery`]) and
-//! tenants and models ([`tenants`]). Replays are timing-sensitive: each takes
+//! tenants and models ([`tenants`]), and one run answering all of them ([`acceptance`]). Replays are timing-sensitive: each takes
 //! [`crate::common::SERIAL`] so that two never run at once.
 #![expect(
     clippy::unwrap_used,
+    clippy::panic,
     reason = "integration tests: a failed step must stop the test"
 )]
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use clap::Parser;
 use goodput::replay::ReplayArgs;
 use serde_json::Value;
 
+mod acceptance;
 mod attribution;
 mod filter;
 mod inject;
@@ -78,4 +83,83 @@ fn twenty_requests(dir: &Path, output: u64, class: &str, blocks: bool) -> PathBu
         lines.push(request(i * 50, "sim-model", 300, output, class, &extra));
     }
     write_lines(dir, &lines)
+}
+
+/// A `goodput sim` process on a fixed loopback port, started by `start.sh` (which the
+/// fault command runs again); killed when dropped.
+pub(super) struct SimProcess {
+    dir: PathBuf,
+    port: u16,
+}
+
+impl SimProcess {
+    pub(super) fn start(dir: &Path, extra: &str) -> SimProcess {
+        // A free port: bound at :0 and released for the simulator to take.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let script = format!(
+            "'{}' sim --listen 127.0.0.1:{port} --ttft fixed:20 --itl fixed:2 \
+             --output-tokens fixed:10 {extra} >>'{}/sim.log' 2>&1 &\necho $! >'{}/sim.pid'\n",
+            env!("CARGO_BIN_EXE_goodput"),
+            dir.display(),
+            dir.display()
+        );
+        std::fs::write(dir.join("start.sh"), script).unwrap();
+        let sim = SimProcess {
+            dir: dir.to_owned(),
+            port,
+        };
+        let ok = std::process::Command::new("sh")
+            .arg(dir.join("start.sh"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "start.sh failed");
+        sim
+    }
+
+    pub(super) fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Waits until the simulator accepts connections (it binds before answering).
+    pub(super) async fn ready(&self) {
+        for _ in 0..3000 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "the simulator never listened: {}",
+            std::fs::read_to_string(self.dir.join("sim.log")).unwrap_or_default()
+        );
+    }
+
+    /// Kills the current process and, with `restart`, starts a new one on the same port
+    /// after a second without any.
+    pub(super) fn fault_cmd(&self, restart: bool) -> String {
+        let d = self.dir.display();
+        let mut cmd = format!("kill -9 $(cat '{d}/sim.pid')");
+        if restart {
+            cmd.push_str(&format!("; sleep 1; sh '{d}/start.sh'"));
+        }
+        cmd
+    }
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.dir.join("sim.pid")) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", pid.trim()])
+                .status();
+        }
+    }
 }

@@ -4,16 +4,12 @@
 //! checked against what the command did.
 #![expect(
     clippy::unwrap_used,
-    clippy::panic,
     reason = "integration tests: a failed step must stop the test"
 )]
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::path::{Path, PathBuf};
 
-use super::{args, read_json};
+use super::{SimProcess, args, read_json};
 use crate::common::{
     harness::{fast_sim, start_sim},
     temp::TempDir,
@@ -36,85 +32,6 @@ fn write_config(dir: &Path) -> PathBuf {
     )
     .unwrap();
     path
-}
-
-/// A `goodput sim` process on a fixed loopback port, started by `start.sh` (which the
-/// fault command runs again); killed when dropped.
-struct SimProcess {
-    dir: PathBuf,
-    port: u16,
-}
-
-impl SimProcess {
-    fn start(dir: &Path) -> SimProcess {
-        // A free port: bound at :0 and released for the simulator to take.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let script = format!(
-            "'{}' sim --listen 127.0.0.1:{port} --ttft fixed:20 --itl fixed:2 \
-             --output-tokens fixed:10 >>'{}/sim.log' 2>&1 &\necho $! >'{}/sim.pid'\n",
-            env!("CARGO_BIN_EXE_goodput"),
-            dir.display(),
-            dir.display()
-        );
-        std::fs::write(dir.join("start.sh"), script).unwrap();
-        let sim = SimProcess {
-            dir: dir.to_owned(),
-            port,
-        };
-        let ok = std::process::Command::new("sh")
-            .arg(dir.join("start.sh"))
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "start.sh failed");
-        sim
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Waits until the simulator accepts connections (it binds before answering).
-    async fn ready(&self) {
-        for _ in 0..3000 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!(
-            "the simulator never listened: {}",
-            std::fs::read_to_string(self.dir.join("sim.log")).unwrap_or_default()
-        );
-    }
-
-    /// Kills the current process and, with `restart`, starts a new one on the same port
-    /// after a second without any.
-    fn fault_cmd(&self, restart: bool) -> String {
-        let d = self.dir.display();
-        let mut cmd = format!("kill -9 $(cat '{d}/sim.pid')");
-        if restart {
-            cmd.push_str(&format!("; sleep 1; sh '{d}/start.sh'"));
-        }
-        cmd
-    }
-}
-
-impl Drop for SimProcess {
-    fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.dir.join("sim.pid")) {
-            let _ = std::process::Command::new("kill")
-                .args(["-9", pid.trim()])
-                .status();
-        }
-    }
 }
 
 fn soak(profile: &Path, config: &Path, url: &str, out: &Path, extra: &[&str]) -> ReplayArgs {
@@ -147,7 +64,7 @@ async fn a_restarted_target_is_seen_failing_and_recovering() {
     let _serial = crate::common::SERIAL.lock().await;
     let tmp = TempDir::new("recovery");
     let dir = tmp.path();
-    let sim = SimProcess::start(dir);
+    let sim = SimProcess::start(dir, "");
     sim.ready().await;
     let (profile, config) = (write_profile(dir), write_config(dir));
     let out = dir.join("report");
@@ -227,7 +144,7 @@ async fn a_target_that_stays_down_never_recovers() {
     let _serial = crate::common::SERIAL.lock().await;
     let tmp = TempDir::new("no-recovery");
     let dir = tmp.path();
-    let sim = SimProcess::start(dir);
+    let sim = SimProcess::start(dir, "");
     sim.ready().await;
     let (profile, config) = (write_profile(dir), write_config(dir));
     let out = dir.join("report");

@@ -18,7 +18,7 @@ use std::{
 use serde_json::Value;
 
 use super::{
-    format::{BlocksLine, Entry, FORMAT, Header, VERSION},
+    format::{BlocksLine, Contract, Entry, FORMAT, Header, VERSION},
     table::IdTable,
 };
 
@@ -331,7 +331,7 @@ fn read_file(
         skipped.push((path.to_path_buf(), "empty (created, never written)".into()));
         return Ok(None);
     }
-    let header = match parse_header(&buf) {
+    let (header, unknown_contract) = match parse_header(&buf) {
         Ok(h) => h,
         // A first line cut short by a crash: the file never got going.
         Err(_) if !buf.ends_with(b"\n") && buf.starts_with(b"{\"type\":\"header\"") => {
@@ -361,7 +361,16 @@ fn read_file(
     let mut file = ProfileFile {
         path: path.to_path_buf(),
         report: FileReport {
-            unknown_fields: header.extra.keys().map(|k| format!("header.{k}")).collect(),
+            unknown_fields: header
+                .extra
+                .keys()
+                .map(|k| format!("header.{k}"))
+                .chain(
+                    unknown_contract
+                        .iter()
+                        .map(|k| format!("header.contract.{k}")),
+                )
+                .collect(),
             ..Default::default()
         },
         header,
@@ -409,7 +418,8 @@ fn read_file(
     Ok(Some(file))
 }
 
-fn parse_header(line: &[u8]) -> Result<Header, String> {
+/// The header, and the contract keys it had that this build does not know.
+fn parse_header(line: &[u8]) -> Result<(Header, Vec<String>), String> {
     let value: Value = serde_json::from_slice(line.trim_ascii())
         .map_err(|e| format!("the first line is not JSON ({e})"))?;
     if value.get("type").and_then(Value::as_str) != Some("header")
@@ -423,12 +433,45 @@ fn parse_header(line: &[u8]) -> Result<Header, String> {
     if let Some(v) = value.get("version").and_then(Value::as_u64)
         && v != u64::from(VERSION)
     {
-        return Ok(Header {
-            version: u32::try_from(v).unwrap_or(u32::MAX),
-            ..serde_json::from_value(value.clone()).unwrap_or_else(|_| placeholder_header())
-        });
+        return Ok((
+            Header {
+                version: u32::try_from(v).unwrap_or(u32::MAX),
+                ..serde_json::from_value(value.clone()).unwrap_or_else(|_| placeholder_header())
+            },
+            Vec::new(),
+        ));
     }
-    serde_json::from_value(value).map_err(|e| format!("bad header: {e}"))
+    let mut value = value;
+    let unknown = set_aside_unknown_contract_keys(&mut value);
+    let header = serde_json::from_value(value).map_err(|e| format!("bad header: {e}"))?;
+    Ok((header, unknown))
+}
+
+/// Removes the header contract's keys this build does not know (a newer writer's, or one
+/// written by hand) so that the file still reads; the caller lists them as unknown fields
+/// like any other. `[profile.contract]` in the configuration stays strict.
+fn set_aside_unknown_contract_keys(header: &mut Value) -> Vec<String> {
+    let Some(contract) = header.get_mut("contract").and_then(Value::as_object_mut) else {
+        return Vec::new();
+    };
+    let known = serde_json::to_value(Contract {
+        model_revision: Some(String::new()),
+        engine: Some(String::new()),
+        engine_version: Some(String::new()),
+        hardware: Some(String::new()),
+        precision: Some(String::new()),
+        notes: Some(String::new()),
+    })
+    .unwrap_or_default();
+    let unknown: Vec<String> = contract
+        .keys()
+        .filter(|k| known.get(k.as_str()).is_none())
+        .cloned()
+        .collect();
+    for k in &unknown {
+        contract.remove(k);
+    }
+    unknown
 }
 
 fn placeholder_header() -> Header {
@@ -563,5 +606,26 @@ mod tests {
             .map(String::as_str)
             .collect();
         assert_eq!(f, ["header.future", "later", "type=marker"]);
+    }
+
+    #[test]
+    fn unknown_contract_keys_are_listed_and_the_known_ones_kept() {
+        let header = HEADER.replace(
+            "\"contract\":{}",
+            "\"contract\":{\"engine\":\"vllm\",\"model\":\"m\",\"cards\":\"8\"}",
+        );
+        let p = read(&format!("{header}\n{LINE}\n")).unwrap();
+        let file = &p.files[0];
+        assert_eq!(file.header.contract.engine.as_deref(), Some("vllm"));
+        let f: Vec<&str> = file
+            .report
+            .unknown_fields
+            .iter()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(f, ["header.contract.cards", "header.contract.model"]);
+        // A header that is no object's contract still fails as before.
+        let bad = HEADER.replace("\"contract\":{}", "\"contract\":{\"engine\":7}");
+        assert!(read(&format!("{bad}\n{LINE}\n")).is_err());
     }
 }

@@ -55,6 +55,7 @@ pub mod names {
     pub const LIMIT_REJECTIONS: &str = "goodput_limit_rejections";
     pub const CLIENT_CONNECTIONS: &str = "goodput_client_connections";
     pub const ACCEPT_ERRORS: &str = "goodput_accept_errors";
+    pub const UPSTREAM_HTTP2_SATURATED: &str = "goodput_upstream_http2_saturated";
     pub const ATTRIBUTION: &str = "goodput_attribution";
     pub const ENGINE_KV_CACHE: &str = "goodput_engine_kv_cache_usage";
     pub const ENGINE_WAITING: &str = "goodput_engine_requests_waiting";
@@ -253,6 +254,8 @@ pub struct LimitMetrics {
     pub rejections: Family<LimitLabel, Counter>,
     pub client_connections: Gauge,
     pub accept_errors: Counter,
+    /// Requests sent while every HTTP/2 upstream connection carried its most streams.
+    pub http2_saturated: Counter,
 }
 
 /// Every `limit` label value, exported from the start (at 0) so that a rate over them is
@@ -609,6 +612,11 @@ impl Metrics {
             names::ACCEPT_ERRORS,
             "Failed accepts on the proxy port (e.g. out of file descriptors); the loop backs off and goes on",
             m.limits.accept_errors.clone(),
+        );
+        registry.register(
+            names::UPSTREAM_HTTP2_SATURATED,
+            "Requests sent to an HTTP/2 upstream while every connection (upstream.http2_max_connections) carried upstream.http2_max_streams_per_connection streams: they may wait for a stream inside the connection",
+            m.limits.http2_saturated.clone(),
         );
         registry.register_with_unit(
             names::ATTRIBUTION,

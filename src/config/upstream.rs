@@ -32,6 +32,13 @@ pub struct UpstreamSection {
     /// How long a request waits for one of them; exceeded -> 503.
     #[serde(with = "humantime_serde")]
     pub pool_wait_timeout: Duration,
+    /// HTTP/2 upstreams: connections opened at most; a request goes on the first one with
+    /// fewer than `http2_max_streams_per_connection` streams in flight.
+    pub http2_max_connections: usize,
+    /// HTTP/2 upstreams: streams one connection carries before the next connection is
+    /// used; set it to the upstream's SETTINGS_MAX_CONCURRENT_STREAMS, past which requests
+    /// would wait inside the connection.
+    pub http2_max_streams_per_connection: usize,
 }
 
 impl Default for UpstreamSection {
@@ -51,6 +58,10 @@ impl Default for UpstreamSection {
             // Envoy's circuit-breaker default (max_connections, max_requests).
             max_connections: 1024,
             pool_wait_timeout: Duration::from_secs(10),
+            // RFC 9113 §6.5.2 asks servers to allow at least 100 concurrent streams, and
+            // 100 is what many announce; 16 connections carry 1,600 streams.
+            http2_max_connections: 16,
+            http2_max_streams_per_connection: 100,
         }
     }
 }
@@ -74,6 +85,8 @@ pub struct Upstream {
     pub max_connections: usize,
     /// How long a request waits for a free upstream connection before its 503.
     pub pool_wait_timeout: Duration,
+    pub http2_max_connections: usize,
+    pub http2_max_streams_per_connection: usize,
 }
 
 /// The runtime `[upstream]`; `url` is the flag's, replacing the file's.
@@ -97,6 +110,14 @@ pub(super) fn validate(
             u.response_header_timeout.as_millis() as u64,
         ),
         ("upstream.idle_timeout", u.idle_timeout.as_millis() as u64),
+        (
+            "upstream.http2_max_connections",
+            u.http2_max_connections as u64,
+        ),
+        (
+            "upstream.http2_max_streams_per_connection",
+            u.http2_max_streams_per_connection as u64,
+        ),
     ] {
         positive(key, value, problems);
     }
@@ -166,5 +187,7 @@ pub(super) fn validate(
         pool_max_idle_per_host: u.pool_max_idle_per_host,
         max_connections: u.max_connections,
         pool_wait_timeout: u.pool_wait_timeout,
+        http2_max_connections: u.http2_max_connections,
+        http2_max_streams_per_connection: u.http2_max_streams_per_connection,
     })
 }

@@ -1,7 +1,21 @@
 //! The pooled upstream client: keep-alive connections, HTTP/1.1 or HTTP/2 (prior
 //! knowledge for `http://`, ALPN for `https://`), TLS by rustls with the configured roots.
+//!
+//! hyper's pool carries every request to an HTTP/2 upstream on one connection, and past
+//! the upstream's stream limit (SETTINGS_MAX_CONCURRENT_STREAMS) requests wait inside it
+//! for a free stream, unseen. So an HTTP/2 upstream gets lanes: up to
+//! `upstream.http2_max_connections` clients of one connection each, opened as they are
+//! first used; a request takes the first lane with fewer than
+//! `upstream.http2_max_streams_per_connection` streams in flight and holds its place
+//! until its response body ends ([`StreamHold`]).
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
@@ -9,12 +23,102 @@ use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::{TokioExecutor, TokioTimer},
 };
+use prometheus_client::metrics::counter::Counter;
 
 use super::request_body::ClientBody;
 use crate::{config::Upstream, measure::RequestTap, usage_injection::ForwardBody};
 
 pub type UpstreamClient =
     Client<HttpsConnector<HttpConnector>, ForwardBody<ClientBody<RequestTap<Incoming>>>>;
+
+/// The upstream clients: one for HTTP/1.1 upstreams (hyper pools its connections), a
+/// lane per HTTP/2 connection otherwise.
+pub struct Clients {
+    lanes: Vec<Lane>,
+    /// Streams a lane carries before the next one is used (`usize::MAX` for HTTP/1.1).
+    per_lane: usize,
+    saturated: Counter,
+}
+
+struct Lane {
+    client: UpstreamClient,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// A request's place on its lane, given back when dropped (with the response body).
+pub struct StreamHold(Arc<AtomicUsize>);
+
+impl Drop for StreamHold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Clients {
+    pub fn build(cfg: &Upstream, saturated: Counter) -> Clients {
+        let (lanes, per_lane) = if cfg.http2 {
+            (
+                cfg.http2_max_connections.max(1),
+                cfg.http2_max_streams_per_connection.max(1),
+            )
+        } else {
+            (1, usize::MAX)
+        };
+        Clients {
+            lanes: (0..lanes)
+                .map(|_| Lane {
+                    client: build(cfg),
+                    in_flight: Arc::new(AtomicUsize::new(0)),
+                })
+                .collect(),
+            per_lane,
+            saturated,
+        }
+    }
+
+    /// The client for the next request and its place there: the first lane with room, or,
+    /// when every lane is full, the least busy one (counted as saturated).
+    pub fn pick(&self) -> (&UpstreamClient, StreamHold) {
+        let mut least: Option<(&Lane, usize)> = None;
+        for lane in &self.lanes {
+            let n = lane.in_flight.load(Ordering::Relaxed);
+            if n < self.per_lane {
+                return self.take(lane);
+            }
+            if least.is_none_or(|(_, m)| n < m) {
+                least = Some((lane, n));
+            }
+        }
+        self.saturated.inc();
+        match least {
+            Some((lane, _)) => self.take(lane),
+            // `build` makes at least one lane.
+            None => unreachable_lane(),
+        }
+    }
+
+    fn take<'a>(&'a self, lane: &'a Lane) -> (&'a UpstreamClient, StreamHold) {
+        lane.in_flight.fetch_add(1, Ordering::Relaxed);
+        (&lane.client, StreamHold(Arc::clone(&lane.in_flight)))
+    }
+
+    /// Streams in flight per lane.
+    #[cfg(test)]
+    fn in_flight(&self) -> Vec<usize> {
+        self.lanes
+            .iter()
+            .map(|l| l.in_flight.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+#[expect(
+    clippy::panic,
+    reason = "Clients::build makes at least one lane; an empty list is a bug"
+)]
+fn unreachable_lane() -> ! {
+    panic!("an upstream client without lanes")
+}
 
 pub fn build(cfg: &Upstream) -> UpstreamClient {
     let mut http = HttpConnector::new();
@@ -41,4 +145,50 @@ pub fn build(cfg: &Upstream) -> UpstreamClient {
         client.http2_only(true);
     }
     client.build(connector)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(http2: bool, lanes: usize, per_lane: usize) -> Upstream {
+        let toml = format!(
+            "[upstream]\nurl = \"http://127.0.0.1:9\"\nhttp2 = {http2}\n\
+             http2_max_connections = {lanes}\nhttp2_max_streams_per_connection = {per_lane}\n"
+        );
+        let overrides = crate::config::Overrides::default();
+        match crate::config::load_str(&toml, "test", &overrides) {
+            Ok(c) => c.upstream,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_fill_a_lane_then_open_the_next_and_count_saturation() {
+        let saturated = Counter::default();
+        let c = Clients::build(&upstream(true, 2, 2), saturated.clone());
+        let holds: Vec<StreamHold> = (0..4).map(|_| c.pick().1).collect();
+        assert_eq!(c.in_flight(), [2, 2]);
+        assert_eq!(saturated.get(), 0);
+        // Every lane full: the least busy one takes it, and it is counted.
+        let extra = c.pick().1;
+        assert_eq!(c.in_flight().iter().sum::<usize>(), 5);
+        assert_eq!(saturated.get(), 1);
+        drop(extra);
+        // A finished stream frees its place on its own lane: the first lane has room again.
+        let mut holds = holds;
+        drop(holds.remove(0));
+        assert_eq!(c.in_flight(), [1, 2]);
+        let _again = c.pick().1;
+        assert_eq!(c.in_flight(), [2, 2]);
+    }
+
+    #[tokio::test]
+    async fn an_http1_upstream_has_one_client_and_never_saturates() {
+        let saturated = Counter::default();
+        let c = Clients::build(&upstream(false, 8, 1), saturated.clone());
+        let _holds: Vec<StreamHold> = (0..50).map(|_| c.pick().1).collect();
+        assert_eq!(c.in_flight(), [50]);
+        assert_eq!(saturated.get(), 0);
+    }
 }

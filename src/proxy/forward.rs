@@ -26,7 +26,7 @@ use tower::Service;
 use super::{
     ConnInfo,
     body::UpstreamBody,
-    client::{self, UpstreamClient},
+    client::Clients,
     error::ProxyError,
     headers,
     inline::{self, Lease},
@@ -58,7 +58,7 @@ struct Fixed {
 
 struct Inner {
     /// TLS and HTTP/2 upstreams, and upgrades on any upstream.
-    client: UpstreamClient,
+    clients: Clients,
     /// Plain HTTP/1.1 upstreams (see [`super::inline`]).
     inline: Option<Arc<inline::Pool>>,
     /// `upstream.max_connections`, shared by `client` and `inline`. A reload starts a new
@@ -120,7 +120,7 @@ impl Inner {
             limits.clone(),
         ));
         Inner {
-            client: client::build(upstream),
+            clients: Clients::build(upstream, limits.http2_saturated.clone()),
             inline: inline::Pool::for_upstream(upstream, Arc::clone(&slots)),
             slots,
             upstream: upstream.clone(),
@@ -184,8 +184,9 @@ impl Inner {
                     .map(|(resp, lease)| (resp, Some(lease))),
                 _ => {
                     let slot = self.slots.take().await?;
-                    match self.client.request(request).await {
-                        Ok(resp) => Ok((resp, Some(Lease::slot(slot)))),
+                    let (client, stream) = self.clients.pick();
+                    match client.request(request).await {
+                        Ok(resp) => Ok((resp, Some(Lease::slot(slot, stream)))),
                         Err(e) => Err(ProxyError::from_client(e)),
                     }
                 }

@@ -47,6 +47,7 @@ use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
 use tower::Service;
 
 use super::{
+    client::StreamHold,
     error::ProxyError,
     request_body::ClientBody,
     slots::{Got, Slot, Slots},
@@ -287,14 +288,19 @@ enum Held {
         conn: Conn,
         pool: Arc<Pool>,
     },
-    /// Held only to be given back when dropped.
-    Slot(#[expect(dead_code, reason = "held for its Drop")] Slot),
+    /// Held only to be given back when dropped: the connection budget's slot and the
+    /// request's place on its HTTP/2 lane.
+    Slot(
+        #[expect(dead_code, reason = "held for its Drop")] Slot,
+        #[expect(dead_code, reason = "held for its Drop")] StreamHold,
+    ),
 }
 
 impl Lease {
-    /// A request on hyper's client: the slot is given back with the response body.
-    pub fn slot(slot: Slot) -> Lease {
-        Lease(Held::Slot(slot))
+    /// A request on hyper's client: the slot and the lane's place are given back with the
+    /// response body.
+    pub fn slot(slot: Slot, stream: StreamHold) -> Lease {
+        Lease(Held::Slot(slot, stream))
     }
 
     /// When the connection last read (inline connections): frames of the response are
@@ -302,7 +308,7 @@ impl Lease {
     pub fn reads(&self) -> Option<Arc<ReadClock>> {
         match &self.0 {
             Held::Conn { conn, .. } => Some(Arc::clone(&conn.reads)),
-            Held::Slot(_) => None,
+            Held::Slot(..) => None,
         }
     }
 
@@ -315,7 +321,7 @@ impl Lease {
     ) -> Poll<T> {
         match &mut self.0 {
             Held::Conn { conn, .. } => conn.poll_with(cx, then),
-            Held::Slot(_) => then(cx),
+            Held::Slot(..) => then(cx),
         }
     }
 

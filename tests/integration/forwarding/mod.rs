@@ -269,6 +269,7 @@ fn ok_json_script() -> Script {
 
 mod bad_endings;
 mod byte_exact;
+mod h2_lanes;
 mod inspection_limit;
 mod records_api;
 mod request_side;

@@ -6,7 +6,7 @@
 //! cargo bench --bench load               # 5 rounds (about 6 minutes)
 //! ```
 //!
-//! Flags: `--quick`, `--rounds N`, `--only latency,throughput,memory`, `--no-usage`
+//! Flags: `--quick`, `--rounds N`, `--only latency,throughput,requests,memory`, `--no-usage`
 //! (clients do not ask for `include_usage`, so goodput counts tokens itself),
 //! `--out FILE` (default `target/goodput-bench/load.json`), `--goodput PATH` (measure
 //! another build of goodput, e.g. to compare two commits on the same machine),
@@ -28,6 +28,7 @@ mod paths;
 mod plain;
 mod procs;
 mod report;
+mod requests;
 mod stats;
 mod throughput;
 
@@ -53,7 +54,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench load -- [--quick] [--rounds N] \
-                     [--only latency,throughput,memory] [--no-usage] [--out FILE] \
+                     [--only latency,throughput,requests,memory] [--no-usage] [--out FILE] \
                      [--goodput PATH | --plain-hyper] [--goodput-config FILE]";
 
 fn parse_args() -> Result<Option<Args>> {
@@ -251,6 +252,14 @@ async fn scenarios(env: &Env, args: &Args) -> Result<Results> {
         let (_sim, addr) = env.start_sim(throughput::sim_config())?;
         eprintln!("load: throughput, {} streams", throughput::STREAMS);
         results.throughput = Some(throughput::run(env, addr).await?);
+    }
+    if wants("requests") {
+        let (_sim, addr) = env.start_sim(requests::sim_config())?;
+        eprintln!(
+            "load: requests, {:?} clients, short requests back to back",
+            requests::levels(env.quick)
+        );
+        results.requests = Some(requests::run(env, addr).await?);
     }
     if wants("memory") {
         let (_sim, addr) = env.start_sim(memory::sim_config())?;

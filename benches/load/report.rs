@@ -17,6 +17,7 @@ pub struct Results {
     pub latency: Vec<LatencyOut>,
     pub throughput: Option<BTreeMap<PathKind, Vec<ThrRound>>>,
     pub memory: Option<BTreeMap<PathKind, Vec<MemRound>>>,
+    pub requests: Option<crate::requests::RequestsOut>,
     pub load_before: String,
     pub load_after: String,
 }
@@ -141,6 +142,22 @@ pub fn render(env: &Env, r: &Results) -> (String, Value) {
     }
     if let Some(thr) = &r.throughput {
         throughput_rows(&mut t, &mut objects, &mut targets, thr);
+    }
+    if let Some(req) = &r.requests {
+        let (rows, objs) = crate::requests::rows(req);
+        for row in &rows {
+            t.row(row.each_ref().map(String::as_str));
+        }
+        objects.extend(objs);
+        let best = |k| crate::requests::best_rate(req, k);
+        targets.push(Target {
+            what: "requests/s at added P99 <= 1 ms >= nginx's".to_owned(),
+            goodput: format!("{} req/s", f(best(PathKind::Goodput), 0)),
+            nginx: format!("{} req/s", f(best(PathKind::Nginx), 0)),
+            met: best(PathKind::Goodput)
+                .zip(best(PathKind::Nginx))
+                .map(|(g, n)| g >= n),
+        });
     }
     if let Some(mem) = &r.memory {
         memory_rows(&mut t, &mut objects, &mut targets, mem);

@@ -175,6 +175,9 @@ fn run(args: Args) -> Result<()> {
         plain: args.plain,
         goodput_config: args.goodput_config.clone().unwrap_or_default(),
         nginx_bin: procs::find_nginx(),
+        haproxy_bin: (args.only.is_empty() || args.only.iter().any(|o| o == "requests"))
+            .then(procs::find_haproxy)
+            .flatten(),
         dir: dir.clone(),
         sim_rt: sim_rt.handle().clone(),
     };

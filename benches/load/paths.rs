@@ -17,6 +17,8 @@ pub enum PathKind {
     Direct,
     Nginx,
     Goodput,
+    /// Measured in the `requests` scenario only (not in [`PathKind::ALL`]).
+    Haproxy,
 }
 
 impl PathKind {
@@ -27,6 +29,7 @@ impl PathKind {
             PathKind::Direct => "direct",
             PathKind::Nginx => "nginx",
             PathKind::Goodput => "goodput",
+            PathKind::Haproxy => "haproxy",
         }
     }
 }
@@ -43,6 +46,8 @@ pub struct Env {
     /// TOML appended to goodput's generated configuration (`--goodput-config`).
     pub goodput_config: String,
     pub nginx_bin: Option<PathBuf>,
+    /// Looked up (installed when missing) only when the `requests` scenario runs.
+    pub haproxy_bin: Option<PathBuf>,
     /// Generated configs and the proxies' logs.
     pub dir: PathBuf,
     /// The simulator's own runtime (threads named `sim`), apart from the client's.
@@ -102,6 +107,16 @@ impl Env {
                 Some(bin) => start_nginx_or_warn(bin, &dir, upstream),
                 None => Ok(None),
             },
+            PathKind::Haproxy => match &self.haproxy_bin {
+                Some(bin) => match procs::start_haproxy(bin, &dir, upstream) {
+                    Ok(p) => Ok(Some(p)),
+                    Err(e) => {
+                        eprintln!("load: haproxy did not start ({e:#}); its path is skipped");
+                        Ok(None)
+                    }
+                },
+                None => Ok(None),
+            },
         })
     }
 
@@ -147,6 +162,8 @@ impl Paths {
             PathKind::Direct => self.direct,
             PathKind::Nginx => self.nginx.as_ref().map_or(self.direct, |p| p.addr),
             PathKind::Goodput => self.goodput.addr,
+            // Not one of a scenario's three paths.
+            PathKind::Haproxy => self.direct,
         }
     }
 
@@ -155,6 +172,7 @@ impl Paths {
             PathKind::Direct => None,
             PathKind::Nginx => self.nginx.as_ref(),
             PathKind::Goodput => Some(&self.goodput),
+            PathKind::Haproxy => None,
         }
     }
 

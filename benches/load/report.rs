@@ -137,6 +137,7 @@ pub fn render(env: &Env, r: &Results) -> (String, Value) {
         "goodput/direct",
         "goodput/nginx",
     ]);
+    let mut requests_table = String::new();
     for l in &r.latency {
         latency_rows(&mut t, &mut objects, &mut targets, l);
     }
@@ -144,10 +145,8 @@ pub fn render(env: &Env, r: &Results) -> (String, Value) {
         throughput_rows(&mut t, &mut objects, &mut targets, thr);
     }
     if let Some(req) = &r.requests {
-        let (rows, objs) = crate::requests::rows(req);
-        for row in &rows {
-            t.row(row.each_ref().map(String::as_str));
-        }
+        let (table, objs) = crate::requests::table(req);
+        requests_table = table;
         objects.extend(objs);
         let best = |k| crate::requests::best_rate(req, k);
         targets.push(Target {
@@ -163,6 +162,7 @@ pub fn render(env: &Env, r: &Results) -> (String, Value) {
         memory_rows(&mut t, &mut objects, &mut targets, mem);
     }
     accuracy_rows(&mut t, &mut objects, &mut targets, &r.latency);
+    t.0.push_str(&requests_table);
     let _ = writeln!(t.0, "\ntargets (2 cores, ratios from this run)");
     for tg in &targets {
         let verdict = match tg.met {

@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{self, Ask, HttpClient};
 use crate::paths::{Env, PathKind, rotate};
-use crate::stats::{quantile, ratio};
+use crate::stats::quantile;
 
 /// Tokens per answer: a short reply, so the request's own costs dominate.
 const TOKENS: u32 = 4;
@@ -62,7 +62,11 @@ pub type RequestsOut = BTreeMap<PathKind, Vec<Level>>;
 
 pub async fn run(env: &Env, upstream: SocketAddr) -> Result<RequestsOut> {
     let paths = env.start_paths(upstream, "requests")?;
-    let kinds = paths.kinds();
+    let haproxy = env.start_proxy(PathKind::Haproxy, upstream, "requests")?;
+    let mut kinds = paths.kinds();
+    if haproxy.is_some() {
+        kinds.push(PathKind::Haproxy);
+    }
     let (warm, window) = if env.quick {
         (Duration::from_millis(300), Duration::from_secs(2))
     } else {
@@ -71,8 +75,11 @@ pub async fn run(env: &Env, upstream: SocketAddr) -> Result<RequestsOut> {
     let mut out = RequestsOut::new();
     for (i, &clients) in levels(env.quick).iter().enumerate() {
         for kind in rotate(&kinds, i) {
-            let proxy = paths.proxy(kind);
-            let level = measure(paths.addr(kind), clients, warm, window, || {
+            let (addr, proxy) = match (kind, &haproxy) {
+                (PathKind::Haproxy, Some(h)) => (h.addr, Some(h)),
+                _ => (paths.addr(kind), paths.proxy(kind)),
+            };
+            let level = measure(addr, clients, warm, window, || {
                 proxy.map(crate::procs::Proxy::cpu_seconds)
             })
             .await;
@@ -81,6 +88,9 @@ pub async fn run(env: &Env, upstream: SocketAddr) -> Result<RequestsOut> {
         }
     }
     paths.stop();
+    if let Some(h) = haproxy {
+        tokio::task::block_in_place(|| h.stop());
+    }
     Ok(out)
 }
 
@@ -200,78 +210,68 @@ fn cell(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "-".to_owned(), |x| format!("{x:.digits$}"))
 }
 
-/// The table's rows (seven columns: scenario, figure, direct, nginx, goodput, goodput/direct,
-/// goodput/nginx) and the JSON objects of this scenario.
-pub fn rows(out: &RequestsOut) -> (Vec<[String; 7]>, Vec<Value>) {
-    let (d, n, g) = (PathKind::Direct, PathKind::Nginx, PathKind::Goodput);
-    let get = |k: PathKind, i: usize| out.get(&k).and_then(|v| v.get(i));
-    let mut rows = Vec::new();
+/// The scenario's own table (a row per level and path, as paths differ from the other
+/// scenarios': HAProxy too) and its JSON objects.
+pub fn table(out: &RequestsOut) -> (String, Vec<Value>) {
+    let kinds: Vec<PathKind> = out.keys().copied().collect();
+    let count = out.get(&PathKind::Direct).map_or(0, Vec::len);
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\nrequests: short requests back to back (every other one streamed, {TOKENS} tokens)"
+    );
+    let _ = writeln!(
+        t,
+        "{:>8} {:<8} {:>11} {:>9} {:>9} {:>12} {:>11} {:>14}",
+        "clients", "path", "requests/s", "P50 us", "P99 us", "added P99 us", "CPU us/req", "failed"
+    );
     let mut objects = Vec::new();
-    let count = out.get(&d).map_or(0, Vec::len);
     for i in 0..count {
-        let clients = get(d, i).map_or(0, |l| l.clients);
-        let rate = |k| get(k, i).map(|l| l.requests_per_s);
-        let p99 = |k| get(k, i).and_then(|l| l.p99_us);
-        let cpu = |k| get(k, i).and_then(|l| l.proxy_cpu_us);
-        rows.push([
-            format!("requests {clients}"),
-            "requests/s".to_owned(),
-            cell(rate(d), 0),
-            cell(rate(n), 0),
-            cell(rate(g), 0),
-            cell(ratio(rate(g), rate(d)), 2),
-            cell(ratio(rate(g), rate(n)), 2),
-        ]);
-        rows.push([
-            String::new(),
-            "latency P99 / added P99 (us)".to_owned(),
-            cell(p99(d), 0),
-            format!("{} / {}", cell(p99(n), 0), cell(added_p99(out, n, i), 0)),
-            format!("{} / {}", cell(p99(g), 0), cell(added_p99(out, g, i), 0)),
-            String::new(),
-            cell(ratio(added_p99(out, g, i), added_p99(out, n, i)), 2),
-        ]);
-        rows.push([
-            String::new(),
-            "proxy CPU us per request".to_owned(),
-            "-".to_owned(),
-            cell(cpu(n), 1),
-            cell(cpu(g), 1),
-            String::new(),
-            cell(ratio(cpu(g), cpu(n)), 2),
-        ]);
-        for k in PathKind::ALL {
-            let Some(l) = get(k, i) else { continue };
+        for &k in &kinds {
+            let Some(l) = out.get(&k).and_then(|v| v.get(i)) else {
+                continue;
+            };
+            let added = if k == PathKind::Direct {
+                None
+            } else {
+                added_p99(out, k, i)
+            };
+            let _ = writeln!(
+                t,
+                "{:>8} {:<8} {:>11} {:>9} {:>9} {:>12} {:>11} {:>14}",
+                l.clients,
+                k.name(),
+                cell(Some(l.requests_per_s), 0),
+                cell(l.p50_us, 0),
+                cell(l.p99_us, 0),
+                cell(added, 0),
+                cell(l.proxy_cpu_us, 1),
+                l.failed
+            );
             objects.push(json!({
                 "scenario": "requests",
                 "path": k.name(),
                 "clients": l.clients,
                 "requests_per_s": l.requests_per_s,
                 "latency_us": { "p50": l.p50_us, "p99": l.p99_us },
-                "added_p99_us": if k == d { None } else { added_p99(out, k, i) },
+                "added_p99_us": added,
                 "proxy_cpu_us_per_request": l.proxy_cpu_us,
                 "failed": l.failed,
             }));
         }
     }
-    let mut best = String::new();
-    for k in [n, g] {
-        let _ = write!(best, "{} {} ", k.name(), cell(best_rate(out, k), 0));
+    let mut best = serde_json::Map::new();
+    let _ = write!(t, "highest requests/s with added P99 <= 1 ms:");
+    for &k in kinds.iter().filter(|k| **k != PathKind::Direct) {
+        let b = best_rate(out, k);
+        let _ = write!(t, "  {} {}", k.name(), cell(b, 0));
+        best.insert(k.name().to_owned(), json!(b));
     }
-    rows.push([
-        String::new(),
-        "best requests/s with added P99 <= 1 ms".to_owned(),
-        "-".to_owned(),
-        cell(best_rate(out, n), 0),
-        cell(best_rate(out, g), 0),
-        String::new(),
-        cell(ratio(best_rate(out, g), best_rate(out, n)), 2),
-    ]);
+    let _ = writeln!(t);
     objects.push(json!({
         "scenario": "requests",
         "summary": "highest requests/s measured at a level where the proxy's added P99 <= 1 ms",
-        "best_requests_per_s": { "nginx": best_rate(out, n), "goodput": best_rate(out, g) },
-        "text": best.trim_end(),
+        "best_requests_per_s": best,
     }));
-    (rows, objects)
+    (t, objects)
 }

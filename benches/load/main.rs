@@ -18,7 +18,8 @@
 //! is hyper on a multi-thread runtime (threads `client`); nginx (`nginx-light`, installed
 //! when missing) and `goodput serve` (the release build of this package, default
 //! configuration: full measurement) are child processes on 127.0.0.1, so their CPU and
-//! memory can be read from `/proc/PID`. Every child is killed on exit, panic or Ctrl-C.
+//! memory can be read from `/proc/PID`; the `requests` scenario adds Debian's HAProxy
+//! (`haproxy`, installed when missing). Every child is killed on exit, panic or Ctrl-C.
 //! See docs/PERFORMANCE.md for the method and the latest results.
 
 mod client;

@@ -164,6 +164,24 @@ fn start_streams(
     (first_rx, tasks)
 }
 
+/// Starts `n` streams one at a time, each once the one before has its first event.
+#[expect(
+    clippy::unwrap_used,
+    reason = "test helper: a stream without its first event must stop the test"
+)]
+async fn one_by_one(proxy: &Running, n: usize) -> Vec<tokio::task::JoinHandle<Bytes>> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (mut first, task) = start_streams(proxy, 1);
+        tasks.extend(task);
+        tokio::time::timeout(T, first.recv())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    tasks
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_held_streams_over_a_two_stream_upstream_open_three_connections() {
     let up = held_h2().await;
@@ -172,15 +190,7 @@ async fn six_held_streams_over_a_two_stream_upstream_open_three_connections() {
     // the second would have waited for an earlier one to end on a single connection.
     // (Started all at once, hyper's pool may race a second connection for a lane still
     // connecting, or open more streams than the upstream's limit before its SETTINGS.)
-    let mut tasks = Vec::new();
-    for _ in 0..6 {
-        let (mut first, task) = start_streams(&proxy, 1);
-        tasks.extend(task);
-        tokio::time::timeout(T, first.recv())
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    let tasks = one_by_one(&proxy, 6).await;
     assert_eq!(up.connections.load(Ordering::SeqCst), 3);
     up.release.send(true).unwrap();
     for t in tasks {
@@ -199,15 +209,7 @@ async fn six_held_streams_over_a_two_stream_upstream_open_three_connections() {
 async fn with_one_connection_allowed_the_third_stream_waits_and_is_counted() {
     let up = held_h2().await;
     let proxy = start_proxy_with(lanes_config(&up.url, 1)).await;
-    let mut tasks = Vec::new();
-    for _ in 0..2 {
-        let (mut first, task) = start_streams(&proxy, 1);
-        tasks.extend(task);
-        tokio::time::timeout(T, first.recv())
-            .await
-            .unwrap()
-            .unwrap();
-    }
+    let mut tasks = one_by_one(&proxy, 2).await;
     // Only now, with the upstream's SETTINGS (its limit of two) known to the connection,
     // the third: sent before them, h2 may open the stream and the upstream refuse it.
     let (mut firsts, third) = start_streams(&proxy, 1);

@@ -177,24 +177,45 @@ pub fn start_goodput(
              [admin]\nlisten = \"{admin}\"\n{extra}"
         ),
     )?;
-    let log = fs::File::create(dir.join("goodput.log"))?;
-    let child = Command::new(bin)
-        .args([mode, "--config"])
-        .arg(&config)
+    let mut cmd = Command::new(bin);
+    cmd.args([mode, "--config"]).arg(&config);
+    launch(
+        "goodput",
+        cmd,
+        &dir.join("goodput.log"),
+        addr,
+        Some(admin),
+        Stop::Kill,
+    )
+}
+
+/// Runs `cmd` (output to `log`), registers it for cleanup and waits until it listens on
+/// `addr` (and `admin`).
+fn launch(
+    name: &'static str,
+    mut cmd: Command,
+    log: &Path,
+    addr: SocketAddr,
+    admin: Option<SocketAddr>,
+    stop: Stop,
+) -> Result<Proxy> {
+    let log = fs::File::create(log)?;
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
-        .with_context(|| format!("cannot run {}", bin.display()))?;
-    register(child.id(), Stop::Kill);
+        .with_context(|| format!("cannot run {name} ({:?})", cmd.get_program()))?;
+    register(child.id(), stop);
     let mut proxy = Proxy {
-        name: "goodput",
+        name,
         addr,
-        admin: Some(admin),
+        admin,
         child,
-        stop: Stop::Kill,
+        stop,
     };
-    wait_listening(&mut proxy, &[addr, admin])?;
+    let addrs: Vec<SocketAddr> = std::iter::once(addr).chain(admin).collect();
+    wait_listening(&mut proxy, &addrs)?;
     Ok(proxy)
 }
 
@@ -264,26 +285,16 @@ pub fn start_haproxy(bin: &Path, dir: &Path, upstream: SocketAddr) -> Result<Pro
     );
     let conf_path = dir.join("haproxy.cfg");
     fs::write(&conf_path, conf)?;
-    let log = fs::File::create(dir.join("haproxy-stderr.log"))?;
-    let child = Command::new(bin)
-        .arg("-db")
-        .arg("-f")
-        .arg(&conf_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("cannot run {}", bin.display()))?;
-    register(child.id(), Stop::Kill);
-    let mut proxy = Proxy {
-        name: "haproxy",
+    let mut cmd = Command::new(bin);
+    cmd.arg("-db").arg("-f").arg(&conf_path);
+    launch(
+        "haproxy",
+        cmd,
+        &dir.join("haproxy.log"),
         addr,
-        admin: None,
-        child,
-        stop: Stop::Kill,
-    };
-    wait_listening(&mut proxy, &[addr])?;
-    Ok(proxy)
+        None,
+        Stop::Kill,
+    )
 }
 
 /// nginx as a streaming reverse proxy: buffering off, HTTP/1.1 keep-alive upstream,
@@ -324,29 +335,22 @@ pub fn start_nginx(bin: &Path, dir: &Path, upstream: SocketAddr) -> Result<Proxy
     );
     let conf_path = dir.join("nginx.conf");
     fs::write(&conf_path, conf)?;
-    let log = fs::File::create(dir.join("nginx-stderr.log"))?;
-    let child = Command::new(bin)
-        .arg("-p")
+    let mut cmd = Command::new(bin);
+    cmd.arg("-p")
         .arg(dir)
         .arg("-c")
         .arg(&conf_path)
         .arg("-e")
         .arg(dir.join("nginx-error.log"))
-        .args(["-g", "daemon off;"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("cannot run {}", bin.display()))?;
-    register(child.id(), Stop::TermMaster);
-    let mut proxy = Proxy {
-        name: "nginx",
+        .args(["-g", "daemon off;"]);
+    let proxy = launch(
+        "nginx",
+        cmd,
+        &dir.join("nginx-stderr.log"),
         addr,
-        admin: None,
-        child,
-        stop: Stop::TermMaster,
-    };
-    wait_listening(&mut proxy, &[addr])?;
+        None,
+        Stop::TermMaster,
+    )?;
     // The workers start right after the master binds.
     let deadline = Instant::now() + Duration::from_secs(5);
     while children_of(proxy.pid()).len() < workers && Instant::now() < deadline {

@@ -120,7 +120,7 @@ async fn measure(
 ) -> Level {
     let c = client::client();
     let stop = Arc::new(AtomicBool::new(false));
-    // Latencies (µs) of requests that ended inside the window; `None` before and after.
+    // Latencies (µs) of the requests that ended while the window was open.
     let window_open = Arc::new(AtomicBool::new(false));
     let lat: Arc<Mutex<Vec<f64>>> = Arc::default();
     let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));

@@ -624,7 +624,7 @@ mod tests {
             .map(String::as_str)
             .collect();
         assert_eq!(f, ["header.contract.cards", "header.contract.model"]);
-        // A header that is no object's contract still fails as before.
+        // A known key of the wrong type still fails the header, as before.
         let bad = HEADER.replace("\"contract\":{}", "\"contract\":{\"engine\":7}");
         assert!(read(&format!("{bad}\n{LINE}\n")).is_err());
     }

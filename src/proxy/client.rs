@@ -45,6 +45,13 @@ struct Lane {
     in_flight: Arc<AtomicUsize>,
 }
 
+impl Lane {
+    /// The lane's client and the place already counted in `in_flight`.
+    fn hold(&self) -> (&UpstreamClient, StreamHold) {
+        (&self.client, StreamHold(Arc::clone(&self.in_flight)))
+    }
+}
+
 /// A request's place on its lane, given back when dropped (with the response body).
 pub struct StreamHold(Arc<AtomicUsize>);
 
@@ -77,29 +84,32 @@ impl Clients {
     }
 
     /// The client for the next request and its place there: the first lane with room, or,
-    /// when every lane is full, the least busy one (counted as saturated).
+    /// when every lane is full, the least busy one (counted as saturated). A place is
+    /// taken only while the lane has room, so two requests racing for a lane's last
+    /// place never both get it.
     pub fn pick(&self) -> (&UpstreamClient, StreamHold) {
         let mut least: Option<(&Lane, usize)> = None;
         for lane in &self.lanes {
-            let n = lane.in_flight.load(Ordering::Relaxed);
-            if n < self.per_lane {
-                return self.take(lane);
-            }
-            if least.is_none_or(|(_, m)| n < m) {
-                least = Some((lane, n));
+            let taken = lane
+                .in_flight
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < self.per_lane).then_some(n + 1)
+                });
+            match taken {
+                Ok(_) => return lane.hold(),
+                Err(n) if least.is_none_or(|(_, m)| n < m) => least = Some((lane, n)),
+                Err(_) => {}
             }
         }
         self.saturated.inc();
         match least {
-            Some((lane, _)) => self.take(lane),
+            Some((lane, _)) => {
+                lane.in_flight.fetch_add(1, Ordering::Relaxed);
+                lane.hold()
+            }
             // `build` makes at least one lane.
             None => unreachable_lane(),
         }
-    }
-
-    fn take<'a>(&'a self, lane: &'a Lane) -> (&'a UpstreamClient, StreamHold) {
-        lane.in_flight.fetch_add(1, Ordering::Relaxed);
-        (&lane.client, StreamHold(Arc::clone(&lane.in_flight)))
     }
 
     /// Streams in flight per lane.
@@ -181,6 +191,27 @@ mod tests {
         assert_eq!(c.in_flight(), [1, 2]);
         let _again = c.pick().1;
         assert_eq!(c.in_flight(), [2, 2]);
+    }
+
+    #[tokio::test]
+    async fn requests_racing_for_the_last_places_never_overfill_a_lane() {
+        let saturated = Counter::default();
+        let c = Clients::build(&upstream(true, 4, 4), saturated.clone());
+        let start = std::sync::Barrier::new(16);
+        let holds: Vec<StreamHold> = std::thread::scope(|s| {
+            let picks: Vec<_> = (0..16)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        c.pick().1
+                    })
+                })
+                .collect();
+            picks.into_iter().filter_map(|p| p.join().ok()).collect()
+        });
+        assert_eq!(holds.len(), 16);
+        assert_eq!(c.in_flight(), [4, 4, 4, 4]);
+        assert_eq!(saturated.get(), 0);
     }
 
     #[tokio::test]

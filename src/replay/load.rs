@@ -557,10 +557,7 @@ impl Inner {
         crate::measure::slo::judge(&mut record, &self.s.slo);
         let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
         // The probe's name marks its line in the request log, whatever its outcome.
-        let probe_name = match (probe, &self.s.probes) {
-            (Some(k), Some(probes)) => Some(probes.name(k).to_owned()),
-            _ => None,
-        };
+        let probe_name = probe.zip(self.s.probes.as_deref()).map(|(k, p)| p.name(k));
         // A probe is judged on its answer when it has one (errors are counted as such).
         let probe = match (probe, &self.s.probes) {
             (Some(k), Some(probes)) if record.outcome == Outcome::Ok => {
@@ -596,10 +593,7 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
-            log.push(super::report::json::request_line(
-                &sample,
-                probe_name.as_deref(),
-            ));
+            log.push(super::report::json::request_line(&sample, probe_name));
         }
         samples.push(sample);
     }

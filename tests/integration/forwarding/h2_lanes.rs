@@ -201,8 +201,12 @@ async fn six_held_streams_over_a_two_stream_upstream_open_three_connections() {
         metric_value(&text, "goodput_upstream_http2_saturated_total"),
         Some(0.0)
     );
+    // Each record agrees with what its client received.
     let records = wait_records(proxy.admin_addr, 6, T).await;
-    assert!(records.iter().all(|r| r["outcome"] == "ok"), "{records:?}");
+    for r in &records {
+        assert_eq!(r["outcome"], "ok", "{r}");
+        assert_eq!(r["bytes_out"], FIRST.len() + REST.len(), "{r}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,4 +240,9 @@ async fn with_one_connection_allowed_the_third_stream_waits_and_is_counted() {
         assert_eq!(t.await.unwrap(), Bytes::from(format!("{FIRST}{REST}")));
     }
     assert_eq!(firsts.recv().await, Some(0));
+    let records = wait_records(proxy.admin_addr, 3, T).await;
+    for r in &records {
+        assert_eq!(r["outcome"], "ok", "{r}");
+        assert_eq!(r["bytes_out"], FIRST.len() + REST.len(), "{r}");
+    }
 }

@@ -3,7 +3,10 @@
 
 use std::{
     net::SocketAddr,
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -152,4 +155,66 @@ pub async fn idle(
     let _ = stop.wait_for(|s| *s).await;
     drop(resp);
     Ok(())
+}
+
+/// Counters shared by the slow streams of one path.
+#[derive(Clone)]
+pub struct Slow {
+    /// Streams whose response head arrived.
+    pub opened: Arc<AtomicUsize>,
+    /// Streams that received their first content event.
+    pub active: Arc<AtomicUsize>,
+    /// Events received by every stream.
+    pub events: Arc<AtomicU64>,
+}
+
+/// Opens a long stream and reads it until `stop`, keeping each event's arrival (the role
+/// chunk first).
+pub async fn slow(
+    client: HttpClient,
+    addr: SocketAddr,
+    id: String,
+    counters: &Slow,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Vec<Instant>> {
+    let req = request(
+        addr,
+        &id,
+        Ask {
+            max_tokens: 4_000,
+            usage: true,
+        },
+    )?;
+    let resp = tokio::select! {
+        r = client.request(req) => r?,
+        _ = stop.wait_for(|s| *s) => return Ok(Vec::new()),
+    };
+    if resp.status() != StatusCode::OK {
+        bail!("{id}: status {}", resp.status());
+    }
+    counters.opened.fetch_add(1, Ordering::Relaxed);
+    let mut body = resp.into_body();
+    let mut framer = Events::default();
+    let mut events = Vec::with_capacity(16);
+    loop {
+        let frame = tokio::select! {
+            f = body.frame() => f,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let Some(frame) = frame else {
+            bail!("{id}: the stream ended early");
+        };
+        let now = Instant::now();
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        let n = framer.feed(&data);
+        // The role chunk, then the first content event.
+        if events.len() < 2 && events.len() + n >= 2 {
+            counters.active.fetch_add(1, Ordering::Relaxed);
+        }
+        events.extend(std::iter::repeat_n(now, n));
+        counters.events.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    Ok(events)
 }

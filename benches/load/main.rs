@@ -2,11 +2,12 @@
 //! run, paths alternating round by round.
 //!
 //! ```sh
-//! cargo bench --bench load -- --quick    # every scenario briefly (about a minute)
-//! cargo bench --bench load               # 5 rounds (about 6 minutes)
+//! cargo bench --bench load -- --quick    # every scenario briefly (about three minutes)
+//! cargo bench --bench load               # 5 rounds (about 8 minutes)
 //! ```
 //!
-//! Flags: `--quick`, `--rounds N`, `--only latency,throughput,requests,memory`, `--no-usage`
+//! Flags: `--quick`, `--rounds N`, `--only latency,throughput,requests,memory,streams-10k`,
+//! `--no-usage`
 //! (clients do not ask for `include_usage`, so goodput counts tokens itself),
 //! `--out FILE` (default `target/goodput-bench/load.json`), `--goodput PATH` (measure
 //! another build of goodput, e.g. to compare two commits on the same machine),
@@ -19,7 +20,8 @@
 //! when missing) and `goodput serve` (the release build of this package, default
 //! configuration: full measurement) are child processes on 127.0.0.1, so their CPU and
 //! memory can be read from `/proc/PID`; the `requests` scenario adds Debian's HAProxy
-//! (`haproxy`, installed when missing). Every child is killed on exit, panic or Ctrl-C.
+//! (`haproxy`, installed when missing). `streams-10k` raises the open-file limit first
+//! (the children inherit it). Every child is killed on exit, panic or Ctrl-C.
 //! See docs/PERFORMANCE.md for the method and the latest results.
 
 mod client;
@@ -31,6 +33,7 @@ mod procs;
 mod report;
 mod requests;
 mod stats;
+mod streams;
 mod throughput;
 
 use std::{path::PathBuf, process::ExitCode};
@@ -55,7 +58,8 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench load -- [--quick] [--rounds N] \
-                     [--only latency,throughput,requests,memory] [--no-usage] [--out FILE] \
+                     [--only latency,throughput,requests,memory,streams-10k] [--no-usage] \
+                     [--out FILE] \
                      [--goodput PATH | --plain-hyper] [--goodput-config FILE]";
 
 fn parse_args() -> Result<Option<Args>> {
@@ -155,6 +159,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    let wants = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
+    // Before any child starts, so that they inherit it.
+    let streams = wants(streams::NAME).then(streams::raise_file_limit);
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let sim_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cores)
@@ -189,7 +196,7 @@ fn run(args: Args) -> Result<()> {
             procs::kill_all();
             std::process::exit(130);
         });
-        scenarios(&env, &args).await
+        scenarios(&env, &args, streams).await
     });
     client_rt.shutdown_background();
     sim_rt.shutdown_background();
@@ -231,7 +238,7 @@ async fn stop_signal() {
     }
 }
 
-async fn scenarios(env: &Env, args: &Args) -> Result<Results> {
+async fn scenarios(env: &Env, args: &Args, streams: Option<usize>) -> Result<Results> {
     let wants = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
     let mut results = Results {
         load_before: report::loadavg(),
@@ -269,6 +276,9 @@ async fn scenarios(env: &Env, args: &Args) -> Result<Results> {
         let (_sim, addr) = env.start_sim(memory::sim_config())?;
         eprintln!("load: memory, {} idle streams", memory::STREAMS);
         results.memory = Some(memory::run(env, addr).await?);
+    }
+    if let Some(n) = streams.filter(|n| *n > 0) {
+        results.streams = Some(streams::run(env, n).await?);
     }
     results.load_after = report::loadavg();
     Ok(results)

@@ -18,6 +18,7 @@ pub struct Results {
     pub throughput: Option<BTreeMap<PathKind, Vec<ThrRound>>>,
     pub memory: Option<BTreeMap<PathKind, Vec<MemRound>>>,
     pub requests: Option<crate::requests::RequestsOut>,
+    pub streams: Option<crate::streams::StreamsOut>,
     pub load_before: String,
     pub load_after: String,
 }
@@ -160,6 +161,9 @@ pub fn render(env: &Env, r: &Results) -> (String, Value) {
     }
     if let Some(mem) = &r.memory {
         memory_rows(&mut t, &mut objects, &mut targets, mem);
+    }
+    if let Some(st) = &r.streams {
+        streams_rows(&mut t, &mut objects, &mut targets, st);
     }
     accuracy_rows(&mut t, &mut objects, &mut targets, &r.latency);
     t.0.push_str(&requests_table);
@@ -526,6 +530,103 @@ fn memory_rows(
         goodput: format!("{} KiB", f(median(&kib(g)), 1)),
         nginx: format!("{} KiB", f(median(&kib(n)), 1)),
         met: median(&kib(g)).map(|v| v <= 32.0),
+    });
+}
+
+fn streams_rows(
+    t: &mut Table,
+    objects: &mut Vec<Value>,
+    targets: &mut Vec<Target>,
+    st: &crate::streams::StreamsOut,
+) {
+    use crate::streams::{self, StreamsRun};
+    let (d, n, g) = (PathKind::Direct, PathKind::Nginx, PathKind::Goodput);
+    let get = |k: PathKind, f: &dyn Fn(&StreamsRun) -> Option<f64>| st.get(&k).and_then(f);
+    let mut row = |figure: &str, digits: usize, of: &dyn Fn(&StreamsRun) -> Option<f64>| {
+        let (vd, vn, vg) = (get(d, of), get(n, of), get(g, of));
+        let label = if figure.starts_with("streams") {
+            streams::NAME
+        } else {
+            ""
+        };
+        t.row([
+            label,
+            figure,
+            &f(vd, digits),
+            &f(vn, digits),
+            &f(vg, digits),
+            &f(ratio(vg, vd), 2),
+            &f(ratio(vg, vn), 2),
+        ]);
+    };
+    let mib = |b: u64| b as f64 / 1_048_576.0;
+    row("streams open", 0, &|r| Some(r.opened as f64));
+    row("event transit P50 (ms)", 3, &|r| r.transit_ms(0.5));
+    row("event transit P99 (ms)", 3, &|r| r.transit_ms(0.99));
+    row("events/s", 0, &|r| Some(r.events as f64 / r.window_s));
+    row(
+        "RSS per active stream (KiB)",
+        1,
+        &StreamsRun::rss_per_stream_kib,
+    );
+    row("RSS with the streams (MiB)", 1, &|r| {
+        r.proxy.map(|p| mib(p.loaded_bytes))
+    });
+    row("RSS after they closed (MiB)", 1, &|r| {
+        r.proxy.map(|p| mib(p.after_close_bytes))
+    });
+    row("RSS before them (MiB)", 1, &|r| {
+        r.proxy.map(|p| mib(p.baseline_bytes))
+    });
+    row("proxy CPU per event (us)", 1, &StreamsRun::cpu_us_per_event);
+    row("proxy CPU (cores)", 2, &StreamsRun::cpu_cores);
+    let failed: Vec<String> = st
+        .iter()
+        .map(|(k, r)| format!("{} {}", k.name(), r.failed))
+        .collect();
+    t.note(&format!("failed streams: {}", failed.join(", ")));
+    let per_stream = |k| get(k, &StreamsRun::rss_per_stream_kib);
+    for (k, r) in st {
+        let p99 = r.transit_ms(0.99);
+        objects.push(json!({
+            "scenario": streams::NAME,
+            "path": k.name(),
+            "streams_opened": r.opened,
+            "streams_failed": r.failed,
+            "event_interval_ms": streams::ITL_MS,
+            "window_s": r.window_s,
+            "events": r.events,
+            "events_per_s": r.events as f64 / r.window_s,
+            "event_transit_ms": {
+                "count": r.transit_us.len(),
+                "p50": r.transit_ms(0.5),
+                "p99": p99,
+                "max": r.transit_ms(1.0),
+            },
+            "added_transit_p99_ms": (*k != d)
+                .then(|| p99.zip(get(d, &|r| r.transit_ms(0.99))).map(|(a, b)| a - b))
+                .flatten(),
+            "rss_per_stream_kib": r.rss_per_stream_kib(),
+            "rss_baseline_mib": r.proxy.map(|p| mib(p.baseline_bytes)),
+            "rss_loaded_mib": r.proxy.map(|p| mib(p.loaded_bytes)),
+            "rss_after_close_mib": r.proxy.map(|p| mib(p.after_close_bytes)),
+            "proxy_cpu_us_per_event": r.cpu_us_per_event(),
+            "proxy_cpu_cores": r.cpu_cores(),
+            "note": if *k == d { Value::from("no proxy process on this path") } else { Value::Null },
+            "ratio_to_nginx": if *k == g {
+                json!({
+                    "rss_per_stream": ratio(per_stream(g), per_stream(n)),
+                    "cpu_per_event": ratio(get(g, &StreamsRun::cpu_us_per_event), get(n, &StreamsRun::cpu_us_per_event)),
+                    "event_transit_p99": ratio(p99, get(n, &|r| r.transit_ms(0.99))),
+                })
+            } else { Value::Null },
+        }));
+    }
+    targets.push(Target {
+        what: "RSS per active stream <= 2x nginx's".to_owned(),
+        goodput: format!("{} KiB", f(per_stream(g), 1)),
+        nginx: format!("{} KiB", f(per_stream(n), 1)),
+        met: per_stream(g).zip(per_stream(n)).map(|(g, n)| g <= 2.0 * n),
     });
 }
 

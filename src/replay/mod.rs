@@ -48,6 +48,7 @@ pub mod recovery;
 pub mod repeats;
 pub mod report;
 mod session;
+pub mod tables;
 
 use std::{
     future::Future,
@@ -276,10 +277,16 @@ pub async fn execute(
         None => None,
     };
     watcher.abort();
-    let samples = runner.take_samples();
-    let recovery = fault_run
-        .as_ref()
-        .map(|f| recovery::analyse(&samples, f, args.recovery_deadline, &config.slo));
+    let finished = runner.take_finished();
+    let recovery = fault_run.as_ref().map(|f| {
+        recovery::analyse(
+            &finished.samples,
+            &finished.tables,
+            f,
+            args.recovery_deadline,
+            &config.slo,
+        )
+    });
     let scale = args.rate_scale;
     let required_concurrency = (args.mode == Mode::Steps).then(|| {
         args.required_concurrency.unwrap_or_else(|| {
@@ -302,7 +309,8 @@ pub async fn execute(
         workload: &workload,
         config: &config,
         runs: &driven.runs,
-        samples: &samples,
+        samples: &finished.samples,
+        tables: &finished.tables,
         started_at,
         t0,
         interrupted: runner.aborted(),

@@ -10,9 +10,10 @@
 //!   their histograms gives exactly the histogram of all their gaps. Requests outside a
 //!   measuring window (warm-up, extra requests) are never read for ITL and keep no gaps.
 //!
-//! A group's histogram grows with the range of its gaps, not with their number: about
-//! 30–45 KB for gaps up to seconds (3 significant digits, `u32` counters), allocated on
-//! its first gap.
+//! A group keeps its first [`RAW_MAX`] gaps as they are (4 bytes each), then turns them
+//! into an HDR histogram (3 significant digits, `u32` counters) that grows with the range
+//! of its gaps, not with their number: 28 KB for gaps up to 65 ms, 48 KB up to 4 s. Both
+//! give the same percentiles: a merge records raw gaps into the same buckets.
 
 use std::collections::HashMap;
 
@@ -40,11 +41,18 @@ pub struct Key {
     pub model: NameId,
 }
 
+/// Gaps a group keeps raw before it turns them into a histogram: 16 KB, less than the
+/// histogram of gaps up to 65 ms.
+pub const RAW_MAX: usize = 4096;
+
 #[derive(Debug, Default)]
 struct Group {
-    /// Auto-resizing, allocated on the first gap.
+    /// The first gaps, until [`RAW_MAX`].
+    raw: Vec<u32>,
+    /// Then every gap (auto-resizing).
     hist: Option<Histogram<u32>>,
     sum: u64,
+    count: u64,
     max: Option<u32>,
     /// Requests counted in the group (with or without gaps).
     requests: u64,
@@ -107,17 +115,27 @@ impl Tables {
         if gaps_us.is_empty() {
             return id;
         }
-        if g.hist.is_none() {
-            g.hist = Histogram::new(ITL_SIGFIG).ok();
-        }
-        let Some(h) = g.hist.as_mut() else {
-            return id;
-        };
-        for &gap in gaps_us {
-            if h.record(u64::from(gap)).is_ok() {
-                g.sum += u64::from(gap);
-                g.max = Some(g.max.map_or(gap, |m| m.max(gap)));
+        if g.hist.is_none() && g.raw.len() + gaps_us.len() > RAW_MAX {
+            // Cannot fail for a constant precision; if it did, the gaps would stay raw.
+            if let Ok(mut h) = Histogram::new(ITL_SIGFIG) {
+                for &gap in &g.raw {
+                    // Auto-resizing: any u32 fits.
+                    let _ = h.record(u64::from(gap));
+                }
+                g.raw = Vec::new();
+                g.hist = Some(h);
             }
+        }
+        for &gap in gaps_us {
+            match g.hist.as_mut() {
+                Some(h) => {
+                    let _ = h.record(u64::from(gap));
+                }
+                None => g.raw.push(gap),
+            }
+            g.sum += u64::from(gap);
+            g.count += 1;
+            g.max = Some(g.max.map_or(gap, |m| m.max(gap)));
         }
         id
     }
@@ -142,12 +160,14 @@ impl Tables {
         out
     }
 
-    /// Heap bytes of the ITL histograms (for the documentation's figures and a test).
+    /// Heap bytes of the groups' gaps and histograms (counters only).
     pub fn itl_heap_bytes(&self) -> usize {
         self.groups
             .iter()
-            .filter_map(|g| g.hist.as_ref())
-            .map(|h| h.distinct_values() * std::mem::size_of::<u32>())
+            .map(|g| {
+                let hist = g.hist.as_ref().map_or(0, Histogram::distinct_values);
+                (g.raw.capacity() + hist) * std::mem::size_of::<u32>()
+            })
             .sum()
     }
 }
@@ -173,15 +193,19 @@ impl Gaps {
     }
 
     fn add(&mut self, g: &Group) {
-        let (Some(h), Some(src)) = (self.hist.as_mut(), g.hist.as_ref()) else {
-            return;
-        };
-        for v in src.iter_recorded() {
-            h.saturating_record_n(v.value_iterated_to(), u64::from(v.count_at_value()));
-        }
-        self.count += src.len();
+        self.count += g.count;
         self.sum += g.sum;
         self.max = self.max.max(g.max);
+        let Some(h) = self.hist.as_mut() else {
+            return;
+        };
+        for &gap in &g.raw {
+            h.saturating_record(u64::from(gap));
+        }
+        // A bucket's highest value falls in the same bucket.
+        for v in g.hist.iter().flat_map(Histogram::iter_recorded) {
+            h.saturating_record_n(v.value_iterated_to(), u64::from(v.count_at_value()));
+        }
     }
 
     /// The `q` quantile in ms: the nearest-rank value rounded up to its histogram bucket
@@ -204,5 +228,51 @@ impl Gaps {
             p99: self.quantile_ms(0.99),
             max: self.max.map(|m| f64::from(m) / 1000.0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_and_histogram_groups_give_the_same_gaps() {
+        let gaps: Vec<u32> = (0..3 * RAW_MAX as u32)
+            .map(|i| 5_000 + (i * 7_919) % 45_000)
+            .collect();
+        let (mut raw, mut dense) = (Tables::default(), Tables::default());
+        let key = |step| Key {
+            step,
+            slice: 0,
+            class: 0,
+            model: 0,
+        };
+        // One group per 100 gaps stays raw; one group of them all turns into a histogram.
+        let ids: Vec<GroupId> = gaps
+            .chunks(100)
+            .enumerate()
+            .map(|(i, c)| raw.record(key(i), c))
+            .collect();
+        let one: Vec<GroupId> = gaps.chunks(100).map(|c| dense.record(key(0), c)).collect();
+        assert_eq!(raw.itl_heap_bytes() % 4, 0);
+        assert!(
+            dense.itl_heap_bytes() <= 28 << 10,
+            "{}",
+            dense.itl_heap_bytes()
+        );
+        let (a, b) = (raw.gaps(ids.into_iter()), dense.gaps(one.into_iter()));
+        assert_eq!(a.pcts(), b.pcts());
+        assert_eq!(a.pcts().count, gaps.len());
+        for q in [0.0, 0.5, 0.999, 1.0] {
+            assert_eq!(a.quantile_ms(q), b.quantile_ms(q));
+        }
+    }
+
+    #[test]
+    fn slices_cut_at_whole_intervals() {
+        assert_eq!(slice_of(9.999, 0.0, 10.0), 0);
+        assert_eq!(slice_of(10.0, 0.0, 10.0), 1);
+        assert_eq!(slice_of(1.0, 2.0, 10.0), 0);
+        assert_eq!(slice_of(100.0, 0.0, 0.0), 0);
     }
 }

@@ -7,8 +7,9 @@
 //! measuring duration; errors = every outcome but `ok` and `client_abort`. Percentiles
 //! are nearest-rank over every value (no histogram rounding), except ITL's: those come
 //! from HDR histograms of every gap of every request ([`super::tables`]), each at most
-//! 0.1% above the exact nearest rank (count, mean and max exact). Spread: the step's measured requests are split in two halves by
-//! finish time and each number is computed on both; spread = |first − second| / 2.
+//! 0.1% above the exact nearest rank (count, mean and max exact). Spread: the step's
+//! measured requests are split in two halves by finish time and each number is computed
+//! on both; spread = |first − second| / 2.
 
 use serde::Serialize;
 

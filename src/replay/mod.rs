@@ -21,7 +21,10 @@
 //! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
 //! - [`attribution`]: the target engine's metrics scraped during the run: where time
 //!   went and what the engine held, per step; a soak's resource drift.
-//! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
+//! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline;
+//!   the fixed-size sample kept per finished request.
+//! - [`tables`]: what samples point into: the run's interned names and the ITL histograms
+//!   of measured requests per step (or soak interval), class and model.
 //! - [`inject`]: `--inject` abnormal requests and `--burst`, and their report.
 //! - [`probes`]: `--probes`, quality probes mixed into the load and their checks.
 //! - `progress`: the live terminal line.

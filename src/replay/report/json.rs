@@ -302,7 +302,8 @@ struct RequestLine<'a> {
     record: &'a crate::measure::RequestRecord,
 }
 
-/// The line of `requests.jsonl` for one finished request (newline-terminated).
+/// The line of `requests.jsonl` for one finished request (newline-terminated): the
+/// sample's step and timing beside its whole `record` (the sample keeps only part of it).
 /// `probe` names the probe a probe request sent.
 pub fn request_line(
     s: &super::super::measure::Sample,

@@ -16,6 +16,18 @@ pub enum MissReason {
 }
 
 impl MissReason {
+    pub const ALL: [MissReason; 4] = [
+        MissReason::Ttft,
+        MissReason::Tpot,
+        MissReason::E2e,
+        MissReason::Error,
+    ];
+
+    /// The reason a record's `slo_miss_reason` names.
+    pub fn parse(s: &str) -> Option<MissReason> {
+        MissReason::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             MissReason::Ttft => "ttft",

@@ -322,9 +322,7 @@ impl Seen {
         let usage = body.and_then(|b| b.usage);
         let d: Derived = finish::derive(sent, &self.timeline, usage, None, None, self.decoded);
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-        let mut gaps = std::mem::take(&mut self.timeline.gaps_us);
-        // Kept for the run's report: no spare capacity per request.
-        gaps.shrink_to_fit();
+        let gaps = std::mem::take(&mut self.timeline.gaps_us);
         let mut sorted = gaps.clone();
         let record = RequestRecord {
             id: out.id,

@@ -190,8 +190,8 @@ impl Latency {
     fn of(s: &[&Sample]) -> Latency {
         Latency {
             requests: s.len(),
-            ttft_ms: Pcts::of(s.iter().filter_map(|s| s.record.ttft_ms).collect()),
-            e2e_ms: Pcts::of(s.iter().map(|s| s.record.e2e_ms).collect()),
+            ttft_ms: Pcts::of(s.iter().filter_map(|s| s.ttft_ms()).collect()),
+            e2e_ms: Pcts::of(s.iter().map(|s| s.e2e_ms).collect()),
         }
     }
 }
@@ -249,10 +249,7 @@ pub fn analyse(
     burst: Option<(f64, std::time::Duration)>,
 ) -> Injection {
     let mut by_kind: BTreeMap<Kind, Vec<&Sample>> = BTreeMap::new();
-    for s in extra
-        .iter()
-        .filter(|s| s.record.outcome != Outcome::ClientAbort)
-    {
+    for s in extra.iter().filter(|s| s.outcome != Outcome::ClientAbort) {
         if let Some(k) = s.inject {
             by_kind.entry(k).or_default().push(s);
         }
@@ -263,16 +260,16 @@ pub fn analyse(
             let mut statuses = BTreeMap::new();
             let mut outcomes = BTreeMap::new();
             for s in v {
-                let st = s.record.status.map_or("none".to_owned(), |c| c.to_string());
+                let st = s.status.map_or("none".to_owned(), |c| c.to_string());
                 *statuses.entry(st).or_insert(0) += 1;
-                *outcomes.entry(s.record.outcome.as_str()).or_insert(0) += 1;
+                *outcomes.entry(s.outcome.as_str()).or_insert(0) += 1;
             }
             KindOut {
                 kind: k.as_str(),
                 requests: v.len(),
                 statuses,
                 outcomes,
-                answer_ms: Pcts::of(v.iter().map(|s| s.record.e2e_ms).collect()),
+                answer_ms: Pcts::of(v.iter().map(|s| s.e2e_ms).collect()),
             }
         })
         .collect();

@@ -30,10 +30,11 @@ use tokio::{sync::watch, task::JoinSet};
 
 use super::{
     client::{Client, Outgoing},
-    measure::Sample,
+    measure::{Sample, Stats},
     plan::{Poisson, Template, Workload, mix},
     progress::Progress,
     prompt::Prompts,
+    tables::{Key, Tables, slice_of},
 };
 use crate::{config::Slo, measure::Outcome};
 
@@ -55,6 +56,9 @@ pub struct StepSpec {
     pub warmup: Duration,
     /// Measuring window (ignored by trace, which runs to the end of the profile).
     pub measure: Duration,
+    /// The intervals the report cuts the step into (soak): measured requests' gaps are
+    /// kept per interval.
+    pub slice: Option<Duration>,
 }
 
 /// What one step did.
@@ -104,6 +108,8 @@ struct Window {
     lo: f64,
     hi: f64,
     trace: bool,
+    /// [`StepSpec::slice`], seconds.
+    slice: Option<f64>,
 }
 
 impl Window {
@@ -115,7 +121,7 @@ impl Window {
         s.step == self.step
             && s.inject.is_none()
             && if self.trace {
-                s.sent_s >= self.lo && s.record.outcome != Outcome::ClientAbort
+                s.sent_s >= self.lo && s.outcome != Outcome::ClientAbort
             } else {
                 s.ended_s >= self.lo && s.ended_s < self.hi
             }
@@ -138,7 +144,7 @@ struct Inner {
     long_in_flight: AtomicU32,
     seq: AtomicU64,
     saturated: AtomicBool,
-    samples: Mutex<Vec<Sample>>,
+    finished: Mutex<Finished>,
     window: Mutex<Window>,
     log: Mutex<Option<super::log::RequestLog>>,
     /// Random per run, in every request id (`replay-<nonce>-<seq>`), so runs against the
@@ -167,6 +173,7 @@ impl Runner {
                 lo: 0.0,
                 hi: 0.0,
                 trace: false,
+                slice: None,
             }),
             log: Mutex::new(log),
             t0: Instant::now(),
@@ -177,7 +184,7 @@ impl Runner {
             long_in_flight: AtomicU32::new(0),
             seq: AtomicU64::new(0),
             saturated: AtomicBool::new(false),
-            samples: Mutex::new(Vec::new()),
+            finished: Mutex::new(Finished::default()),
             nonce: rand::random(),
         }))
     }
@@ -213,23 +220,24 @@ impl Runner {
         self.0.t0
     }
 
-    pub fn slo(&self) -> &Slo {
-        &self.0.s.slo
-    }
-
     pub fn progress(&self) -> &Progress {
         &self.0.s.progress
     }
 
-    /// The requests finished so far that `keep` selects, in finishing order (copies of
-    /// only those: the run's other requests are not copied).
-    pub fn samples_where(&self, keep: impl Fn(&Sample) -> bool) -> Vec<Sample> {
-        self.0.lock().iter().filter(|s| keep(s)).cloned().collect()
+    /// The numbers of step `index`'s measured requests over `duration_s` (after the step).
+    pub fn step_stats(&self, index: usize, duration_s: f64) -> Stats {
+        let f = self.0.lock();
+        let measured: Vec<&Sample> = f
+            .samples
+            .iter()
+            .filter(|s| s.step == index && s.measured)
+            .collect();
+        Stats::of(&measured, duration_s, &self.0.s.slo, &f.tables)
     }
 
-    /// Every request finished so far, in finishing order, moved out of the runner (after
-    /// the last step, so the report is built without a second copy).
-    pub fn take_samples(&self) -> Vec<Sample> {
+    /// Every request finished so far, in finishing order, and what they point into, moved
+    /// out of the runner (after the last step, so the report is built without a copy).
+    pub fn take_finished(&self) -> Finished {
         std::mem::take(&mut *self.0.lock())
     }
 
@@ -257,6 +265,7 @@ impl Runner {
             lo: me.secs(window_start),
             hi: me.secs(window_end),
             trace: matches!(spec.load, Load::Trace(_)),
+            slice: spec.slice.map(|d| d.as_secs_f64()),
         };
         let mut tasks = JoinSet::new();
         let mut cut_short = false;
@@ -340,6 +349,7 @@ impl Runner {
         let mut last = lo;
         for s in me
             .lock()
+            .samples
             .iter()
             .filter(|s| s.step == spec.index && s.measured)
         {
@@ -357,8 +367,8 @@ impl Runner {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Sample>> {
-        self.samples.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Finished> {
+        self.finished.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn window(&self) -> std::sync::MutexGuard<'_, Window> {
@@ -563,29 +573,38 @@ impl Inner {
             (Some(k), Some(probes)) if record.outcome == Outcome::Ok => {
                 let text = super::probes::answer_text(m.answer.as_deref().unwrap_or_default());
                 let verdict = probes.check(k, &text);
-                Some(super::probes::ProbeResult {
+                Some(Box::new(super::probes::ProbeResult {
                     probe: k,
                     passed: verdict.is_ok(),
+                    request_id: record.id.clone(),
                     excerpt: verdict.is_err().then(|| super::probes::excerpt(&text)),
                     reason: verdict.err(),
-                })
+                }))
             }
             _ => None,
         };
         self.s.progress.finished(record.ttft_ms, error);
-        let mut sample = Sample {
-            lag_ms: scheduled.map(|s| m.sent.saturating_duration_since(s).as_secs_f64() * 1e3),
-            sent_s: self.secs(m.sent),
-            ended_s: self.secs(m.ended),
-            record,
-            gaps_us: m.gaps_us,
-            step,
-            measured: false,
-            probe,
-            inject,
-        };
-        let mut samples = self.lock();
-        sample.measured = self.window().measures(&sample);
+        let mut finished = self.lock();
+        let mut sample = Sample::of(&record, &mut finished.tables);
+        sample
+            .set_lag_ms(scheduled.map(|s| m.sent.saturating_duration_since(s).as_secs_f64() * 1e3));
+        (sample.sent_s, sample.ended_s) = (self.secs(m.sent), self.secs(m.ended));
+        (sample.step, sample.probe, sample.inject) = (step, probe, inject);
+        let window = *self.window();
+        sample.measured = window.measures(&sample);
+        // Only measured requests are read for ITL: their gaps go to their group, the
+        // others' are dropped here.
+        if sample.measured {
+            let key = Key {
+                step,
+                slice: window
+                    .slice
+                    .map_or(0, |d| slice_of(sample.ended_s, window.lo, d)),
+                class: sample.class,
+                model: sample.model,
+            };
+            sample.itl = finished.tables.record(key, &m.gaps_us);
+        }
         // Under the samples lock: the log's order is the samples' order.
         if let Some(log) = self
             .log
@@ -593,10 +612,19 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
-            log.push(super::report::json::request_line(&sample, probe_name));
+            log.push(super::report::json::request_line(
+                &sample, &record, probe_name,
+            ));
         }
-        samples.push(sample);
+        finished.samples.push(sample);
     }
+}
+
+/// The run's finished requests and the tables they point into.
+#[derive(Debug, Default)]
+pub struct Finished {
+    pub samples: Vec<Sample>,
+    pub tables: Tables,
 }
 
 type Cancel = watch::Receiver<bool>;

@@ -21,7 +21,10 @@
 //! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
 //! - [`attribution`]: the target engine's metrics scraped during the run: where time
 //!   went and what the engine held, per step; a soak's resource drift.
-//! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline.
+//! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline;
+//!   the fixed-size sample kept per finished request.
+//! - [`tables`]: what samples point into: the run's interned names and the ITL histograms
+//!   of measured requests per step (or soak interval), class and model.
 //! - [`inject`]: `--inject` abnormal requests and `--burst`, and their report.
 //! - [`probes`]: `--probes`, quality probes mixed into the load and their checks.
 //! - `progress`: the live terminal line.
@@ -48,6 +51,7 @@ pub mod recovery;
 pub mod repeats;
 pub mod report;
 mod session;
+pub mod tables;
 
 use std::{
     future::Future,
@@ -276,10 +280,16 @@ pub async fn execute(
         None => None,
     };
     watcher.abort();
-    let samples = runner.take_samples();
-    let recovery = fault_run
-        .as_ref()
-        .map(|f| recovery::analyse(&samples, f, args.recovery_deadline, &config.slo));
+    let finished = runner.take_finished();
+    let recovery = fault_run.as_ref().map(|f| {
+        recovery::analyse(
+            &finished.samples,
+            &finished.tables,
+            f,
+            args.recovery_deadline,
+            &config.slo,
+        )
+    });
     let scale = args.rate_scale;
     let required_concurrency = (args.mode == Mode::Steps).then(|| {
         args.required_concurrency.unwrap_or_else(|| {
@@ -302,7 +312,8 @@ pub async fn execute(
         workload: &workload,
         config: &config,
         runs: &driven.runs,
-        samples: &samples,
+        samples: &finished.samples,
+        tables: &finished.tables,
         started_at,
         t0,
         interrupted: runner.aborted(),

@@ -270,6 +270,8 @@ pub fn answer_text(body: &[u8]) -> String {
 pub struct ProbeResult {
     pub probe: usize,
     pub passed: bool,
+    /// The request's id, for the report's list of failures.
+    pub request_id: String,
     pub reason: Option<String>,
     pub excerpt: Option<String>,
 }

@@ -28,7 +28,7 @@ use std::{
 use serde::Serialize;
 use tokio::{sync::watch, task::JoinHandle};
 
-use super::measure::Sample;
+use super::{measure::Sample, tables::Tables};
 use crate::{config::Slo, measure::Outcome};
 
 /// The fault command's output, in the report directory.
@@ -222,12 +222,12 @@ fn is_error(o: Outcome) -> bool {
 
 /// Attainment and effective goodput of `s` over `secs`.
 fn judge(s: &[&Sample], secs: f64) -> (Option<f64>, f64) {
-    let met = s.iter().filter(|s| s.record.slo_met == Some(true)).count();
-    let judged = s.iter().filter(|s| s.record.slo_met.is_some()).count();
+    let met = s.iter().filter(|s| s.slo_met == Some(true)).count();
+    let judged = s.iter().filter(|s| s.slo_met.is_some()).count();
     let tokens: u64 = s
         .iter()
-        .filter(|s| s.record.slo_met == Some(true))
-        .filter_map(|s| s.record.output_tokens)
+        .filter(|s| s.slo_met == Some(true))
+        .filter_map(|s| s.output_tokens())
         .sum();
     let attainment = (judged > 0).then(|| met as f64 / judged as f64);
     let goodput = if secs > 0.0 {
@@ -246,11 +246,8 @@ fn sent_in(samples: &[Sample], lo: f64, hi: f64) -> Vec<&Sample> {
 }
 
 /// The strictest attainment target of the classes `samples` fell in.
-fn target(samples: &[Sample], slo: &Slo) -> Option<f64> {
-    let used: std::collections::HashSet<&str> = samples
-        .iter()
-        .map(|s| s.record.slo_class.as_str())
-        .collect();
+fn target(samples: &[Sample], t: &Tables, slo: &Slo) -> Option<f64> {
+    let used: std::collections::HashSet<&str> = samples.iter().map(|s| t.name(s.class)).collect();
     slo.all_classes()
         .filter(|c| used.contains(c.name.as_str()))
         .map(|c| c.attainment)
@@ -258,7 +255,13 @@ fn target(samples: &[Sample], slo: &Slo) -> Option<f64> {
 }
 
 /// The recovery analysis of a run's `samples` (every request, warm-up included).
-pub fn analyse(samples: &[Sample], fault: &FaultRun, deadline: Duration, slo: &Slo) -> Recovery {
+pub fn analyse(
+    samples: &[Sample],
+    t: &Tables,
+    fault: &FaultRun,
+    deadline: Duration,
+    slo: &Slo,
+) -> Recovery {
     let deadline_s = deadline.as_secs_f64();
     let mut r = Recovery {
         fault_cmd: fault.cmd.clone(),
@@ -270,7 +273,7 @@ pub fn analyse(samples: &[Sample], fault: &FaultRun, deadline: Duration, slo: &S
         failed_requests: 0,
         requests_cut: 0,
         failed_outcomes: BTreeMap::new(),
-        attainment_target: target(samples, slo),
+        attainment_target: target(samples, t, slo),
         baseline_attainment: None,
         baseline_goodput_tokens_per_s: None,
         min_attainment: None,
@@ -307,7 +310,7 @@ pub fn analyse(samples: &[Sample], fault: &FaultRun, deadline: Duration, slo: &S
             Bin {
                 t_s: lo,
                 requests: part.len() as u64,
-                errors: part.iter().filter(|s| is_error(s.record.outcome)).count() as u64,
+                errors: part.iter().filter(|s| is_error(s.outcome)).count() as u64,
                 attainment,
                 effective_goodput_tokens_per_s: goodput,
             }
@@ -341,15 +344,13 @@ pub fn analyse(samples: &[Sample], fault: &FaultRun, deadline: Duration, slo: &S
         .reduce(f64::min);
     for s in samples
         .iter()
-        .filter(|s| is_error(s.record.outcome) && s.ended_s >= f && s.sent_s < until)
+        .filter(|s| is_error(s.outcome) && s.ended_s >= f && s.sent_s < until)
     {
         r.failed_requests += 1;
         if s.sent_s < f {
             r.requests_cut += 1;
         }
-        *r.failed_outcomes
-            .entry(s.record.outcome.as_str())
-            .or_insert(0) += 1;
+        *r.failed_outcomes.entry(s.outcome.as_str()).or_insert(0) += 1;
     }
     // Shown: the baseline (whole intervals before the fault) to some time after recovery.
     let shown_until = until + BINS_AFTER;
@@ -363,7 +364,7 @@ pub fn analyse(samples: &[Sample], fault: &FaultRun, deadline: Duration, slo: &S
             Bin {
                 t_s: lo,
                 requests: part.len() as u64,
-                errors: part.iter().filter(|s| is_error(s.record.outcome)).count() as u64,
+                errors: part.iter().filter(|s| is_error(s.outcome)).count() as u64,
                 attainment,
                 effective_goodput_tokens_per_s: goodput,
             }
@@ -383,17 +384,17 @@ mod tests {
         record.slo_met = met;
         record.slo_class = "default".into();
         record.output_tokens = Some(10);
-        Sample {
-            record,
-            gaps_us: Vec::new(),
-            sent_s,
-            ended_s,
-            lag_ms: None,
-            step: 0,
-            measured: true,
-            probe: None,
-            inject: None,
-        }
+        // Interned first: the class is id 0, as in [`tables`].
+        let mut s = Sample::of(&record, &mut Tables::default());
+        (s.sent_s, s.ended_s, s.measured) = (sent_s, ended_s, true);
+        s
+    }
+
+    /// The tables the samples of [`sample`] point into.
+    fn tables() -> Tables {
+        let mut t = Tables::default();
+        t.intern("default");
+        t
     }
 
     fn slo() -> Slo {
@@ -442,7 +443,13 @@ mod tests {
     #[test]
     fn an_outage_is_counted_and_recovery_timed() {
         let samples = run(20.0, 5.0, 7.0);
-        let r = analyse(&samples, &fault(5.0), Duration::from_secs(5), &slo());
+        let r = analyse(
+            &samples,
+            &tables(),
+            &fault(5.0),
+            Duration::from_secs(5),
+            &slo(),
+        );
         assert_eq!(r.attainment_target, Some(0.9));
         assert_eq!(r.baseline_attainment, Some(1.0));
         assert_eq!(r.failed_requests, 21);
@@ -463,7 +470,13 @@ mod tests {
     #[test]
     fn a_late_recovery_misses_the_deadline() {
         let samples = run(20.0, 5.0, 9.0);
-        let r = analyse(&samples, &fault(5.0), Duration::from_secs(3), &slo());
+        let r = analyse(
+            &samples,
+            &tables(),
+            &fault(5.0),
+            Duration::from_secs(3),
+            &slo(),
+        );
         assert_eq!(r.recovery_time_s, Some(4.0));
         assert!(!r.recovered);
     }
@@ -471,7 +484,13 @@ mod tests {
     #[test]
     fn no_recovery_before_the_end() {
         let samples = run(10.0, 5.0, 100.0);
-        let r = analyse(&samples, &fault(5.0), Duration::from_secs(60), &slo());
+        let r = analyse(
+            &samples,
+            &tables(),
+            &fault(5.0),
+            Duration::from_secs(60),
+            &slo(),
+        );
         assert_eq!(r.recovery_time_s, None);
         assert!(!r.recovered);
         assert_eq!(r.failed_requests, 51);
@@ -481,7 +500,13 @@ mod tests {
     #[test]
     fn a_harmless_fault_recovers_at_once() {
         let samples = run(20.0, 100.0, 100.0);
-        let r = analyse(&samples, &fault(5.0), Duration::from_secs(1), &slo());
+        let r = analyse(
+            &samples,
+            &tables(),
+            &fault(5.0),
+            Duration::from_secs(1),
+            &slo(),
+        );
         assert_eq!(r.recovery_time_s, Some(0.0));
         assert!(r.recovered);
         // The reset sample at 99.98 s is past the end of the shown intervals.
@@ -498,7 +523,13 @@ mod tests {
         {
             *s = sample(s.sent_s, s.sent_s + 0.05, Outcome::Ok, Some(true));
         }
-        let r = analyse(&samples, &fault(5.0), Duration::from_secs(60), &slo());
+        let r = analyse(
+            &samples,
+            &tables(),
+            &fault(5.0),
+            Duration::from_secs(60),
+            &slo(),
+        );
         assert_eq!(r.recovery_time_s, Some(5.0));
     }
 
@@ -507,7 +538,7 @@ mod tests {
         let samples = run(5.0, 100.0, 100.0);
         let mut f = fault(30.0);
         f.started_s = None;
-        let r = analyse(&samples, &f, Duration::from_secs(60), &slo());
+        let r = analyse(&samples, &tables(), &f, Duration::from_secs(60), &slo());
         assert_eq!(r.fault_at_s, None);
         assert!(!r.recovered);
         assert_eq!(r.failed_requests, 0);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{
     cli::{Mode, ReplayArgs},
     load::{Load, Runner, StepRun, StepSpec},
-    measure::{Sample, Stats},
+    measure::Stats,
     plan::{Workload, ramp_rates},
     report::md::{num, pct},
 };
@@ -47,6 +47,7 @@ pub async fn drive(runner: &Runner, args: &ReplayArgs, workload: &Workload) -> D
                 load: Load::Trace(args.rate_scale),
                 warmup: args.warmup,
                 measure: workload.span.div_f64(args.rate_scale),
+                slice: None,
             };
             runs.push(step(runner, spec).await);
         }
@@ -67,6 +68,7 @@ pub async fn drive(runner: &Runner, args: &ReplayArgs, workload: &Workload) -> D
                         load: Load::Concurrency(c),
                         warmup: args.warmup,
                         measure: args.step_duration,
+                        slice: None,
                     };
                     runs.push(step(runner, spec).await);
                 }
@@ -119,6 +121,7 @@ pub async fn drive(runner: &Runner, args: &ReplayArgs, workload: &Workload) -> D
                     load: Load::Rate(rate),
                     warmup: args.warmup,
                     measure: args.soak_duration,
+                    slice: Some(args.step_duration),
                 };
                 runs.push(step(runner, spec).await);
             }
@@ -158,6 +161,7 @@ async fn ramp(
             load: Load::Rate(rate),
             warmup,
             measure,
+            slice: None,
         };
         let run = step(runner, spec).await;
         let broke = breaks(runner, &run);
@@ -169,14 +173,8 @@ async fn ramp(
     runs
 }
 
-fn measured(runner: &Runner, index: usize) -> Vec<Sample> {
-    runner.samples_where(|s| s.step == index && s.measured)
-}
-
 fn stats(runner: &Runner, run: &StepRun) -> Stats {
-    let samples = measured(runner, run.spec.index);
-    let refs: Vec<&Sample> = samples.iter().collect();
-    Stats::of(&refs, run.duration_s(), runner.slo())
+    runner.step_stats(run.spec.index, run.duration_s())
 }
 
 /// No class with enough samples missed its targets, and one had enough (see

@@ -302,17 +302,22 @@ struct RequestLine<'a> {
     record: &'a crate::measure::RequestRecord,
 }
 
-/// The line of `requests.jsonl` for one finished request (newline-terminated).
+/// The line of `requests.jsonl` for one finished request (newline-terminated): the
+/// sample's step and timing beside its whole `record` (the sample keeps only part of it).
 /// `probe` names the probe a probe request sent.
-pub fn request_line(s: &super::super::measure::Sample, probe: Option<&str>) -> Vec<u8> {
+pub fn request_line(
+    s: &super::super::measure::Sample,
+    record: &crate::measure::RequestRecord,
+    probe: Option<&str>,
+) -> Vec<u8> {
     let line = RequestLine {
         step: s.step,
         measured: s.measured,
         sent_s: s.sent_s,
-        lag_ms: s.lag_ms,
+        lag_ms: s.lag_ms(),
         inject: s.inject.map(crate::replay::inject::Kind::as_str),
         probe,
-        record: &s.record,
+        record,
     };
     // A record of plain fields and string keys always serializes.
     let mut v = serde_json::to_vec(&line).unwrap_or_default();

@@ -25,6 +25,7 @@ use super::{
     load::{Load, StepRun},
     measure::{Sample, Stats, spread, timeline},
     plan::Workload,
+    tables::{Tables, slice_of},
 };
 use crate::{config::Config, profile::Profile};
 
@@ -41,6 +42,8 @@ pub struct Inputs<'a> {
     pub config: &'a Config,
     pub runs: &'a [StepRun],
     pub samples: &'a [Sample],
+    /// What `samples` point into.
+    pub tables: &'a Tables,
     pub started_at: SystemTime,
     pub t0: Instant,
     pub interrupted: bool,
@@ -73,7 +76,7 @@ fn quality(
             q.failures.push(super::probes::Failure {
                 name: probes.name(p.probe).to_owned(),
                 step: label(s.step),
-                request_id: s.record.id.clone(),
+                request_id: p.request_id.clone(),
                 reason: p.reason.clone().unwrap_or_default(),
                 answer: p.excerpt.clone().unwrap_or_default(),
             });
@@ -86,7 +89,7 @@ fn quality(
 /// Finish reasons of the requests that report one, and the share cut by a length limit.
 fn finish_reasons(samples: &[&Sample]) -> (BTreeMap<&'static str, u64>, Option<f64>) {
     let mut m = BTreeMap::new();
-    for r in samples.iter().filter_map(|s| s.record.finish_reason) {
+    for r in samples.iter().filter_map(|s| s.finish_reason) {
         *m.entry(r.as_str()).or_insert(0u64) += 1;
     }
     let total: u64 = m.values().sum();
@@ -95,14 +98,14 @@ fn finish_reasons(samples: &[&Sample]) -> (BTreeMap<&'static str, u64>, Option<f
     (m, share)
 }
 
-fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
+fn step_out(run: &StepRun, samples: &[&Sample], config: &Config, t: &Tables) -> StepOut {
     let (concurrency, rate) = match run.spec.load {
         Load::Concurrency(c) => (Some(c), None),
         Load::Rate(r) => (None, Some(r)),
         Load::Trace(_) => (None, None),
     };
     let d = run.duration_s();
-    let mut stats = Stats::of(samples, d, &config.slo);
+    let mut stats = Stats::of(samples, d, &config.slo, t);
     if rate.is_none() && concurrency.is_none() {
         // trace: the achieved rate, for the throughput–latency curve.
         stats.requests_per_s = if d > 0.0 {
@@ -113,8 +116,8 @@ fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
     }
     let (finish_reasons, length_share) = finish_reasons(samples);
     let mut miss_reasons = BTreeMap::new();
-    for r in samples.iter().filter_map(|s| s.record.slo_miss_reason) {
-        *miss_reasons.entry(r).or_insert(0u64) += 1;
+    for r in samples.iter().filter_map(|s| s.miss_reason) {
+        *miss_reasons.entry(r.as_str()).or_insert(0u64) += 1;
     }
     StepOut {
         finish_reasons,
@@ -129,13 +132,20 @@ fn step_out(run: &StepRun, samples: &[&Sample], config: &Config) -> StepOut {
         warmup_s: run.spec.warmup.as_secs_f64(),
         duration_s: d,
         cut_short: run.cut_short,
-        spread: spread(samples, d, &config.slo),
+        spread: spread(samples, d, &config.slo, t),
         stats,
     }
 }
 
-/// soak: the one long step cut into `interval`-second steps, for drift.
-fn soak_steps(run: &StepRun, measured: &[&Sample], config: &Config, interval: f64) -> Vec<StepOut> {
+/// soak: the one long step cut into `interval`-second steps, for drift (at the points the
+/// runner kept the step's gaps by, [`slice_of`]).
+fn soak_steps(
+    run: &StepRun,
+    measured: &[&Sample],
+    config: &Config,
+    t: &Tables,
+    interval: f64,
+) -> Vec<StepOut> {
     let (lo, hi) = (run.window_start_s, run.window_end_s);
     // A sliver of a last interval (timer slack) joins the one before.
     let n = (((hi - lo) / interval - 0.05).ceil().max(1.0)) as usize;
@@ -146,14 +156,14 @@ fn soak_steps(run: &StepRun, measured: &[&Sample], config: &Config, interval: f6
             let part: Vec<&Sample> = measured
                 .iter()
                 .copied()
-                .filter(|s| s.ended_s >= a && s.ended_s < b)
+                .filter(|s| (slice_of(s.ended_s, lo, interval) as usize).min(n - 1) == i)
                 .collect();
             let mut sub = run.clone();
             sub.spec.index = i;
             sub.spec.label = format!("t+{:.0}s", a - lo);
             (sub.window_start_s, sub.window_end_s, sub.started_s) = (a, b, a);
             sub.spec.warmup = std::time::Duration::ZERO;
-            step_out(&sub, &part, config)
+            step_out(&sub, &part, config, t)
         })
         .collect()
 }
@@ -203,12 +213,13 @@ pub fn build(i: &Inputs<'_>) -> Report {
             run,
             &of_step(run.spec.index),
             i.config,
+            i.tables,
             a.step_duration.as_secs_f64(),
         ),
         _ => i
             .runs
             .iter()
-            .map(|r| step_out(r, &of_step(r.spec.index), i.config))
+            .map(|r| step_out(r, &of_step(r.spec.index), i.config, i.tables))
             .collect(),
     };
     let mut steps = steps;
@@ -235,17 +246,17 @@ pub fn build(i: &Inputs<'_>) -> Report {
         }
     }
     let measuring_s: f64 = i.runs.iter().map(StepRun::duration_s).sum();
-    let overall = Stats::of(&measured, measuring_s, &i.config.slo);
+    let overall = Stats::of(&measured, measuring_s, &i.config.slo, i.tables);
     let mut models: BTreeMap<&str, Vec<&Sample>> = BTreeMap::new();
     for s in &measured {
-        models
-            .entry(s.record.model.as_deref().unwrap_or("unknown"))
-            .or_default()
-            .push(s);
+        models.entry(i.tables.name(s.model)).or_default().push(s);
     }
     let by_model = models
         .into_iter()
-        .map(|(m, part)| (m.to_owned(), Stats::of(&part, measuring_s, &i.config.slo)))
+        .map(|(m, part)| {
+            let stats = Stats::of(&part, measuring_s, &i.config.slo, i.tables);
+            (m.to_owned(), stats)
+        })
         .collect();
     let levels: BTreeMap<usize, u32> = i
         .runs
@@ -255,13 +266,8 @@ pub fn build(i: &Inputs<'_>) -> Report {
             _ => None,
         })
         .collect();
-    let level = |s: &Sample| {
-        levels
-            .get(&s.step)
-            .copied()
-            .unwrap_or(s.record.arrival.concurrency)
-    };
-    let (capacity, by_class) = verdict::capacity(i.config, &measured, level, i.t0);
+    let level = |s: &Sample| levels.get(&s.step).copied().unwrap_or(s.concurrency);
+    let (capacity, by_class) = verdict::capacity(i.config, &measured, i.tables, level, i.t0);
     let stable = capacity
         .as_ref()
         .and_then(|c| verdict::as_step(c, c.max_stable_concurrency, &steps, a.mode));
@@ -301,7 +307,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
     };
     let goodput = point_stats.map(|p| p.effective_goodput_tokens_per_s);
     let cost = verdict::cost(i.config.cost.as_ref(), point_stats, stable);
-    let lags: Vec<f64> = i.samples.iter().filter_map(|s| s.lag_ms).collect();
+    let lags: Vec<f64> = i.samples.iter().filter_map(Sample::lag_ms).collect();
     let lag = (!lags.is_empty()).then(|| super::measure::Pcts::of(lags));
     let run_s = i.samples.iter().map(|s| s.ended_s).fold(0.0f64, f64::max);
     let interval = a.step_duration.as_secs_f64();
@@ -368,7 +374,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         by_model,
         capacity,
         capacity_by_class: by_class,
-        timeline: timeline(i.samples, run_s, &i.config.slo),
+        timeline: timeline(i.samples, run_s, &i.config.slo, i.tables),
         recovery: i.recovery.clone(),
         repeats,
         attribution,
@@ -414,13 +420,13 @@ fn attribution(
     let ok_e2e = |windows: &[(f64, f64)]| {
         let e2e: Vec<f64> = measured
             .iter()
-            .filter(|s| s.record.outcome == crate::measure::Outcome::Ok)
+            .filter(|s| s.outcome == crate::measure::Outcome::Ok)
             .filter(|s| {
                 windows
                     .iter()
                     .any(|(lo, hi)| s.ended_s >= *lo && s.ended_s <= *hi)
             })
-            .map(|s| s.record.e2e_ms)
+            .map(|s| s.e2e_ms)
             .collect();
         (!e2e.is_empty()).then(|| e2e.iter().sum::<f64>() / e2e.len() as f64)
     };
@@ -565,9 +571,7 @@ fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
     });
     let mut models: BTreeMap<String, u64> = BTreeMap::new();
     for s in i.samples {
-        *models
-            .entry(s.record.model.clone().unwrap_or_else(|| "unknown".into()))
-            .or_insert(0) += 1;
+        *models.entry(i.tables.name(s.model).to_owned()).or_insert(0) += 1;
     }
     let model = models
         .iter()

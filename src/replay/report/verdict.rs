@@ -23,6 +23,7 @@ use crate::{
     replay::{
         cli::Mode,
         measure::{Sample, Stats},
+        tables::Tables,
     },
     stats::engine::{Capacity, Engine, HOURS_PER_MONTH, Observation},
 };
@@ -35,6 +36,7 @@ const ENGINE_SPAN: Duration = Duration::from_secs(7 * 24 * 3600);
 pub fn capacity(
     cfg: &Config,
     samples: &[&Sample],
+    t: &Tables,
     level: impl Fn(&Sample) -> u32,
     t0: Instant,
 ) -> (Option<Capacity>, Vec<Capacity>) {
@@ -47,24 +49,24 @@ pub fn capacity(
     sorted.sort_by(|a, b| a.ended_s.total_cmp(&b.ended_s));
     let mut now = t0;
     for s in sorted {
-        let r = &s.record;
         engine.observe(&Observation {
             started: at(s.sent_s),
             finished: at(s.ended_s),
-            class: &r.slo_class,
-            model: r.model.as_deref().unwrap_or("unknown"),
-            outcome: r.outcome,
-            slo_met: r.slo_met,
-            ttft_ms: r.ttft_ms,
-            tpot_ms: r.tpot_ms,
-            e2e_ms: r.e2e_ms,
-            itl_us: &s.gaps_us,
-            input_tokens: r.input_tokens,
-            output_tokens: r.output_tokens,
+            class: t.name(s.class),
+            model: t.name(s.model),
+            outcome: s.outcome,
+            slo_met: s.slo_met,
+            ttft_ms: s.ttft_ms(),
+            tpot_ms: s.tpot_ms(),
+            e2e_ms: s.e2e_ms,
+            // The capacity curve reads no ITL (its levels keep TTFT and TPOT only).
+            itl_us: &[],
+            input_tokens: s.input_tokens(),
+            output_tokens: s.output_tokens(),
             concurrency_at_start: level(s),
-            long_in_flight_at_start: r.arrival.long_in_flight,
-            miss_cause: crate::measure::slo::MissCause::of(r),
-            finish_reason: r.finish_reason,
+            long_in_flight_at_start: s.long_in_flight,
+            miss_cause: s.miss_cause,
+            finish_reason: s.finish_reason,
             cached_input_tokens: None,
         });
         now = now.max(at(s.ended_s));

@@ -9,6 +9,12 @@ use goodput::{
     demo, run, sim, telemetry,
 };
 
+/// jemalloc, whose background threads hand the memory freed after a burst back to the
+/// system (glibc's malloc keeps it); see docs/PERFORMANCE.md.
+#[cfg(all(feature = "jemalloc", target_os = "linux"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Exit code for a configuration that cannot be used (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
 

@@ -115,12 +115,7 @@ pub async fn run(
             };
             let prefix = format!("lat{concurrency}-{}-r{round}-", kind.name());
             let results = batch(c, paths.addr(kind), &prefix, concurrency, sequential, ask).await;
-            let truth: HashMap<String, Truth> = sim
-                .truth()
-                .into_iter()
-                .filter_map(|t| Some((t.request_id.clone()?, t)))
-                .filter(|(id, _)| id.starts_with(&prefix))
-                .collect();
+            let truth = truth_by_id(sim, &prefix);
             let p = out.paths.entry(kind).or_default();
             let mut round_events = Vec::new();
             let mut ok = Vec::new();
@@ -187,6 +182,15 @@ async fn batch(
         }
     }
     all
+}
+
+/// The simulator's ground truth of the finished requests whose id starts with `prefix`.
+pub fn truth_by_id(sim: &Sim, prefix: &str) -> HashMap<String, Truth> {
+    sim.truth()
+        .into_iter()
+        .filter_map(|t| Some((t.request_id.clone()?, t)))
+        .filter(|(id, _)| id.starts_with(prefix))
+        .collect()
 }
 
 /// (every content event's latency vs the timetable, its exact transit), µs.

@@ -232,12 +232,7 @@ async fn measure(
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after_close = rss();
-    let truth: HashMap<String, Truth> = sim
-        .truth()
-        .into_iter()
-        .filter_map(|t| Some((t.request_id.clone()?, t)))
-        .filter(|(id, _)| id.starts_with(&prefix))
-        .collect();
+    let truth = crate::latency::truth_by_id(sim, &prefix);
     let mut transit_us = Vec::new();
     for (id, events) in &received {
         if let Some(t) = truth.get(id) {

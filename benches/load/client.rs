@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use bytes::Bytes;
 use http::{Request, StatusCode, header::CONTENT_TYPE};
 use http_body_util::{BodyExt, Full};
@@ -31,6 +31,20 @@ pub fn client() -> HttpClient {
         .pool_max_idle_per_host(usize::MAX)
         .pool_idle_timeout(Duration::from_secs(120))
         .build(http)
+}
+
+/// One request through a fresh proxy, so that lazily built state (pools, buffers, the
+/// first record) exists before its memory is read; then half a second to settle.
+pub async fn warm_up(client: &HttpClient, addr: SocketAddr) -> Result<()> {
+    let req = Request::get(format!("http://{addr}/health")).body(Full::new(Bytes::new()))?;
+    let body = client
+        .request(req)
+        .await
+        .context("warm-up request")?
+        .into_body();
+    body.collect().await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(())
 }
 
 /// What a stream asks for.
@@ -136,25 +150,41 @@ pub async fn idle(
     opened: &AtomicUsize,
     mut stop: watch::Receiver<bool>,
 ) -> Result<()> {
+    let Some(resp) = open(&client, addr, &id, 100, opened, &mut stop).await? else {
+        return Ok(());
+    };
+    let _ = stop.wait_for(|s| *s).await;
+    drop(resp);
+    Ok(())
+}
+
+/// Sends a stream's request and waits for its response head (counted in `opened`);
+/// `None` when `stop` comes first.
+async fn open(
+    client: &HttpClient,
+    addr: SocketAddr,
+    id: &str,
+    max_tokens: u32,
+    opened: &AtomicUsize,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<http::Response<hyper::body::Incoming>>> {
     let req = request(
         addr,
-        &id,
+        id,
         Ask {
-            max_tokens: 100,
+            max_tokens,
             usage: true,
         },
     )?;
     let resp = tokio::select! {
         r = client.request(req) => r?,
-        _ = stop.wait_for(|s| *s) => return Ok(()),
+        _ = stop.wait_for(|s| *s) => return Ok(None),
     };
     if resp.status() != StatusCode::OK {
         bail!("{id}: status {}", resp.status());
     }
     opened.fetch_add(1, Ordering::Relaxed);
-    let _ = stop.wait_for(|s| *s).await;
-    drop(resp);
-    Ok(())
+    Ok(Some(resp))
 }
 
 /// Counters shared by the slow streams of one path.
@@ -177,22 +207,9 @@ pub async fn slow(
     counters: &Slow,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Vec<Instant>> {
-    let req = request(
-        addr,
-        &id,
-        Ask {
-            max_tokens: 4_000,
-            usage: true,
-        },
-    )?;
-    let resp = tokio::select! {
-        r = client.request(req) => r?,
-        _ = stop.wait_for(|s| *s) => return Ok(Vec::new()),
+    let Some(resp) = open(&client, addr, &id, 4_000, &counters.opened, &mut stop).await? else {
+        return Ok(Vec::new());
     };
-    if resp.status() != StatusCode::OK {
-        bail!("{id}: status {}", resp.status());
-    }
-    counters.opened.fetch_add(1, Ordering::Relaxed);
     let mut body = resp.into_body();
     let mut framer = Events::default();
     let mut events = Vec::with_capacity(16);

@@ -14,10 +14,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
-use bytes::Bytes;
+use anyhow::{Result, bail};
 use goodput::sim::{Dist, SimConfig};
-use http_body_util::{BodyExt, Full};
 use tokio::{sync::watch, task::JoinSet};
 
 use crate::client;
@@ -68,11 +66,7 @@ pub async fn run(env: &Env, upstream: SocketAddr) -> Result<BTreeMap<PathKind, V
 
 async fn measure(proxy: &crate::procs::Proxy, addr: SocketAddr) -> Result<MemRound> {
     let c = client::client();
-    // One request through, so lazily built state (pools, buffers, the first record) exists.
-    let req = http::Request::get(format!("http://{addr}/health")).body(Full::new(Bytes::new()))?;
-    let body = c.request(req).await.context("warm-up request")?.into_body();
-    body.collect().await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    client::warm_up(&c, addr).await?;
     let baseline = proxy.rss_bytes();
 
     let opened = Arc::new(AtomicUsize::new(0));

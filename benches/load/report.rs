@@ -542,15 +542,12 @@ fn streams_rows(
     use crate::streams::{self, StreamsRun};
     let (d, n, g) = (PathKind::Direct, PathKind::Nginx, PathKind::Goodput);
     let get = |k: PathKind, f: &dyn Fn(&StreamsRun) -> Option<f64>| st.get(&k).and_then(f);
+    // The scenario's name on its first row only.
+    let mut label = streams::NAME;
     let mut row = |figure: &str, digits: usize, of: &dyn Fn(&StreamsRun) -> Option<f64>| {
         let (vd, vn, vg) = (get(d, of), get(n, of), get(g, of));
-        let label = if figure.starts_with("streams") {
-            streams::NAME
-        } else {
-            ""
-        };
         t.row([
-            label,
+            std::mem::take(&mut label),
             figure,
             &f(vd, digits),
             &f(vn, digits),
@@ -563,7 +560,7 @@ fn streams_rows(
     row("streams open", 0, &|r| Some(r.opened as f64));
     row("event transit P50 (ms)", 3, &|r| r.transit_ms(0.5));
     row("event transit P99 (ms)", 3, &|r| r.transit_ms(0.99));
-    row("events/s", 0, &|r| Some(r.events as f64 / r.window_s));
+    row("events/s", 0, &StreamsRun::events_per_s);
     row(
         "RSS per active stream (KiB)",
         1,
@@ -596,7 +593,7 @@ fn streams_rows(
             "event_interval_ms": streams::ITL_MS,
             "window_s": r.window_s,
             "events": r.events,
-            "events_per_s": r.events as f64 / r.window_s,
+            "events_per_s": r.events_per_s(),
             "event_transit_ms": {
                 "count": r.transit_us.len(),
                 "p50": r.transit_ms(0.5),

@@ -22,10 +22,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
-use bytes::Bytes;
+use anyhow::{Result, bail};
 use goodput::sim::{Dist, Sim, SimConfig, Truth};
-use http_body_util::{BodyExt, Full};
 use tokio::{sync::watch, task::JoinSet};
 
 use crate::client::{self, Slow};
@@ -53,7 +51,7 @@ pub fn sim_config() -> SimConfig {
 /// Raises this process's open-file limit (soft and hard, as root) so that the streams fit;
 /// returns how many streams fit in what it got.
 pub fn raise_file_limit() -> usize {
-    let want = (STREAMS as u64) * 4 + SPARE_FILES * 2;
+    let want = (STREAMS as u64) * 2 + SPARE_FILES;
     let (soft, hard) = rlimit::Resource::NOFILE.get().unwrap_or((1024, 1024));
     let got = if soft >= want {
         soft
@@ -101,6 +99,10 @@ impl StreamsRun {
         (self.opened > 0).then(|| {
             p.loaded_bytes.saturating_sub(p.baseline_bytes) as f64 / self.opened as f64 / 1024.0
         })
+    }
+
+    pub fn events_per_s(&self) -> Option<f64> {
+        (self.window_s > 0.0).then(|| self.events as f64 / self.window_s)
     }
 
     pub fn cpu_us_per_event(&self) -> Option<f64> {
@@ -164,10 +166,7 @@ async fn measure(
     window: Duration,
 ) -> Result<StreamsRun> {
     let c = client::client();
-    let req = http::Request::get(format!("http://{addr}/health")).body(Full::new(Bytes::new()))?;
-    let body = c.request(req).await.context("warm-up request")?.into_body();
-    body.collect().await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    client::warm_up(&c, addr).await?;
     let rss = || proxy.map_or(0, crate::procs::Proxy::rss_bytes);
     let cpu = || proxy.map_or(0.0, crate::procs::Proxy::cpu_seconds);
     let baseline = rss();

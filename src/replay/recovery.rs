@@ -408,6 +408,17 @@ mod tests {
         slo
     }
 
+    /// The recovery of `samples` from a fault at 5 s, with a deadline of `deadline_s`.
+    fn after_fault_at_5(samples: &[Sample], deadline_s: u64) -> Recovery {
+        analyse(
+            samples,
+            &tables(),
+            &fault(5.0),
+            Duration::from_secs(deadline_s),
+            &slo(),
+        )
+    }
+
     fn fault(at: f64) -> FaultRun {
         FaultRun {
             cmd: "restart".into(),
@@ -443,13 +454,7 @@ mod tests {
     #[test]
     fn an_outage_is_counted_and_recovery_timed() {
         let samples = run(20.0, 5.0, 7.0);
-        let r = analyse(
-            &samples,
-            &tables(),
-            &fault(5.0),
-            Duration::from_secs(5),
-            &slo(),
-        );
+        let r = after_fault_at_5(&samples, 5);
         assert_eq!(r.attainment_target, Some(0.9));
         assert_eq!(r.baseline_attainment, Some(1.0));
         assert_eq!(r.failed_requests, 21);
@@ -470,13 +475,7 @@ mod tests {
     #[test]
     fn a_late_recovery_misses_the_deadline() {
         let samples = run(20.0, 5.0, 9.0);
-        let r = analyse(
-            &samples,
-            &tables(),
-            &fault(5.0),
-            Duration::from_secs(3),
-            &slo(),
-        );
+        let r = after_fault_at_5(&samples, 3);
         assert_eq!(r.recovery_time_s, Some(4.0));
         assert!(!r.recovered);
     }
@@ -484,13 +483,7 @@ mod tests {
     #[test]
     fn no_recovery_before_the_end() {
         let samples = run(10.0, 5.0, 100.0);
-        let r = analyse(
-            &samples,
-            &tables(),
-            &fault(5.0),
-            Duration::from_secs(60),
-            &slo(),
-        );
+        let r = after_fault_at_5(&samples, 60);
         assert_eq!(r.recovery_time_s, None);
         assert!(!r.recovered);
         assert_eq!(r.failed_requests, 51);
@@ -500,13 +493,7 @@ mod tests {
     #[test]
     fn a_harmless_fault_recovers_at_once() {
         let samples = run(20.0, 100.0, 100.0);
-        let r = analyse(
-            &samples,
-            &tables(),
-            &fault(5.0),
-            Duration::from_secs(1),
-            &slo(),
-        );
+        let r = after_fault_at_5(&samples, 1);
         assert_eq!(r.recovery_time_s, Some(0.0));
         assert!(r.recovered);
         // The reset sample at 99.98 s is past the end of the shown intervals.
@@ -523,13 +510,7 @@ mod tests {
         {
             *s = sample(s.sent_s, s.sent_s + 0.05, Outcome::Ok, Some(true));
         }
-        let r = analyse(
-            &samples,
-            &tables(),
-            &fault(5.0),
-            Duration::from_secs(60),
-            &slo(),
-        );
+        let r = after_fault_at_5(&samples, 60);
         assert_eq!(r.recovery_time_s, Some(5.0));
     }
 

@@ -16,6 +16,7 @@
 //! - [`calibrate`]: the engine's own latency metrics, scraped, beside the proxy's.
 //! - [`otlp`]: OpenTelemetry export (GenAI metrics, request spans) to a collector.
 //! - [`sim`]: an OpenAI-compatible upstream simulator for the demo, tests and benchmarks.
+//! - [`shadow`]: a mirrored share of the traffic sent to a candidate, paired and judged.
 //! - [`run`]: wiring of all of the above into a running server with graceful shutdown.
 //! - [`demo`]: simulator + proxy + synthetic load, with a live summary line.
 //! - [`telemetry`]: logging set-up.
@@ -35,6 +36,7 @@ pub mod proxy;
 pub mod quantile;
 pub mod replay;
 pub mod run;
+pub mod shadow;
 pub mod sim;
 pub mod stats;
 pub mod telemetry;

@@ -58,6 +58,9 @@ pub mod names {
     pub const UPSTREAM_HTTP2_SATURATED: &str = "goodput_upstream_http2_saturated";
     pub const ATTRIBUTION: &str = "goodput_attribution";
     pub const ENGINE_KV_CACHE: &str = "goodput_engine_kv_cache_usage";
+    pub const SHADOW_REQUESTS: &str = "goodput_shadow_requests";
+    pub const SHADOW_DROPPED: &str = "goodput_shadow_dropped";
+    pub const SHADOW_IN_FLIGHT: &str = "goodput_shadow_in_flight_requests";
     pub const ENGINE_WAITING: &str = "goodput_engine_requests_waiting";
     pub const ENGINE_RUNNING: &str = "goodput_engine_requests_running";
     pub const ENGINE_PREEMPTIONS: &str = "goodput_engine_preemptions";
@@ -157,6 +160,8 @@ pub struct ClassReason {
 pub struct ClassWindow {
     pub class: String,
     pub window: String,
+    /// `primary`, or `shadow` for a candidate's mirrored answers (`[shadow]`).
+    pub target: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -802,6 +807,7 @@ mod tests {
             .get_or_create(&ClassWindow {
                 class: "c".into(),
                 window: "5m".into(),
+                target: "primary",
             })
             .set(0.5);
         let mut out = String::new();
@@ -813,7 +819,9 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("goodput_slo_attainment_ratio{class=\"c\",window=\"5m\"} 0.5"),
+            out.contains(
+                "goodput_slo_attainment_ratio{class=\"c\",window=\"5m\",target=\"primary\"} 0.5"
+            ),
             "{out}"
         );
         assert!(

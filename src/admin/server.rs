@@ -55,6 +55,8 @@ pub struct Admin {
     pub config: Arc<ArcSwap<Config>>,
     /// Requests refused for a missing or wrong bearer token.
     pub unauthorized: Counter,
+    /// The shadow and its pairs (`[shadow]`).
+    pub shadow: crate::shadow::View,
 }
 
 /// Time a client has to complete the TLS handshake on the admin listener.
@@ -95,6 +97,7 @@ impl Admin {
             "/api/v1/capacity" => self.capacity(req.uri().query()),
             "/api/v1/drift" => self.drift(req.uri().query()),
             "/api/v1/calibration" => self.calibration(),
+            "/api/v1/shadow" => self.shadow(req.uri().query()),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => {
                 if self.ready.load(Ordering::Relaxed) {
@@ -221,6 +224,18 @@ impl Admin {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         json(StatusCode::OK, &*status)
+    }
+
+    /// `?window=5m` (default 5m): primary and shadow side by side over the mirrored
+    /// requests whose shadow finished in the window, with the verdict per class.
+    fn shadow(&self, query: Option<&str>) -> Response<Full<Bytes>> {
+        let window = match query_param(query, "window").map(parse_window) {
+            None => Duration::from_secs(300),
+            Some(Ok(w)) => w,
+            Some(Err(e)) => return json_error(StatusCode::BAD_REQUEST, &format!("window: {e}")),
+        };
+        let config = self.config.load();
+        json(StatusCode::OK, &self.shadow.report(window, &config.slo))
     }
 
     /// `?limit=N`: the newest N points (default: every point kept).

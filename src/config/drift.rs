@@ -33,6 +33,14 @@ pub struct DriftSection {
     pub webhook: Option<String>,
     pub snapshot_dir: Option<String>,
     pub thresholds: Thresholds,
+    /// Switch `[shadow]` on for this long when a re-acceptance trigger fires (`"30m"`);
+    /// absent: a trigger leaves the shadow as it is.
+    #[serde(deserialize_with = "optional_duration")]
+    pub shadow_on_trigger: Option<Duration>,
+}
+
+fn optional_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    humantime_serde::deserialize(d).map(Some)
 }
 
 impl Default for DriftSection {
@@ -48,6 +56,7 @@ impl Default for DriftSection {
             webhook: None,
             snapshot_dir: None,
             thresholds: Thresholds::default(),
+            shadow_on_trigger: None,
         }
     }
 }
@@ -69,6 +78,8 @@ pub struct DriftConfig {
     pub webhook: Option<http::Uri>,
     pub snapshot_dir: PathBuf,
     pub thresholds: Thresholds,
+    /// How long a fired trigger switches the shadow on (`None`: it does not).
+    pub shadow_on_trigger: Option<Duration>,
 }
 
 impl DriftConfig {
@@ -87,6 +98,7 @@ impl DriftConfig {
             webhook: None,
             snapshot_dir: std::env::temp_dir(),
             thresholds: d.thresholds,
+            shadow_on_trigger: None,
         }
     }
 }
@@ -94,6 +106,12 @@ impl DriftConfig {
 pub fn validate_drift(s: &DriftSection, problems: &mut Vec<Problem>) -> Option<DriftConfig> {
     let raw = s.baseline.as_deref()?;
     positive("drift.every", s.every.as_millis() as u64, problems);
+    if s.shadow_on_trigger.is_some_and(|d| d.is_zero()) {
+        problems.push(Problem::invalid(
+            "drift.shadow_on_trigger",
+            "must be greater than zero (leave it out to keep the shadow as it is)",
+        ));
+    }
     positive("drift.window", s.window.as_millis() as u64, problems);
     positive("drift.min_samples", s.min_samples as u64, problems);
     positive("drift.fire_after", u64::from(s.fire_after), problems);
@@ -159,6 +177,7 @@ pub fn validate_drift(s: &DriftSection, problems: &mut Vec<Problem>) -> Option<D
         webhook,
         snapshot_dir,
         thresholds: s.thresholds.clone(),
+        shadow_on_trigger: s.shadow_on_trigger,
     })
 }
 

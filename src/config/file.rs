@@ -34,6 +34,8 @@ pub struct FileConfig {
     pub calibration: super::calibration::CalibrationSection,
     /// Export to an OpenTelemetry collector; absent: off.
     pub otlp: Option<super::otlp::OtlpSection>,
+    /// A candidate that receives a mirrored share of the traffic; absent: off.
+    pub shadow: Option<super::shadow::ShadowSection>,
 }
 
 /// Durations are written the way operators say them: `"30s"`, `"5m"`, `"250ms"`.

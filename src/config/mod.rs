@@ -12,6 +12,7 @@ pub mod measure;
 pub mod otlp;
 pub mod profile;
 pub mod server;
+pub mod shadow;
 pub mod slo;
 mod tls;
 pub mod tokenizer;
@@ -30,6 +31,7 @@ pub use measure::Measure;
 pub use otlp::Otlp;
 pub use profile::ProfileConfig;
 pub use server::{Server, ServerLimits};
+pub use shadow::ShadowConfig;
 pub use slo::{Slo, SloClass};
 pub use tokenizer::Counting;
 pub use upstream::Upstream;
@@ -68,6 +70,8 @@ pub struct Config {
     pub calibration: Calibration,
     /// Export to an OpenTelemetry collector (`[otlp]`); `None` when off.
     pub otlp: Option<Otlp>,
+    /// A candidate mirrored to (`[shadow]`); `None` when off.
+    pub shadow: Option<ShadowConfig>,
 }
 
 /// One thing wrong with the configuration.

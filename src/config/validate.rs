@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::Path};
 
 use super::{
     Config, ConfigError, Overrides, Problem, admin, calibration, cost, drift, file::FileConfig,
-    log, measure, otlp, profile, server, slo, tokenizer, upstream, usage_injection,
+    log, measure, otlp, profile, server, shadow, slo, tokenizer, upstream, usage_injection,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -107,6 +107,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
     let calibration =
         calibration::validate_calibration(&file.calibration, upstream.as_ref(), &mut problems);
     let otlp = otlp::validate_otlp(file.otlp.as_ref(), &mut problems);
+    let shadow = shadow::validate_shadow(file.shadow.as_ref(), &mut problems);
 
     match (server, admin, upstream, log, calibration) {
         (Some(server), Some(admin), Some(upstream), Some(log), Some(calibration))
@@ -127,6 +128,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                 drift,
                 calibration,
                 otlp,
+                shadow,
             })
         }
         _ => Err(ConfigError(problems)),

@@ -21,6 +21,7 @@ use super::tap::IdleTimeout;
 use super::{
     clock::{Clock, ReadClock},
     delivery::{Delivery, Mark},
+    mirror::{MirrorTicket, Unmirrored},
     tap::{Delivered, Ending, Tap},
 };
 use crate::{BoxError, usage_injection::UsageFilter};
@@ -446,6 +447,8 @@ pin_project! {
         captured: usize,
         limit: usize,
         tx: Option<oneshot::Sender<RequestCapture>>,
+        // A copy of the body is wanted once it is complete (the shadow).
+        mirror: Option<Box<dyn MirrorTicket>>,
     }
 
     impl<B> PinnedDrop for RequestTap<B>
@@ -466,7 +469,7 @@ pin_project! {
                     this.capture.failed = broken_by_client(&*e.into());
                 }
             }
-            send(this.tx, this.capture);
+            send(this.tx, this.capture, this.mirror);
         }
     }
 }
@@ -492,9 +495,22 @@ impl RequestCapture {
     }
 }
 
-fn send(tx: &mut Option<oneshot::Sender<RequestCapture>>, capture: &mut RequestCapture) {
+fn send(
+    tx: &mut Option<oneshot::Sender<RequestCapture>>,
+    capture: &mut RequestCapture,
+    mirror: &mut Option<Box<dyn MirrorTicket>>,
+) {
     if let Some(tx) = tx.take() {
         capture.compact();
+        if let Some(ticket) = mirror.take() {
+            if capture.overflow {
+                ticket.abandon(Unmirrored::TooLarge);
+            } else if capture.complete && !capture.failed {
+                ticket.body_complete(&capture.chunks);
+            } else {
+                ticket.abandon(Unmirrored::Incomplete);
+            }
+        }
         // The receiver may be gone (measurement already emitted); nothing to do then.
         let _ = tx.send(std::mem::take(capture));
     }
@@ -528,8 +544,15 @@ where
             captured: 0,
             limit,
             tx: Some(tx),
+            mirror: None,
         };
         (tap, rx)
+    }
+
+    /// Hands the body to `ticket` once it is complete (or tells it why not).
+    pub fn mirror_to(mut self, ticket: Option<Box<dyn MirrorTicket>>) -> RequestTap<B> {
+        self.mirror = ticket;
+        self
     }
 }
 
@@ -564,16 +587,16 @@ where
                 }
                 if this.inner.is_end_stream() {
                     this.capture.complete = true;
-                    send(this.tx, this.capture);
+                    send(this.tx, this.capture, this.mirror);
                 }
             }
             Some(Err(_)) => {
                 this.capture.failed = true;
-                send(this.tx, this.capture);
+                send(this.tx, this.capture, this.mirror);
             }
             None => {
                 this.capture.complete = true;
-                send(this.tx, this.capture);
+                send(this.tx, this.capture, this.mirror);
             }
         }
         Poll::Ready(polled)

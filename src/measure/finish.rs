@@ -293,6 +293,7 @@ impl Pending {
                 started: self.started_at,
                 parent: self.trace_parent,
             }),
+            pairing: std::mem::take(&mut self.pairing),
         };
         (record, gaps)
     }

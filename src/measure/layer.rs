@@ -23,7 +23,9 @@ use tower::{Layer, Service};
 
 use super::{
     ClientReads, Clock, Delivery, MeasuredBody, Outcome, ReadClock, Recorder, RequestTap, Tap,
-    Upgraded, request_id,
+    Upgraded,
+    mirror::{Mirror, MirrorHead},
+    request_id,
     tap::{HeadInfo, ProxyFailure},
 };
 use crate::config::{
@@ -134,11 +136,22 @@ impl Settings {
 pub struct MeasureLayer {
     recorder: Recorder,
     settings: Arc<ArcSwap<Settings>>,
+    mirror: Option<Arc<dyn Mirror>>,
 }
 
 impl MeasureLayer {
     pub fn new(recorder: Recorder, settings: Arc<ArcSwap<Settings>>) -> MeasureLayer {
-        MeasureLayer { recorder, settings }
+        MeasureLayer {
+            recorder,
+            settings,
+            mirror: None,
+        }
+    }
+
+    /// Offers every request to `mirror`, which may take a copy of its body.
+    pub fn with_mirror(mut self, mirror: Arc<dyn Mirror>) -> MeasureLayer {
+        self.mirror = Some(mirror);
+        self
     }
 }
 
@@ -192,7 +205,18 @@ where
         if let Some(plan) = settings.inject_plan(api, parts.uri.path()) {
             parts.extensions.insert(plan);
         }
+        let ticket = self.layer.mirror.as_ref().and_then(|m| {
+            m.ticket(&MirrorHead {
+                parts: &parts,
+                id: &id,
+                api,
+                tenant: head.tenant,
+                t_arrival,
+            })
+        });
+        let mirrored = ticket.is_some();
         let (body, request) = RequestTap::new(body, settings.request_inspect_limit);
+        let body = body.mirror_to(ticket);
         let mut tap = Tap::new(
             self.layer.recorder.clone(),
             id,
@@ -207,6 +231,9 @@ where
         }
         if clock == Clock::User {
             tap.user_clock();
+        }
+        if mirrored {
+            tap.mark_mirrored();
         }
         let delivery = parts.extensions.get::<Arc<Delivery>>().cloned();
         let http2 = parts.version == http::Version::HTTP_2;

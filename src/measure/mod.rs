@@ -10,6 +10,7 @@ mod clock;
 mod delivery;
 pub mod finish;
 mod layer;
+mod mirror;
 pub mod record;
 mod request_id;
 mod sink;
@@ -21,7 +22,10 @@ pub use body::{MeasuredBody, RequestCapture, RequestTap};
 pub use clock::{ClientReads, Clock, ReadClock};
 pub use delivery::{Delivery, Mark};
 pub use layer::{Measure, MeasureLayer, Settings};
-pub use record::{Fault, Outcome, RequestRecord, RequestTrace, TokenCount, TokenSource};
+pub use mirror::{Mirror, MirrorHead, MirrorTicket, Unmirrored};
+pub use record::{
+    Fault, Outcome, Pairing, RequestRecord, RequestTrace, Target, TokenCount, TokenSource,
+};
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Recorder};
 pub use tap::{Delivered, Ending, HeadInfo, IdleTimeout, Pending, ProxyFailure, Tap, Timeline};

@@ -167,6 +167,39 @@ impl ItlSummary {
     }
 }
 
+/// Which system answered a record's request: the one the client talks to, or a
+/// candidate that was sent a mirrored copy (`[shadow]`, docs/SHADOW.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// Every request the proxy forwards, mirrored or not.
+    #[default]
+    Primary,
+    /// The candidate's answer to a mirrored copy; never sent to any client.
+    Shadow,
+}
+
+impl Target {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Target::Primary => "primary",
+            Target::Shadow => "shadow",
+        }
+    }
+}
+
+/// How a record pairs with its mirror (serialized flat: `target`, `pair_id`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Pairing {
+    pub target: Target,
+    /// On a shadow record, the id of the primary request it mirrors; `null` on primary
+    /// records (a mirrored primary is found by its own `id`).
+    pub pair_id: Option<String>,
+    /// A primary request a copy was taken of (it may still have been dropped).
+    #[serde(skip)]
+    pub mirrored: bool,
+}
+
 /// One finished request. The serialized field set is a contract with users' tooling.
 #[derive(Debug, Clone, Serialize)]
 pub struct RequestRecord {
@@ -234,6 +267,9 @@ pub struct RequestRecord {
     /// Set when request spans are exported (`[otlp] traces`).
     #[serde(skip)]
     pub trace: Option<RequestTrace>,
+    /// `target` (`primary` or `shadow`) and, for a shadow, `pair_id`.
+    #[serde(flatten)]
+    pub pairing: Pairing,
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use super::{
     Recorder,
     body::RequestCapture,
-    record::{Outcome, TokenCount},
+    record::{Outcome, Pairing, Target, TokenCount},
     sink::Arrival,
 };
 use crate::config::slo::Targets;
@@ -137,6 +137,8 @@ pub struct Pending {
     pub request_capture: Option<RequestCapture>,
     /// The client's request body failed (read from the capture when the record is built).
     pub request_failed: bool,
+    /// Primary or shadow, and the pair it belongs to.
+    pub pairing: Pairing,
     /// Counts made by the tokenizer stage, used where the upstream reported none.
     pub counted_input: Option<TokenCount>,
     pub counted_output: Option<TokenCount>,
@@ -229,6 +231,7 @@ impl Tap {
             counted_input: None,
             counted_output: None,
             kernel_clock: true,
+            pairing: Pairing::default(),
         };
         Tap {
             recorder,
@@ -245,6 +248,21 @@ impl Tap {
     /// reports usage only on request (OpenAI chat and completions).
     pub fn count_text(&mut self, limit: usize) {
         self.text_limit = Some(limit);
+    }
+
+    /// A copy of this request's body was taken for the shadow.
+    pub fn mark_mirrored(&mut self) {
+        if let Some(p) = self.pending.as_mut() {
+            p.pairing.mirrored = true;
+        }
+    }
+
+    /// This measurement is the shadow's answer to the primary request `pair_id`.
+    pub fn shadow_of(&mut self, pair_id: String) {
+        if let Some(p) = self.pending.as_mut() {
+            p.pairing.target = Target::Shadow;
+            p.pairing.pair_id = Some(pair_id);
+        }
     }
 
     /// A time of this request came from the process clock, not a kernel receive stamp.
@@ -362,6 +380,18 @@ impl Tap {
         p.ending = ending;
         self.recorder.ended(p.api.is_generation(), p.long_input);
         self.recorder.submit(p);
+    }
+
+    /// Ends the measurement without a record (a shadow copy that was never answered).
+    pub fn discard(&mut self) {
+        if let Some(p) = self.pending.take() {
+            self.recorder.ended(p.api.is_generation(), p.long_input);
+        }
+    }
+
+    /// Whether a response head was seen.
+    pub fn has_head(&self) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.status.is_some())
     }
 
     /// How a stream that stopped without reaching its end is attributed.

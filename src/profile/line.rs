@@ -200,6 +200,7 @@ pub(crate) mod tests {
             tenant: Some(5),
             slo_overrides: Default::default(),
             trace: None,
+            pairing: Default::default(),
         }
     }
 

@@ -130,7 +130,12 @@ fn unreachable_lane() -> ! {
     panic!("an upstream client without lanes")
 }
 
-pub fn build(cfg: &Upstream) -> UpstreamClient {
+/// A pooled client for `cfg`, for any request body type (the shadow sends its own).
+pub fn build<B>(cfg: &Upstream) -> Client<HttpsConnector<HttpConnector>, B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);

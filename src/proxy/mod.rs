@@ -63,6 +63,8 @@ mod server;
 mod slots;
 mod tunnel;
 mod wire;
+pub use client::build as pooled_client;
+pub use headers::strip_hop_by_hop;
 pub use wire::kernel_timestamps;
 
 use std::net::SocketAddr;

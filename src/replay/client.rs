@@ -367,6 +367,7 @@ impl Seen {
             tenant: None,
             slo_overrides: Default::default(),
             trace: None,
+            pairing: Default::default(),
         };
         (record, gaps)
     }

@@ -27,6 +27,7 @@ use crate::{
     measure::{MeasureLayer, Recorder, Settings},
     metrics::Metrics,
     proxy::{self, ClientBudget, Forward, Proxy},
+    shadow::{Book, Shadow, ShadowMetrics},
     stats::{Aggregator, DriftView, Live, Profiling, Recent},
     tokenize::{Fallbacks, Stage},
 };
@@ -174,6 +175,7 @@ fn start_on_from(
     let admin_addr = local_addr("admin", &admin_listener, cfg.admin)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let shadow_metrics = ShadowMetrics::register(&mut registry);
     let limits = metrics.limits.clone();
     let admin_unauthorized = metrics.admin_unauthorized.clone();
     let budget = ClientBudget::raise_open_files_limit();
@@ -219,8 +221,12 @@ fn start_on_from(
     )
     .with_calibration(proxy_totals)
     .with_otlp(otlp);
+    let shadow = Shadow::new(live.clone(), &recorder, shadow_metrics.clone());
+    let book = Book::default();
+    let aggregator = aggregator.with_shadow(book.clone(), shadow_metrics);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
-    let layer = MeasureLayer::new(recorder.clone(), settings.clone());
+    let layer =
+        MeasureLayer::new(recorder.clone(), settings.clone()).with_mirror(Arc::new(shadow.clone()));
     let forward = Forward::new(
         &cfg.upstream,
         cfg.server.limits.request_body_timeout,
@@ -240,6 +246,7 @@ fn start_on_from(
             live: live.clone(),
             settings: settings.clone(),
             forward,
+            shadow: shadow.clone(),
             tls: proxy.tls_handle(),
             reloads: reload_counters.0.clone(),
             failures: reload_counters.1.clone(),
@@ -256,6 +263,10 @@ fn start_on_from(
         calibration: calibration_view.clone(),
         config: live.clone(),
         unauthorized: admin_unauthorized,
+        shadow: crate::shadow::View {
+            shadow: shadow.clone(),
+            book,
+        },
     };
     let (stop, stopped) = watch::channel(false);
 
@@ -293,6 +304,8 @@ fn start_on_from(
         if let Err(e) = proxy::serve(listener, proxy, draining).await {
             tracing::error!(error = %e, "proxy stopped with an error");
         }
+        // Copies still under way end here: their records would only hold the flush up.
+        shadow.stop();
         let flushed = tokio::time::timeout(FLUSH_DEADLINE, aggregating)
             .await
             .is_ok();

@@ -42,6 +42,7 @@ pub struct Reloader {
     pub(super) live: Arc<ArcSwap<Config>>,
     pub(super) settings: Arc<ArcSwap<Settings>>,
     pub(super) forward: Forward,
+    pub(super) shadow: crate::shadow::Shadow,
     pub(super) tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
     pub(super) reloads: Counter,
     pub(super) failures: Counter,
@@ -168,6 +169,7 @@ impl Reloader {
         }
         // Everything is built; now publish. Requests in flight keep what they loaded.
         self.forward.replace(&new.upstream);
+        self.shadow.replace(new.shadow.as_ref());
         if let (Some(handle), Some(tls)) = (&self.tls, &new.server.tls) {
             handle.store(tls.clone());
         }

@@ -13,13 +13,13 @@ use tokio::sync::mpsc;
 use super::{
     Live, ModelLabels, Recent,
     engine::Observation,
-    live::{engine_config, refresh_gauges},
+    live::{engine_config, refresh_gauges, refresh_shadow_gauges},
     profiling::Profiling,
 };
 use crate::{
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestRecord, slo},
+    measure::{Pending, RequestRecord, Target, slo},
     metrics::Metrics,
 };
 
@@ -43,6 +43,8 @@ pub struct Aggregator {
     /// OpenTelemetry export (`[otlp]`); dropped when the aggregator ends, which makes the
     /// export tasks send what is left and stop.
     otlp: Option<crate::otlp::Exporter>,
+    /// Pairs of mirrored primaries and shadow answers, and the shadow's counters.
+    shadow: Option<(crate::shadow::Book, crate::shadow::ShadowMetrics)>,
 }
 
 impl Aggregator {
@@ -67,12 +69,23 @@ impl Aggregator {
             profiling,
             calibration: None,
             otlp: None,
+            shadow: None,
         }
     }
 
     /// Also records every judged request into the OpenTelemetry export.
     pub fn with_otlp(mut self, exporter: Option<crate::otlp::Exporter>) -> Aggregator {
         self.otlp = exporter;
+        self
+    }
+
+    /// Keeps shadow records apart, in `book`, and pairs mirrored primaries with them.
+    pub fn with_shadow(
+        mut self,
+        book: crate::shadow::Book,
+        metrics: crate::shadow::ShadowMetrics,
+    ) -> Aggregator {
+        self.shadow = Some((book, metrics));
         self
     }
 
@@ -110,6 +123,11 @@ impl Aggregator {
                         last_refresh = now;
                         engine.advance(now);
                         refresh_gauges(&engine, &self.config.load(), &self.metrics, now);
+                        if let Some((book, _)) = &self.shadow {
+                            let windows: Vec<(String, Duration)> =
+                                engine.windows().map(|(l, d)| (l.to_owned(), d)).collect();
+                            refresh_shadow_gauges(book, &windows, &self.metrics, now);
+                        }
                         if let Some(otlp) = &self.otlp
                             && otlp.exports_metrics()
                         {
@@ -146,6 +164,11 @@ impl Aggregator {
         };
         let (mut record, gaps) = pending.finish();
         let config = self.config.load();
+        if record.pairing.target == Target::Shadow {
+            slo::judge(&mut record, &config.slo);
+            self.shadow_answer(record, config.log.access_log);
+            return;
+        }
         if !slo::judge(&mut record, &config.slo) {
             self.passthrough(record, config.log.access_log);
             return;
@@ -185,7 +208,25 @@ impl Aggregator {
         if let Some(otlp) = &self.otlp {
             otlp.observe(&record, &model);
         }
+        if record.pairing.mirrored
+            && let Some((book, _)) = &self.shadow
+        {
+            book.note(&record);
+        }
         if config.log.access_log {
+            access_log(&record);
+        }
+        self.recent.push(Arc::new(record));
+    }
+
+    /// A candidate's answer to a mirrored copy: judged on its own, kept as a record, and
+    /// out of every view of the primary (metrics, attainment, capacity, drift, profiles).
+    fn shadow_answer(&mut self, record: RequestRecord, log: bool) {
+        if let Some((book, metrics)) = &self.shadow {
+            metrics.answered(record.outcome);
+            book.note(&record);
+        }
+        if log {
             access_log(&record);
         }
         self.recent.push(Arc::new(record));
@@ -207,6 +248,8 @@ fn access_log(r: &RequestRecord) {
     tracing::info!(
         target: "goodput::access",
         id = %r.id,
+        target = r.pairing.target.as_str(),
+        pair_id = r.pairing.pair_id.as_deref(),
         model = r.model.as_deref().unwrap_or("-"),
         api = r.api,
         stream = r.stream,

@@ -85,6 +85,35 @@ fn set_or_remove<L>(
     }
 }
 
+/// Refreshes the `target="shadow"` series of the attainment and goodput gauges from the
+/// shadow's answers, per configured window and class (and `overall`).
+pub fn refresh_shadow_gauges(
+    book: &crate::shadow::Book,
+    windows: &[(String, std::time::Duration)],
+    m: &Metrics,
+    now: Instant,
+) {
+    for (label, window) in windows {
+        let secs = window.as_secs_f64().max(1e-9);
+        for (class, t) in book.totals(*window, now) {
+            let labels = ClassWindow {
+                class,
+                window: label.clone(),
+                target: "shadow",
+            };
+            let attainment = (t.judged > 0).then(|| t.met as f64 / t.judged as f64);
+            set_or_remove(&m.attainment, labels.clone(), attainment);
+            set_or_remove(
+                &m.effective_tps,
+                labels.clone(),
+                Some(t.effective_tokens as f64 / secs),
+            );
+            set_or_remove(&m.raw_tps, labels.clone(), Some(t.raw_tokens as f64 / secs));
+            set_or_remove(&m.request_goodput, labels, Some(t.met as f64 / secs));
+        }
+    }
+}
+
 /// Refreshes every windowed gauge from the engine.
 pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &Metrics, now: Instant) {
     let g = engine.gauges(now);
@@ -93,6 +122,7 @@ pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &Metrics, now: Instant) 
             let labels = ClassWindow {
                 class: c.class.to_owned(),
                 window: w.window.to_owned(),
+                target: "primary",
             };
             set_or_remove(&m.attainment, labels.clone(), c.attainment);
             set_or_remove(

@@ -20,6 +20,7 @@ mod protocols;
 mod reload;
 mod replay;
 mod reuse_port;
+mod shadow;
 mod slo;
 mod smoke;
 mod tokenize;

@@ -195,11 +195,11 @@ async fn attainment_goodput_and_cost_equal_hand_computed_values() {
         let text = metrics(proxy.admin_addr).await;
         let fast = metric_value(
             &text,
-            r#"goodput_slo_attainment_ratio{class="fast",window="1m"}"#,
+            r#"goodput_slo_attainment_ratio{class="fast",window="1m",target="primary"}"#,
         );
         let slow = metric_value(
             &text,
-            r#"goodput_slo_attainment_ratio{class="slow",window="5m"}"#,
+            r#"goodput_slo_attainment_ratio{class="slow",window="5m",target="primary"}"#,
         );
         let cost = metric_value(
             &text,
@@ -209,7 +209,7 @@ async fn attainment_goodput_and_cost_equal_hand_computed_values() {
             assert!(
                 metric_value(
                     &text,
-                    r#"goodput_effective_output_tokens_per_second{class="fast",window="1m"}"#
+                    r#"goodput_effective_output_tokens_per_second{class="fast",window="1m",target="primary"}"#
                 )
                 .unwrap()
                     > 0.0

@@ -142,5 +142,6 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         tenant: None,
         slo_overrides: Default::default(),
         trace: None,
+        pairing: Default::default(),
     }
 }

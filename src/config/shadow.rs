@@ -1,0 +1,326 @@
+//! `[shadow]`: a candidate system that receives a mirrored share of the live generation
+//! traffic, measured and judged on its own beside the primary (docs/SHADOW.md). The
+//! file's section, its validation and the runtime value. Off when the section is absent.
+
+use std::{sync::Arc, time::Duration};
+
+use http::{HeaderName, HeaderValue, Uri, uri::Scheme};
+use serde::Deserialize;
+
+use super::{Problem, Upstream, file::humantime_serde, tls, upstream::UpstreamSection};
+
+/// Credentials a mirrored copy never carries unless told otherwise: the client's own
+/// credentials for the primary are no business of the candidate. `x-api-key` and
+/// `api-key` are the Anthropic and Azure OpenAI forms of the same thing.
+pub const DEFAULT_DROP_HEADERS: [&str; 4] = ["authorization", "cookie", "x-api-key", "api-key"];
+
+/// `[shadow]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShadowSection {
+    /// The candidate's base URL (`http://` or `https://`, like `upstream.url`).
+    pub url: Option<String>,
+    /// Mirror continuously; `false` keeps the candidate configured for
+    /// `[drift] shadow_on_trigger` only.
+    pub enabled: bool,
+    /// Fraction of the generation requests mirrored, 0 to 1.
+    pub share: f64,
+    /// Model globs a request must match to be mirrored (empty: every model).
+    pub models: Vec<String>,
+    /// SLO class globs a request must match to be mirrored (empty: every class).
+    pub classes: Vec<String>,
+    /// Mirrored requests under way at once; past it a request is not mirrored (counted).
+    pub max_in_flight: usize,
+    /// Deadline of one mirrored exchange, from sending to the answer's last byte.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// The model name the candidate is asked for instead of the client's.
+    pub model: Option<String>,
+    /// Request headers removed from the copy (hop-by-hop headers always are).
+    pub drop_headers: Vec<String>,
+    /// The candidate's own credential: `"Bearer …"` is sent as `authorization`;
+    /// `"name: value"` sets that header.
+    pub auth_header: Option<String>,
+    /// Trust roots for an `https://` candidate (default: the public web roots).
+    pub ca_file: Option<String>,
+    /// Speak HTTP/2 to the candidate (prior knowledge for `http://`, ALPN for `https://`).
+    pub http2: bool,
+}
+
+impl Default for ShadowSection {
+    fn default() -> Self {
+        Self {
+            url: None,
+            enabled: true,
+            // A tenth of the traffic gives a verdict within minutes at any real rate and
+            // does not double the candidate's load by surprise.
+            share: 0.1,
+            models: Vec::new(),
+            classes: Vec::new(),
+            max_in_flight: 64,
+            timeout: Duration::from_secs(120),
+            model: None,
+            drop_headers: DEFAULT_DROP_HEADERS
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+            auth_header: None,
+            ca_file: None,
+            http2: false,
+        }
+    }
+}
+
+/// The validated `[shadow]`.
+#[derive(Debug, Clone)]
+pub struct ShadowConfig {
+    /// The candidate, as an upstream (its timeouts and pool from `[upstream]`'s defaults).
+    pub target: Upstream,
+    pub enabled: bool,
+    pub share: f64,
+    pub models: Vec<String>,
+    pub classes: Vec<String>,
+    pub max_in_flight: usize,
+    pub timeout: Duration,
+    pub model: Option<String>,
+    pub drop_headers: Vec<HeaderName>,
+    pub auth_header: Option<(HeaderName, HeaderValue)>,
+}
+
+impl ShadowConfig {
+    /// Whether a change from `self` to `new` needs a new client for the candidate.
+    pub fn same_target(&self, new: &ShadowConfig) -> bool {
+        let (a, b) = (&self.target, &new.target);
+        a.scheme == b.scheme
+            && a.authority == b.authority
+            && a.http2 == b.http2
+            && Arc::ptr_eq(&a.tls, &b.tls)
+    }
+}
+
+/// The runtime `[shadow]`; `None` when the section is absent or has problems.
+pub fn validate_shadow(
+    s: Option<&ShadowSection>,
+    problems: &mut Vec<Problem>,
+) -> Option<ShadowConfig> {
+    let s = s?;
+    let before = problems.len();
+    if !(0.0..=1.0).contains(&s.share) || s.share.is_nan() {
+        problems.push(Problem::invalid("shadow.share", "must be between 0 and 1"));
+    }
+    if s.max_in_flight == 0 {
+        problems.push(Problem::invalid(
+            "shadow.max_in_flight",
+            "must be greater than zero",
+        ));
+    }
+    if s.timeout.is_zero() {
+        problems.push(Problem::invalid(
+            "shadow.timeout",
+            "must be greater than zero",
+        ));
+    }
+    if s.model.as_deref().is_some_and(str::is_empty) {
+        problems.push(Problem::invalid("shadow.model", "must not be empty"));
+    }
+    let drop_headers = s
+        .drop_headers
+        .iter()
+        .filter_map(|h| match HeaderName::try_from(h.as_str()) {
+            Ok(name) => Some(name),
+            Err(_) => {
+                problems.push(Problem::invalid(
+                    "shadow.drop_headers",
+                    format!("`{h}` is not a header name"),
+                ));
+                None
+            }
+        })
+        .collect();
+    let auth_header = s.auth_header.as_deref().and_then(|raw| {
+        let parsed = parse_auth(raw);
+        if parsed.is_none() {
+            problems.push(Problem::invalid(
+                "shadow.auth_header",
+                "must be a header value (`Bearer …`) or `name: value`",
+            ));
+        }
+        parsed
+    });
+    let target = target(s, problems);
+    if problems.len() > before {
+        return None;
+    }
+    Some(ShadowConfig {
+        target: target?,
+        enabled: s.enabled,
+        share: s.share,
+        models: s.models.clone(),
+        classes: s.classes.clone(),
+        max_in_flight: s.max_in_flight,
+        timeout: s.timeout,
+        model: s.model.clone(),
+        drop_headers,
+        auth_header,
+    })
+}
+
+/// The candidate as an upstream: its URL, TLS and protocol; timeouts and pool sizes are
+/// `[upstream]`'s defaults, the exchange as a whole is bounded by `shadow.timeout`.
+fn target(s: &ShadowSection, problems: &mut Vec<Problem>) -> Option<Upstream> {
+    let Some(raw) = s.url.as_deref() else {
+        problems.push(Problem::invalid(
+            "shadow.url",
+            "required when [shadow] is present",
+        ));
+        return None;
+    };
+    let uri: Uri = match raw.parse() {
+        Ok(uri) => uri,
+        Err(e) => {
+            problems.push(Problem::invalid("shadow.url", format!("`{raw}`: {e}")));
+            return None;
+        }
+    };
+    let https = match uri.scheme().map(Scheme::as_str) {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            problems.push(Problem::invalid(
+                "shadow.url",
+                format!("`{raw}` must start with http:// or https://"),
+            ));
+            return None;
+        }
+    };
+    let Some(authority) = uri.authority().cloned() else {
+        problems.push(Problem::invalid(
+            "shadow.url",
+            format!("`{raw}` has no host"),
+        ));
+        return None;
+    };
+    if uri.query().is_some() {
+        problems.push(Problem::invalid(
+            "shadow.url",
+            format!("`{raw}` must not have a query"),
+        ));
+    }
+    if s.ca_file.is_some() && !https {
+        problems.push(Problem::invalid(
+            "shadow.ca_file",
+            "only used with an https:// candidate",
+        ));
+    }
+    let tls = match tls::client_config_for("shadow.ca_file", s.ca_file.as_deref()) {
+        Ok(cfg) => Arc::new(cfg),
+        Err(p) => {
+            problems.push(p);
+            return None;
+        }
+    };
+    let d = UpstreamSection::default();
+    Some(Upstream {
+        scheme: if https { Scheme::HTTPS } else { Scheme::HTTP },
+        authority,
+        base_path: uri.path().trim_end_matches('/').to_owned(),
+        tls,
+        http2: s.http2,
+        preserve_host: false,
+        connect_timeout: d.connect_timeout,
+        response_header_timeout: s.timeout,
+        idle_timeout: s.timeout,
+        pool_idle_timeout: d.pool_idle_timeout,
+        pool_max_idle_per_host: s.max_in_flight,
+        max_connections: s.max_in_flight,
+        pool_wait_timeout: d.pool_wait_timeout,
+        http2_max_connections: 1,
+        http2_max_streams_per_connection: s.max_in_flight,
+    })
+}
+
+/// `"name: value"` sets that header; anything else is the value of `authorization`.
+fn parse_auth(raw: &str) -> Option<(HeaderName, HeaderValue)> {
+    let value = |v: &str| {
+        HeaderValue::from_str(v.trim())
+            .ok()
+            .filter(|v| !v.is_empty())
+    };
+    if let Some((name, rest)) = raw.split_once(':')
+        && let Ok(name) = HeaderName::try_from(name.trim())
+        && !name.as_str().contains(' ')
+    {
+        return Some((name, value(rest)?));
+    }
+    Some((http::header::AUTHORIZATION, value(raw)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml: &str) -> (Option<ShadowConfig>, Vec<String>) {
+        let section: ShadowSection = match toml::from_str(toml) {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        };
+        let mut problems = Vec::new();
+        let cfg = validate_shadow(Some(&section), &mut problems);
+        (cfg, problems.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn absent_is_off_and_defaults_are_documented_ones() {
+        assert!(validate_shadow(None, &mut Vec::new()).is_none());
+        let (cfg, problems) = parse("url = \"http://127.0.0.1:9/v\"");
+        assert!(problems.is_empty(), "{problems:?}");
+        let Some(cfg) = cfg else { panic!("valid") };
+        assert_eq!((cfg.share, cfg.max_in_flight, cfg.enabled), (0.1, 64, true));
+        assert_eq!(cfg.timeout, Duration::from_secs(120));
+        assert_eq!(cfg.target.base_path, "/v");
+        let dropped: Vec<&str> = cfg.drop_headers.iter().map(HeaderName::as_str).collect();
+        assert_eq!(dropped, DEFAULT_DROP_HEADERS);
+        assert!(cfg.auth_header.is_none());
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let (cfg, problems) = parse(
+            "url = \"ftp://x\"\nshare = 1.5\nmax_in_flight = 0\ntimeout = \"0s\"\n\
+             drop_headers = [\"bad header\"]\nmodel = \"\"",
+        );
+        assert!(cfg.is_none());
+        for key in [
+            "shadow.url",
+            "shadow.share",
+            "shadow.max_in_flight",
+            "shadow.timeout",
+            "shadow.drop_headers",
+            "shadow.model",
+        ] {
+            assert!(
+                problems.iter().any(|p| p.starts_with(key)),
+                "{key}: {problems:?}"
+            );
+        }
+        let (cfg, problems) = parse("share = 0.5");
+        assert!(cfg.is_none() && problems[0].starts_with("shadow.url"));
+    }
+
+    #[test]
+    fn auth_header_is_a_value_or_a_named_header() {
+        let (name, value) = parse_auth("Bearer sk-123").unwrap_or_else(|| panic!("valid"));
+        assert_eq!(
+            (name.as_str(), value.to_str().ok()),
+            ("authorization", Some("Bearer sk-123"))
+        );
+        let (name, value) = parse_auth("x-api-key: k:1").unwrap_or_else(|| panic!("valid"));
+        assert_eq!(
+            (name.as_str(), value.to_str().ok()),
+            ("x-api-key", Some("k:1"))
+        );
+        assert!(parse_auth("x-api-key:   ").is_none());
+        let (_, problems) = parse("url = \"http://127.0.0.1:9\"\nauth_header = \"\"");
+        assert!(problems[0].starts_with("shadow.auth_header"));
+    }
+}

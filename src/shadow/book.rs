@@ -1,0 +1,223 @@
+//! The pairing book: the aggregator notes each mirrored primary record and each shadow
+//! record (a few numbers, no content); `GET /api/v1/shadow` reads the pairs of a window.
+//! It holds at most [`KEEP`] pairs, the oldest going first.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use super::report::{Bar, RULE, Ratio, Side, SideStats, Verdict, verdict};
+use crate::{
+    config::Slo,
+    measure::{RequestRecord, Target},
+};
+
+/// Pairs kept at most: an hour at 5 mirrored requests per second, a few MiB.
+pub const KEEP: usize = 20_000;
+
+#[derive(Debug, Clone, Default)]
+pub struct Book {
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+#[derive(Debug, Default)]
+struct Ledger {
+    pairs: HashMap<String, Pair>,
+    order: VecDeque<String>,
+}
+
+#[derive(Debug, Default)]
+struct Pair {
+    class: String,
+    primary: Option<Side>,
+    shadow: Option<(Instant, Side)>,
+}
+
+impl Book {
+    /// Notes a judged record: a mirrored primary, or a shadow. Others are ignored.
+    pub fn note(&self, r: &RequestRecord) {
+        let key = match r.pairing.target {
+            Target::Primary if r.pairing.mirrored => r.id.clone(),
+            Target::Shadow => match &r.pairing.pair_id {
+                Some(id) => id.clone(),
+                None => return,
+            },
+            Target::Primary => return,
+        };
+        let side = Side {
+            outcome: r.outcome,
+            slo_met: r.slo_met,
+            ttft_ms: r.ttft_ms,
+            tpot_ms: r.tpot_ms,
+            e2e_ms: r.e2e_ms,
+            itl_ms: r.itl_ms.map(|i| i.p50),
+            output_tokens: r.output_tokens,
+        };
+        let Ok(mut ledger) = self.ledger.lock() else {
+            return;
+        };
+        let ledger = &mut *ledger;
+        let pair = ledger.pairs.entry(key.clone()).or_insert_with(|| {
+            ledger.order.push_back(key);
+            Pair::default()
+        });
+        if r.pairing.target == Target::Shadow {
+            if pair.class.is_empty() {
+                pair.class.clone_from(&r.slo_class);
+            }
+            pair.shadow = Some((r.finished_at.unwrap_or_else(Instant::now), side));
+        } else {
+            // The primary's class names the pair: the shadow is held to the same one.
+            pair.class.clone_from(&r.slo_class);
+            pair.primary = Some(side);
+        }
+        while ledger.order.len() > KEEP {
+            if let Some(old) = ledger.order.pop_front() {
+                ledger.pairs.remove(&old);
+            }
+        }
+    }
+
+    /// Counts of the shadow answers that finished within `window` before `now`, per class
+    /// and `overall`, for the gauges.
+    pub fn totals(&self, window: Duration, now: Instant) -> Vec<(String, Totals)> {
+        let Ok(ledger) = self.ledger.lock() else {
+            return Vec::new();
+        };
+        let since = now.checked_sub(window);
+        let mut by_class: HashMap<&str, Totals> = HashMap::new();
+        let mut overall = Totals::default();
+        for pair in ledger.pairs.values() {
+            let Some((at, s)) = &pair.shadow else {
+                continue;
+            };
+            if since.is_some_and(|t| *at < t) || *at > now {
+                continue;
+            }
+            by_class.entry(&pair.class).or_default().add(s);
+            overall.add(s);
+        }
+        let mut out: Vec<(String, Totals)> = by_class
+            .into_iter()
+            .map(|(c, t)| (c.to_owned(), t))
+            .collect();
+        if !out.is_empty() {
+            out.push(("overall".to_owned(), overall));
+        }
+        out
+    }
+
+    /// The report of the pairs whose shadow finished within `window` before `now`.
+    pub fn report(&self, window: Duration, now: Instant, slo: &Slo) -> Vec<ClassReport> {
+        let Ok(ledger) = self.ledger.lock() else {
+            return Vec::new();
+        };
+        let since = now.checked_sub(window);
+        let mut by_class: HashMap<&str, Vec<(&Side, &Side)>> = HashMap::new();
+        for pair in ledger.pairs.values() {
+            let (Some(primary), Some((at, shadow))) = (&pair.primary, &pair.shadow) else {
+                continue;
+            };
+            if since.is_some_and(|s| *at < s) || *at > now {
+                continue;
+            }
+            by_class
+                .entry(&pair.class)
+                .or_default()
+                .push((primary, shadow));
+        }
+        let window_s = window.as_secs_f64();
+        let mut out: Vec<ClassReport> = by_class
+            .into_iter()
+            .map(|(class, pairs)| ClassReport::of(class, &pairs, window_s, slo))
+            .collect();
+        out.sort_by(|a, b| a.class.cmp(&b.class));
+        out
+    }
+}
+
+/// Shadow answers of a window, counted for the gauges.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Totals {
+    pub judged: u64,
+    pub met: u64,
+    pub effective_tokens: u64,
+    pub raw_tokens: u64,
+}
+
+impl Totals {
+    fn add(&mut self, s: &Side) {
+        let tokens = s.output_tokens.unwrap_or(0);
+        self.raw_tokens += tokens;
+        if let Some(met) = s.slo_met {
+            self.judged += 1;
+            if met {
+                self.met += 1;
+                self.effective_tokens += tokens;
+            }
+        }
+    }
+}
+
+/// One class in `GET /api/v1/shadow`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassReport {
+    pub class: String,
+    pub attainment_target: f64,
+    pub primary: SideStats,
+    pub shadow: SideStats,
+    /// Per-request shadow/primary ratios over the pairs both answered (`ok`).
+    pub ttft_ratio: Ratio,
+    pub tpot_ratio: Ratio,
+    pub verdict: Verdict,
+    pub reason: String,
+    pub rule: &'static str,
+}
+
+impl ClassReport {
+    fn of(class: &str, pairs: &[(&Side, &Side)], window_s: f64, slo: &Slo) -> ClassReport {
+        let cfg = slo
+            .classes
+            .iter()
+            .find(|c| c.name == class)
+            .unwrap_or(&slo.default);
+        let answered = || {
+            pairs.iter().filter(|(p, s)| {
+                p.outcome == crate::measure::Outcome::Ok && s.outcome == crate::measure::Outcome::Ok
+            })
+        };
+        let ratio = |f: fn(&Side) -> Option<f64>| {
+            Ratio::of(
+                answered()
+                    .filter_map(|(p, s)| match (f(p), f(s)) {
+                        (Some(p), Some(s)) if p > 0.0 => Some(s / p),
+                        _ => None,
+                    })
+                    .collect(),
+            )
+        };
+        let (verdict, reason) = verdict(
+            pairs,
+            Bar {
+                attainment: cfg.attainment,
+                error_rate_max: cfg.error_rate_max,
+                min_pairs: slo.min_samples.max(1),
+            },
+        );
+        ClassReport {
+            class: class.to_owned(),
+            attainment_target: cfg.attainment,
+            primary: SideStats::of(pairs.iter().map(|(p, _)| *p), window_s),
+            shadow: SideStats::of(pairs.iter().map(|(_, s)| *s), window_s),
+            ttft_ratio: ratio(|s| s.ttft_ms),
+            tpot_ratio: ratio(|s| s.tpot_ms),
+            verdict,
+            reason,
+            rule: RULE,
+        }
+    }
+}

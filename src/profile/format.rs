@@ -80,6 +80,10 @@ pub struct Header {
     pub contract: Contract,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anonymized: Option<Anonymized>,
+    /// Only in drift snapshots: the shadow verdict per SLO class when the snapshot was
+    /// written (`{"window_s", "classes": {CLASS: VERDICT}}`), when a `[shadow]` is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Value>,
     /// Fields this build does not know (a newer writer); ignored, reported by readers.
     #[serde(flatten, skip_serializing)]
     pub extra: BTreeMap<String, Value>,
@@ -97,6 +101,7 @@ impl Header {
             block,
             contract: contract.clone(),
             anonymized: None,
+            shadow: None,
             extra: BTreeMap::new(),
         }
     }

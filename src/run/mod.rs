@@ -194,7 +194,13 @@ fn start_on_from(
     let (counting, rx) = Stage::new(rx, live.clone(), fallbacks);
     let slo_view = Live::new(&cfg);
     let drift_view = DriftView::default();
-    let profiling = Profiling::start(&cfg, &metrics, drift_view.clone());
+    let shadow = Shadow::new(live.clone(), &recorder, shadow_metrics.clone());
+    let book = Book::default();
+    let profiling =
+        Profiling::start(&cfg, &metrics, drift_view.clone()).with_shadow(crate::shadow::View {
+            shadow: shadow.clone(),
+            book: book.clone(),
+        });
     let proxy_totals = Arc::new(ProxyTotals::default());
     let calibration_view = CalibrationView::default();
     let calibrator = Calibrator::new(
@@ -221,8 +227,6 @@ fn start_on_from(
     )
     .with_calibration(proxy_totals)
     .with_otlp(otlp);
-    let shadow = Shadow::new(live.clone(), &recorder, shadow_metrics.clone());
-    let book = Book::default();
     let aggregator = aggregator.with_shadow(book.clone(), shadow_metrics);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer =

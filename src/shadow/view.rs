@@ -34,6 +34,24 @@ pub struct ShadowReport {
 }
 
 impl View {
+    /// The verdict per class over `window`, for a drift snapshot's header; `None` when no
+    /// `[shadow]` is configured.
+    pub fn verdicts(&self, window: Duration, slo: &Slo) -> Option<serde_json::Value> {
+        if !self.shadow.state().configured {
+            return None;
+        }
+        let classes: serde_json::Map<String, serde_json::Value> = self
+            .book
+            .report(window, Instant::now(), slo)
+            .into_iter()
+            .map(|c| (c.class, serde_json::json!(c.verdict)))
+            .collect();
+        Some(serde_json::json!({
+            "window_s": window.as_secs_f64(),
+            "classes": classes,
+        }))
+    }
+
     pub fn report(&self, window: Duration, slo: &Slo) -> ShadowReport {
         let state = self.shadow.state();
         ShadowReport {

@@ -30,6 +30,8 @@ pub struct Profiling {
     webhook: Option<Webhook>,
     view: DriftView,
     last_evaluation: Instant,
+    /// The shadow a fired trigger may switch on, and whose verdict a snapshot records.
+    shadow: Option<crate::shadow::View>,
 }
 
 impl Profiling {
@@ -62,7 +64,15 @@ impl Profiling {
             webhook,
             view,
             last_evaluation: Instant::now(),
+            shadow: None,
         }
+    }
+
+    /// Lets a fired trigger switch `shadow` on (`[drift] shadow_on_trigger`) and snapshots
+    /// record its verdict.
+    pub fn with_shadow(mut self, shadow: crate::shadow::View) -> Profiling {
+        self.shadow = Some(shadow);
+        self
     }
 
     /// Whether lines are wanted at all (so the aggregator can skip reading bodies).
@@ -110,7 +120,17 @@ impl Profiling {
         }
         if status.fired() {
             let lines: Vec<ProfileLine> = monitor.window_lines().cloned().collect();
-            let header = self.anon.header(SystemTime::now(), &cfg.profile.contract);
+            let mut header = self.anon.header(SystemTime::now(), &cfg.profile.contract);
+            if let Some(shadow) = &self.shadow {
+                if let Some(on_for) = drift.shadow_on_trigger {
+                    shadow.shadow.switch_on_for(on_for);
+                    tracing::warn!(
+                        for_s = on_for.as_secs(),
+                        "shadow switched on by the re-acceptance trigger"
+                    );
+                }
+                header.shadow = shadow.verdicts(drift.window, &cfg.slo);
+            }
             let dir = drift.snapshot_dir.clone();
             tokio::task::spawn_blocking(move || match write_snapshot(&dir, &header, &lines) {
                 Ok(path) => {

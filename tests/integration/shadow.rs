@@ -338,3 +338,91 @@ async fn a_body_over_the_inspection_limit_is_not_mirrored() {
     assert!(candidate.requests().await.is_empty());
     proxy.shutdown().await;
 }
+
+/// A baseline of `n` short answers (8 output tokens), as a profile file.
+fn short_baseline(n: usize) -> String {
+    let mut text = String::from(
+        r#"{"type":"header","format":"goodput-profile","version":1,"started_at":"2026-12-02T15:30:00.000Z","salt_id":"0000000000000000","goodput_version":"0.1.0","block":{"unit":"bytes","size":2048},"contract":{}}"#,
+    );
+    for i in 0..n {
+        text.push_str(&format!(
+            "\n{{\"t_ms\":{},\"model\":\"test-model\",\"api\":\"chat_completions\",\"stream\":true,\"input_tokens\":12,\"input_tokens_source\":\"usage\",\"output_tokens\":8,\"output_tokens_source\":\"usage\",\"max_tokens\":8,\"outcome\":\"ok\",\"status\":200,\"slo_class\":\"interactive\",\"slo_met\":true,\"ttft_ms\":30.0,\"tpot_ms\":1.0,\"e2e_ms\":40.0}}",
+            i * 100
+        ));
+    }
+    text.push('\n');
+    text
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drift_trigger_switches_a_disabled_shadow_on_and_the_snapshot_names_its_verdict() {
+    let dir = crate::common::temp::TempDir::new("shadow-drift");
+    let baseline = dir.write("base.jsonl", &short_baseline(40)).unwrap();
+    let (_primary, upstream) = start_sim(fast_sim(1.0, 0.0)).await;
+    let candidate = FakeUpstream::start(primary_script().0).await;
+    let toml = format!(
+        r#"{}
+[drift]
+baseline = "{}"
+every = "100ms"
+min_samples = 20
+fire_after = 1
+shadow_on_trigger = "30m"
+"#,
+        shadow_config(&candidate.url(), "enabled = false"),
+        baseline.display()
+    );
+    let proxy = proxy_with(&upstream, &toml).await;
+    // Long answers where the baseline had short ones: output length drifts.
+    let long = serde_json::json!({
+        "model": "test-model",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 200,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    })
+    .to_string();
+    for _ in 0..25 {
+        let (status, _) = post_collect(
+            &client(),
+            &format!("http://{}/v1/chat/completions", proxy.proxy_addr),
+            long.clone(),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    assert_eq!(shadow_report(&proxy).await["configured"], true);
+    let report = report_when(&proxy, |r| r["enabled"] == true).await;
+    assert!(report["switched_on_for_s"].as_f64().unwrap() > 60.0);
+    // Disabled until then: the candidate saw nothing; from now on it gets copies.
+    assert!(candidate.requests().await.is_empty());
+    let (status, _, _) = chat(&proxy, "after-trigger").await;
+    assert_eq!(status, 200);
+    let copies = candidate.wait_requests(1, T).await;
+    assert_eq!(copies[0].header("x-request-id"), Some("after-trigger"));
+    // The snapshot written when the trigger fired records the shadow's verdicts.
+    // (written off the aggregator's task, so it may land a moment after the switch-on).
+    let deadline = tokio::time::Instant::now() + T;
+    let snapshot = loop {
+        let found = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .find(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with("goodput-snapshot-") && e.metadata().is_ok_and(|m| m.len() > 0)
+            });
+        if let Some(entry) = found {
+            break entry.path();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no snapshot written"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let text = std::fs::read_to_string(snapshot).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(header["shadow"]["window_s"], 3600.0, "{header}");
+    assert!(header["shadow"]["classes"].is_object());
+    proxy.shutdown().await;
+}

@@ -122,6 +122,7 @@ async fn with_a_token_the_page_is_the_form_and_the_apis_need_the_token() {
         "/api/v1/drift?optional=true",
         "/api/v1/calibration",
         "/api/v1/requests?limit=50",
+        "/api/v1/shadow",
     ] {
         assert_eq!(get(admin, api, None).await.0, 401, "{api}");
         assert_eq!(get(admin, api, Some(&right)).await.0, 200, "{api}");

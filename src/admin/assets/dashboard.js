@@ -274,13 +274,42 @@
     box.replaceChildren(...kids);
   }
 
+  function renderShadow(sh) {
+    const box = $("shadow");
+    if (!sh || !sh.configured) { empty(box, "no candidate configured ([shadow] url)"); return; }
+    const drops = Object.entries(sh.dropped || {}).filter(([, n]) => n > 0).map(([k, n]) => k + " " + int(n)).join(", ");
+    const head = el("div", { class: sh.enabled ? "good" : "muted" },
+      (sh.enabled ? "mirroring " + pct(sh.share) + " of generation requests" : "off (enabled = false)") +
+      (sh.switched_on_for_s ? " · switched on by drift for " + int(sh.switched_on_for_s / 60) + " more min" : "") +
+      " · dropped: " + (drops || "none"));
+    if (!sh.classes.length) { box.replaceChildren(head, el("div", { class: "empty" }, "no pairs in the window yet")); return; }
+    const t = el("table", {}, el("thead", {}, el("tr", {}, ...["class", "pairs", "attainment (primary / shadow)", "goodput tok/s", "TTFT p95", "TPOT p95", "output p50", "TTFT ratio (median, 95% CI)", "verdict"].map((h) => el("th", {}, h)))));
+    const tb = el("tbody");
+    const both = (a, b, f) => f(a) + " / " + f(b);
+    for (const c of sh.classes) {
+      const r = c.ttft_ratio.median;
+      const ratio = r.value === null ? "–" : num(r.value, 2) + "×" + (r.ci95 ? " [" + num(r.ci95[0], 2) + ", " + num(r.ci95[1], 2) + "]" : "");
+      const cls = c.verdict === "pass" ? "good" : c.verdict === "fail" ? "bad" : "muted";
+      tb.append(el("tr", { title: c.reason },
+        el("td", {}, c.class), el("td", {}, int(c.shadow.requests)),
+        el("td", {}, both(c.primary.attainment, c.shadow.attainment, (v) => (v === null ? "–" : pct(v)))),
+        el("td", {}, both(c.primary.effective_goodput_tps, c.shadow.effective_goodput_tps, (v) => num(v, 1))),
+        el("td", {}, both(c.primary.ttft_ms.p95, c.shadow.ttft_ms.p95, ms)),
+        el("td", {}, both(c.primary.tpot_ms.p95, c.shadow.tpot_ms.p95, ms)),
+        el("td", {}, both(c.primary.output_tokens.p50, c.shadow.output_tokens.p50, int)),
+        el("td", {}, ratio), el("td", { class: cls }, c.verdict)));
+    }
+    t.append(tb);
+    box.replaceChildren(head, t, el("div", { class: "muted" }, "verdict: " + sh.rule));
+  }
+
   function renderRecent(r) {
     const body = $("recent");
     const rows = r.requests.slice().reverse();
     if (!rows.length) { body.replaceChildren(el("tr", {}, el("td", { colspan: "13", class: "empty" }, "no requests yet"))); return; }
     body.replaceChildren(...rows.map((q) => el("tr", {},
       el("td", {}, (q.started_at || "").replace("T", " ").replace(/\.\d+Z$/, "Z")),
-      el("td", {}, q.model || "–"), el("td", {}, q.api + (q.stream ? " · stream" : "")), el("td", {}, q.status === null ? "–" : q.status),
+      el("td", {}, (q.model || "–") + (q.target === "shadow" ? " · shadow" : "")), el("td", {}, q.api + (q.stream ? " · stream" : "")), el("td", {}, q.status === null ? "–" : q.status),
       el("td", { class: q.outcome === "ok" ? "" : "bad" }, q.outcome), el("td", {}, q.slo_class || "–"),
       el("td", { class: q.slo_met === true ? "good" : q.slo_met === false ? "bad" : "muted" }, q.slo_met === true ? "met" : q.slo_met === false ? "missed" + (q.slo_miss_reason ? " (" + q.slo_miss_reason + ")" : "") : "–"),
       el("td", {}, ms(q.ttft_ms)), el("td", {}, ms(q.tpot_ms)), el("td", {}, ms(q.e2e_ms)),
@@ -300,9 +329,10 @@
   }
   async function poll() {
     try {
-      const [s, cap, t, d, cal, r] = await Promise.all([
+      const [s, cap, t, d, cal, r, sh] = await Promise.all([
         api("/api/v1/summary"), api("/api/v1/capacity", true), api("/api/v1/timeline?limit=180"),
         api("/api/v1/drift?optional=true"), api("/api/v1/calibration", true), api("/api/v1/requests?limit=50"),
+        api("/api/v1/shadow", true),
       ]);
       $("login").classList.add("hidden");
       $("dash").classList.remove("hidden");
@@ -312,6 +342,7 @@
       renderCapacity(cap);
       renderDrift(d);
       renderAttribution(s, cal);
+      renderShadow(sh);
       renderRecent(r);
       state.summary = s;
       state.polls += 1;

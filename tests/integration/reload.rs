@@ -220,3 +220,46 @@ async fn a_configmap_symlink_swap_is_reloaded() {
     assert_eq!(recs[0]["slo_class"], "strict");
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_turns_the_shadow_on_changes_its_share_and_turns_it_off() {
+    let (_sim, sim_url) = start_sim(fast_sim(1.0, 0.0)).await;
+    let candidate = FakeUpstream::start(Script::response(
+        200,
+        &[("content-type", "application/json")],
+        b"{}",
+    ))
+    .await;
+    let (_dir, path) = temp_config("shadow", &file_text(&sim_url, ""));
+    let proxy = start_reloadable(&path).await;
+    let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
+    let client = client();
+    let send = || async {
+        let (status, _) = post_collect(&client, &url, chat_body(false, 4, false)).await;
+        assert_eq!(status, 200);
+    };
+    send().await;
+    let shadow = |share: f64| {
+        file_text(
+            &sim_url,
+            &format!("[shadow]\nurl = \"{}\"\nshare = {share}\n", candidate.url()),
+        )
+    };
+    std::fs::write(&path, shadow(1.0)).unwrap();
+    proxy.reloader.as_ref().unwrap().reload().unwrap();
+    send().await;
+    send().await;
+    candidate.wait_requests(2, T).await;
+    std::fs::write(&path, shadow(0.0)).unwrap();
+    proxy.reloader.as_ref().unwrap().reload().unwrap();
+    send().await;
+    std::fs::write(&path, file_text(&sim_url, "")).unwrap();
+    proxy.reloader.as_ref().unwrap().reload().unwrap();
+    send().await;
+    // Every client request was answered; only the two sent while share was 1 were copied.
+    let recs = wait_records(proxy.admin_addr, 7, T).await;
+    assert_eq!(recs.iter().filter(|r| r["target"] == "primary").count(), 5);
+    assert_eq!(recs.iter().filter(|r| r["target"] == "shadow").count(), 2);
+    assert_eq!(candidate.requests().await.len(), 2);
+    proxy.shutdown().await;
+}

@@ -157,7 +157,7 @@ pub async fn run(
 
 /// `n` streams at once (started a fraction of an ITL apart so their events interleave as
 /// independent users' do), `sequential` times over.
-async fn batch(
+pub async fn batch(
     c: &HttpClient,
     addr: SocketAddr,
     prefix: &str,
@@ -194,7 +194,7 @@ pub fn truth_by_id(sim: &Sim, prefix: &str) -> HashMap<String, Truth> {
 }
 
 /// (every content event's latency vs the timetable, its exact transit), µs.
-fn timings(s: &Stream, t: &Truth) -> Option<(Vec<f64>, Vec<f64>)> {
+pub fn timings(s: &Stream, t: &Truth) -> Option<(Vec<f64>, Vec<f64>)> {
     let tokens = t.events as usize;
     if tokens == 0 {
         return None;

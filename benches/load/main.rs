@@ -6,7 +6,7 @@
 //! cargo bench --bench load               # 5 rounds (about 8 minutes)
 //! ```
 //!
-//! Flags: `--quick`, `--rounds N`, `--only latency,throughput,requests,memory,streams-10k`,
+//! Flags: `--quick`, `--rounds N`, `--only latency,throughput,requests,memory,shadow,streams-10k`,
 //! `--no-usage`
 //! (clients do not ask for `include_usage`, so goodput counts tokens itself),
 //! `--out FILE` (default `target/goodput-bench/load.json`), `--goodput PATH` (measure
@@ -32,6 +32,7 @@ mod plain;
 mod procs;
 mod report;
 mod requests;
+mod shadow;
 mod stats;
 mod streams;
 mod throughput;
@@ -58,7 +59,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench load -- [--quick] [--rounds N] \
-                     [--only latency,throughput,requests,memory,streams-10k] [--no-usage] \
+                     [--only latency,throughput,requests,memory,shadow,streams-10k] [--no-usage] \
                      [--out FILE] \
                      [--goodput PATH | --plain-hyper] [--goodput-config FILE]";
 
@@ -276,6 +277,13 @@ async fn scenarios(env: &Env, args: &Args, streams: Option<usize>) -> Result<Res
         let (_sim, addr) = env.start_sim(memory::sim_config())?;
         eprintln!("load: memory, {} idle streams", memory::STREAMS);
         results.memory = Some(memory::run(env, addr).await?);
+    }
+    if wants("shadow") {
+        eprintln!(
+            "load: shadow, {} streams, goodput with and without a shadow",
+            shadow::STREAMS
+        );
+        results.shadow = Some(shadow::run(env).await?);
     }
     if let Some(n) = streams.filter(|n| *n > 0) {
         results.streams = Some(streams::run(env, n).await?);

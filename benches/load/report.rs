@@ -19,6 +19,7 @@ pub struct Results {
     pub memory: Option<BTreeMap<PathKind, Vec<MemRound>>>,
     pub requests: Option<crate::requests::RequestsOut>,
     pub streams: Option<crate::streams::StreamsOut>,
+    pub shadow: Option<crate::shadow::ShadowOut>,
     pub load_before: String,
     pub load_after: String,
 }
@@ -167,6 +168,10 @@ pub fn render(env: &Env, r: &Results) -> (String, Value) {
     }
     accuracy_rows(&mut t, &mut objects, &mut targets, &r.latency);
     t.0.push_str(&requests_table);
+    if let Some(sh) = &r.shadow {
+        t.0.push_str(&sh.table);
+        objects.push(sh.json.clone());
+    }
     let _ = writeln!(t.0, "\ntargets (2 cores, ratios from this run)");
     for tg in &targets {
         let verdict = match tg.met {

@@ -307,6 +307,55 @@ mod tests {
         assert!(cfg.is_none() && problems[0].starts_with("shadow.url"));
     }
 
+    /// The example's commented-out `[shadow]` section: every key is there, and
+    /// uncommented (without `ca_file`, which names a file) it loads.
+    #[test]
+    fn the_example_config_documents_every_key() {
+        let text = include_str!("../../config/goodput.example.toml");
+        let Some(section) = text.split("\n# [shadow]\n").nth(1) else {
+            panic!("the example has a commented-out [shadow] section")
+        };
+        let section = section.split("\n\n").next().unwrap_or(section);
+        let settings: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| {
+                l.split_once(" = ").is_some_and(|(k, _)| {
+                    k.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                })
+            })
+            .collect();
+        let keys = [
+            "url",
+            "enabled",
+            "share",
+            "models",
+            "classes",
+            "max_in_flight",
+            "timeout",
+            "model",
+            "drop_headers",
+            "auth_header",
+            "ca_file",
+            "http2",
+        ];
+        for key in keys {
+            assert!(
+                settings.iter().any(|l| l.starts_with(&format!("{key} = "))),
+                "shadow.{key} is not in the example's [shadow] section"
+            );
+        }
+        let uncommented: String = settings
+            .iter()
+            .filter(|l| !l.starts_with("ca_file"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let (cfg, problems) = parse(&uncommented.replace("https://", "http://"));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(cfg.is_some());
+    }
+
     #[test]
     fn auth_header_is_a_value_or_a_named_header() {
         let (name, value) = parse_auth("Bearer sk-123").unwrap_or_else(|| panic!("valid"));

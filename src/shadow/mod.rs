@@ -25,7 +25,10 @@ use std::{
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
-use http::{HeaderMap, Method, header::HOST};
+use http::{
+    HeaderMap, Method,
+    header::{EXPECT, HOST},
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 pub use book::Book;
@@ -49,7 +52,9 @@ struct Inner {
     /// The live configuration (SLO classes for `shadow.classes`, tokenizer, limits).
     config: Arc<ArcSwap<Config>>,
     /// Shadow records go to the aggregator through here, counted apart from the primary's.
-    recorder: Recorder,
+    /// Taken out at [`Shadow::stop`]: the aggregator ends once every sender is gone, and
+    /// this handle also lives inside the aggregator (drift snapshots).
+    recorder: ArcSwapOption<Recorder>,
     metrics: ShadowMetrics,
     /// Until when a re-acceptance trigger switched a disabled shadow on.
     forced_until: Mutex<Option<Instant>>,
@@ -80,7 +85,7 @@ impl Shadow {
         let shadow = Shadow {
             inner: Arc::new(Inner {
                 active: ArcSwapOption::empty(),
-                recorder: recorder.apart(metrics.in_flight.clone()),
+                recorder: ArcSwapOption::from_pointee(recorder.apart(metrics.in_flight.clone())),
                 config: config.clone(),
                 metrics,
                 forced_until: Mutex::new(None),
@@ -144,8 +149,10 @@ impl Shadow {
         &self.inner.metrics
     }
 
-    /// Ends every copy under way (the proxy is stopping); each is counted as dropped.
+    /// Ends every copy under way (the proxy is stopping); each is counted as dropped, and
+    /// no copy is sent any more.
     pub fn stop(&self) {
+        self.inner.recorder.store(None);
         self.inner.stop.send_replace(true);
     }
 
@@ -185,6 +192,8 @@ impl Mirror for Shadow {
         let mut headers = head.parts.headers.clone();
         crate::proxy::strip_hop_by_hop(&mut headers, false);
         headers.remove(HOST);
+        // The body is sent whole at once; a copy has no reason to wait for a 100.
+        headers.remove(EXPECT);
         for name in &active.cfg.drop_headers {
             headers.remove(name);
         }

@@ -58,10 +58,13 @@ pub(super) async fn run(
         return;
     };
     let mut stop = shadow.stop.subscribe();
-    if *stop.borrow() {
-        shadow.metrics.dropped(DropReason::Shutdown);
-        return;
-    }
+    let recorder = match shadow.recorder.load_full() {
+        Some(r) if !*stop.borrow() => (*r).clone(),
+        _ => {
+            shadow.metrics.dropped(DropReason::Shutdown);
+            return;
+        }
+    };
     let config = shadow.config.load();
     let t_sent = Instant::now();
     let deadline = tokio::time::Instant::now() + active.cfg.timeout;
@@ -75,7 +78,7 @@ pub(super) async fn run(
         ..RequestCapture::default()
     });
     let mut tap = Tap::new(
-        shadow.recorder.clone(),
+        recorder,
         format!("{}:shadow", job.pair_id),
         t_sent,
         job.api,

@@ -382,7 +382,9 @@ shadow_on_trigger = "30m"
         "stream_options": {"include_usage": true},
     })
     .to_string();
-    for _ in 0..25 {
+    // Exactly min_samples requests, one after the other: drift can only fire once the last
+    // has finished, so none of them can have been mirrored.
+    for _ in 0..20 {
         let (status, _) = post_collect(
             &client(),
             &format!("http://{}/v1/chat/completions", proxy.proxy_addr),

@@ -5,7 +5,7 @@ use super::*;
 /// The contract field set of a record (the records API), then the fields later
 /// capabilities added (TTFO from the dialects; the SLO verdict; the finish reason; whether
 /// the terminal event was delivered).
-const RECORD_FIELDS: [&str; 25] = [
+const RECORD_FIELDS: [&str; 27] = [
     "id",
     "clock",
     "started_at",
@@ -31,6 +31,8 @@ const RECORD_FIELDS: [&str; 25] = [
     "slo_met",
     "slo_miss_reason",
     "finish_reason",
+    "target",
+    "pair_id",
 ];
 
 #[tokio::test]
@@ -120,6 +122,11 @@ async fn metrics_and_records_api_agree_with_the_traffic() {
     assert_eq!(r["id"], "m2", "newest last");
     let keys: BTreeSet<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(keys, RECORD_FIELDS.into_iter().collect::<BTreeSet<_>>());
+    // Without a shadow every record is the primary's.
+    assert_eq!(
+        (r["target"].as_str(), r["pair_id"].is_null()),
+        (Some("primary"), true)
+    );
     assert!(
         ["kernel", "user"].contains(&r["clock"].as_str().unwrap()),
         "{r}"

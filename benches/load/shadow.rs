@@ -76,6 +76,10 @@ pub async fn run(env: &Env) -> Result<ShadowOut> {
             let prefix = format!("sh-{p}-r{round}-");
             let cpu_before = proxy(p).map(Proxy::cpu_seconds);
             let results = latency::batch(&http, addr(p), &prefix, STREAMS, 1, ask).await;
+            // The copies end about when the streams do: their CPU belongs to this batch.
+            if p == "goodput+shadow" {
+                copies_done(&http, shadowed.admin).await;
+            }
             let cpu = cpu_before
                 .zip(proxy(p).map(Proxy::cpu_seconds))
                 .map(|(a, b)| b - a);
@@ -108,6 +112,27 @@ fn start(env: &Env, upstream: SocketAddr, tag: &str, extra: &str) -> Result<Prox
     tokio::task::block_in_place(|| {
         procs::start_goodput(&env.goodput_bin, "serve", &dir, upstream, &config)
     })
+}
+
+/// Waits (up to 10 s) until no copy is under way.
+async fn copies_done(http: &client::HttpClient, admin: Option<SocketAddr>) {
+    let Some(admin) = admin else { return };
+    for _ in 0..200 {
+        let Ok(req) = http::Request::get(format!("http://{admin}/metrics"))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+        else {
+            return;
+        };
+        if let Ok(resp) = http.request(req).await
+            && let Ok(body) = http_body_util::BodyExt::collect(resp.into_body()).await
+            && String::from_utf8_lossy(&body.to_bytes())
+                .lines()
+                .any(|l| l == "goodput_shadow_in_flight_requests 0")
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// Shadow records the shadowed goodput kept (its recent ring), for the report.

@@ -428,3 +428,45 @@ shadow_on_trigger = "30m"
     assert!(header["shadow"]["classes"].is_object());
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_requests_matching_the_model_and_class_globs_are_mirrored() {
+    let (script, _) = primary_script();
+    let primary = FakeUpstream::start(script.clone()).await;
+    let candidate = FakeUpstream::start(script).await;
+    let toml = format!(
+        r#"
+[[slo.class]]
+name = "batch"
+match = {{ model = "batch-*" }}
+ttft_ms = 5000
+[[slo.class]]
+name = "interactive"
+match = {{ api = "chat" }}
+ttft_ms = 300
+[shadow]
+url = "{}"
+share = 1.0
+models = ["test-*", "batch-*"]
+classes = ["inter*"]
+"#,
+        candidate.url()
+    );
+    let proxy = proxy_with(&primary.url(), &toml).await;
+    let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
+    let with_model = |model: &str| chat_body(true, 8, true).replace("test-model", model);
+    // Not mirrored: another model; a matching model in another class. Sent first, so a
+    // copy taken by mistake would reach the candidate before the right one.
+    post_collect(&client(), &url, with_model("other-model")).await;
+    post_collect(&client(), &url, with_model("batch-model")).await;
+    // Mirrored: model and class both match.
+    post_collect(&client(), &url, with_model("test-model")).await;
+    let recs = wait_records(proxy.admin_addr, 4, T).await;
+    let shadows: Vec<&Value> = recs.iter().filter(|r| r["target"] == "shadow").collect();
+    assert_eq!(shadows.len(), 1, "{recs:#?}");
+    assert_eq!(shadows[0]["model"], "test-model");
+    let copies = candidate.requests().await;
+    assert_eq!(copies.len(), 1);
+    assert!(copies[0].body_text().contains("test-model"));
+    proxy.shutdown().await;
+}

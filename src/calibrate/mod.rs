@@ -22,7 +22,7 @@
 mod attribution;
 mod compare;
 mod engines;
-mod exposition;
+pub mod exposition;
 mod proxy;
 mod scraper;
 

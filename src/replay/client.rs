@@ -82,6 +82,25 @@ impl Target {
         })
     }
 
+    /// The models list: the API root + `/models`.
+    pub fn models_url(&self) -> String {
+        format!("{}/models", self.root)
+    }
+
+    /// Scheme and authority, where engines serve their version endpoints.
+    pub fn origin(&self) -> String {
+        let after = self.root.find("://").map_or(0, |i| i + 3);
+        let end = self.root[after..]
+            .find('/')
+            .map_or(self.root.len(), |i| after + i);
+        self.root[..end].to_owned()
+    }
+
+    /// The `Authorization` value sent with every request (`--api-key-env`).
+    pub fn auth(&self) -> Option<HeaderValue> {
+        self.auth.clone()
+    }
+
     pub fn url(&self, api: ReplayApi) -> String {
         format!("{}{}", self.root, api.path())
     }

@@ -21,8 +21,7 @@ fn step_charts(r: &Report) -> Vec<Chart> {
     let labels: Vec<String> = r.steps.iter().map(|s| s.label.clone()).collect();
     let idx = |i: usize| i as f64;
     let per_step =
-        |title: &str,
-         get: &dyn Fn(&crate::replay::measure::Stats) -> &crate::replay::measure::Pcts| {
+        |title: &str, get: &dyn Fn(&crate::replay::tally::Stats) -> &crate::replay::tally::Pcts| {
             let series = [("p50", 0), ("p95", 1), ("p99", 2)]
                 .iter()
                 .map(|(name, k)| Series {
@@ -121,12 +120,11 @@ fn curve(r: &Report) -> Chart {
 
 fn time_charts(r: &Report) -> Vec<Chart> {
     let t = &r.timeline;
-    let series =
-        |name: &str, f: &dyn Fn(&crate::replay::measure::TimePoint) -> Option<f64>| Series {
-            labels: Vec::new(),
-            name: name.into(),
-            points: t.iter().filter_map(|p| Some((p.t_s, f(p)?))).collect(),
-        };
+    let series = |name: &str, f: &dyn Fn(&crate::replay::tally::TimePoint) -> Option<f64>| Series {
+        labels: Vec::new(),
+        name: name.into(),
+        points: t.iter().filter_map(|p| Some((p.t_s, f(p)?))).collect(),
+    };
     let targets: Vec<(f64, String)> = r
         .verdicts
         .iter()
@@ -243,6 +241,7 @@ pub fn render(r: &Report) -> String {
         let _ = write!(o, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
     }
     o.push_str("</table>");
+    o.push_str(&super::checks::gates(r).html());
     o.push_str(&super::table::verdicts(r).html());
     let k = &r.knee;
     let _ = write!(
@@ -273,6 +272,9 @@ pub fn render(r: &Report) -> String {
     o.push_str(&super::table::steps(r).html());
     o.push_str(&super::table::models(r).html());
     if let Some(t) = super::table::attribution(r) {
+        o.push_str(&t.html());
+    }
+    if let Some(t) = super::checks::gpus(r) {
         o.push_str(&t.html());
     }
     let g = &r.generator;
@@ -353,6 +355,7 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    o.push_str(&super::checks::reproducibility(r).html());
     if !r.notes.is_empty() {
         o.push_str("<h2>Notes</h2><ul>");
         for n in &r.notes {

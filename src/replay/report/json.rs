@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::super::measure::{Pcts, Spread, Stats, TargetCheck, TimePoint};
+use crate::replay::tally::{Pcts, Spread, Stats, TargetCheck, TimePoint};
 use crate::stats::engine::Capacity;
 
 /// Bumped when a field changes meaning.
@@ -23,12 +23,15 @@ pub struct Report {
     pub contract: Contract,
     /// Stopped early by Ctrl-C: the report covers what ran.
     pub interrupted: bool,
-    /// Every class passed.
+    /// Every gate passed (`gates`).
     pub passed: bool,
     /// Per SLO class: `pass` or `fail`.
     pub verdict: BTreeMap<String, &'static str>,
     /// The numbers behind each verdict.
     pub verdicts: Vec<Verdict>,
+    /// The run passes only when every gate passes: `slo`, `quality`, `recovery`,
+    /// `abnormal_input`, `resources`, each with `pass`, `target` and `actual`.
+    pub gates: crate::replay::gates::Gates,
     /// The highest concurrency whose SLO attainment held (pooled classes; the engine's
     /// definition), as the step's concurrency.
     pub max_stable_concurrency: Option<u32>,
@@ -70,6 +73,12 @@ pub struct Report {
     /// absent with `--no-engine-metrics`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attribution: Option<crate::replay::attribution::AttributionOut>,
+    /// `--gpu-metrics`: the GPUs over every step's window, and a soak's GPU check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::replay::gpu::ResourcesOut>,
+    /// The command line, goodput's version, the files' digests and what the target said
+    /// about itself: what it takes to run the same test again.
+    pub reproducibility: crate::replay::describe::Reproducibility,
     pub notes: Vec<String>,
 }
 
@@ -207,6 +216,9 @@ pub struct StepOut {
     #[serde(flatten)]
     pub stats: Stats,
     pub spread: Spread,
+    /// `--gpu-metrics`: the GPUs over the step's measuring window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::replay::gpu::GpuFigures>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -306,7 +318,7 @@ struct RequestLine<'a> {
 /// sample's step and timing beside its whole `record` (the sample keeps only part of it).
 /// `probe` names the probe a probe request sent.
 pub fn request_line(
-    s: &super::super::measure::Sample,
+    s: &crate::replay::tally::Sample,
     record: &crate::measure::RequestRecord,
     probe: Option<&str>,
 ) -> Vec<u8> {

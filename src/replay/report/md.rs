@@ -160,6 +160,7 @@ pub fn render(r: &Report) -> String {
     for (k, v) in contract_rows(r) {
         let _ = writeln!(o, "| {k} | {} |", v.replace('|', "\\|"));
     }
+    o.push_str(&super::checks::gates(r).md());
     o.push_str(&super::table::verdicts(r).md());
     let _ = writeln!(o, "\n## Capacity and cost\n");
     let _ = writeln!(
@@ -192,6 +193,9 @@ pub fn render(r: &Report) -> String {
     o.push_str(&super::table::steps(r).md());
     o.push_str(&super::table::models(r).md());
     if let Some(t) = super::table::attribution(r) {
+        o.push_str(&t.md());
+    }
+    if let Some(t) = super::checks::gpus(r) {
         o.push_str(&t.md());
     }
     if !r.overall.ttft_ms_by_input.is_empty() {
@@ -290,6 +294,7 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(o, "- {line}");
         }
     }
+    o.push_str(&super::checks::reproducibility(r).md());
     if !r.notes.is_empty() {
         let _ = writeln!(o, "\n## Notes\n");
         for n in &r.notes {
@@ -306,7 +311,7 @@ pub fn short_rows(r: &Report) -> Vec<[String; 5]> {
     if r.overall.short_ttft_ms.with_long_in_flight.count == 0 {
         return Vec::new();
     }
-    let row = |label: &str, s: &crate::replay::measure::ShortTtft| {
+    let row = |label: &str, s: &crate::replay::tally::ShortTtft| {
         let (w, o) = (&s.with_long_in_flight, &s.without);
         [
             label.to_owned(),

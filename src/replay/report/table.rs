@@ -8,7 +8,7 @@ use super::{
     md::{REPEAT_HEAD, injection_parts, num, pct, quality_rows, repeat_rows, short_rows},
     svg::escape,
 };
-use crate::replay::{attribution::Resources, measure::Pcts};
+use crate::replay::{attribution::Resources, tally::Pcts};
 
 /// One cell: its text, and `pass`/`fail` when it carries a verdict (bold in Markdown,
 /// coloured in HTML).

@@ -1,0 +1,85 @@
+//! Unit tests of [`super`].
+
+use super::*;
+
+fn q(probes: u64, passed: u64) -> Quality {
+    Quality {
+        probes,
+        passed,
+        pass_rate: (probes > 0).then(|| passed as f64 / probes as f64),
+        failures: Vec::new(),
+    }
+}
+
+#[test]
+fn quality_needs_its_minimum_on_every_repeat() {
+    assert!(quality(None, None, 1.0).pass);
+    assert!(!quality(None, None, 1.0).judged);
+    let all = quality(Some(&q(10, 10)), None, 1.0);
+    assert!(all.pass && all.judged);
+    let bad = quality(Some(&q(20, 9)), None, 1.0);
+    assert!(!bad.pass);
+    assert_eq!(bad.actual, Some(0.45));
+    assert!(bad.reason.unwrap().contains("9 of 20 probes passed"));
+    assert!(quality(Some(&q(20, 19)), None, 0.9).pass);
+    // No probe answered: nothing shows the answers are right.
+    assert!(!quality(Some(&q(0, 0)), None, 0.5).pass);
+    let reps = [q(10, 10), q(10, 7), q(10, 10)];
+    let g = quality(Some(&q(30, 27)), Some(&reps), 0.8);
+    assert!(!g.pass, "{g:?}");
+    let r = g.repeats.unwrap();
+    assert_eq!(r.passed, [true, false, true]);
+    assert_eq!(r.worst, Some(0.7));
+    assert_eq!(r.ci.n, 3);
+}
+
+fn verdict(class: &str, pass: bool, attainment: f64, target: f64) -> Verdict {
+    Verdict {
+        class: class.into(),
+        verdict: if pass { "pass" } else { "fail" },
+        judged_at: "c=4".into(),
+        requests: 100,
+        attainment: Some(attainment),
+        attainment_target: target,
+        percentile_targets: Vec::new(),
+        max_stable_concurrency: None,
+        reason: (!pass).then(|| "attainment low".to_owned()),
+    }
+}
+
+#[test]
+fn slo_names_the_tightest_class_and_fails_on_any_repeat() {
+    let v = [
+        verdict("a", true, 0.99, 0.9),
+        verdict("b", true, 0.96, 0.95),
+    ];
+    let g = slo(&v, None);
+    assert!(g.pass);
+    assert_eq!((g.target, g.actual), (Some(0.95), Some(0.96)));
+    let reps = vec![v.to_vec(), vec![verdict("a", false, 0.5, 0.9)]];
+    let g = slo(&v, Some(&reps));
+    assert!(!g.pass);
+    assert!(g.reason.unwrap().contains("repeat #2 failed"));
+    assert_eq!(g.repeats.unwrap().worst, Some(0.5));
+    assert!(!slo(&[], None).pass);
+}
+
+#[test]
+fn resources_fail_on_xid_and_drift_and_say_absent() {
+    assert!(!resources(None, None, None).judged);
+    let mut f = GpuFigures {
+        gpu_xid_errors: Some(0),
+        ..GpuFigures::default()
+    };
+    assert!(resources(Some(&f), None, None).pass);
+    f.gpu_xid_errors = Some(2);
+    let g = resources(Some(&f), None, None);
+    assert!(!g.pass);
+    assert_eq!(g.actual, Some(2.0));
+    f.gpu_xid_errors = None;
+    let g = resources(Some(&f), None, None);
+    assert!(g.pass && g.actual.is_none());
+    let reasons = ["KV-cache usage grew".to_owned()];
+    assert!(!resources(None, None, Some((Some(false), &reasons))).pass);
+    assert!(resources(None, None, Some((None, &reasons))).pass);
+}

@@ -31,9 +31,11 @@ pub enum CompareError {
     #[error("`{path}` is not a replay report: {reason}")]
     NotAReport { path: String, reason: String },
     #[error(
-        "the runs differ in key contract fields, so their numbers do not compare: {0} (--allow-different compares them anyway)"
+        "the runs were measured under different conditions, so their numbers do not compare: {0} (--allow-different compares them anyway)"
     )]
     Different(String),
+    #[error("--compare needs two or more report.json files")]
+    TooFew,
     #[error("cannot write to `{path}`: {source}")]
     Write {
         path: String,
@@ -175,13 +177,23 @@ fn matching<'a>(step: &Value, others: &'a [Value]) -> Option<&'a Value> {
     others.iter().find(|o| o.get("label") == step.get("label"))
 }
 
-/// Contract fields that must be equal for two runs to compare: the same traffic, load
-/// pattern, SLO, task and model (hardware, engine and versions are what a comparison is
-/// usually about).
-pub const KEY_FIELDS: [&[&str]; 7] = [
+/// Fields that must be equal for two runs to compare: the same traffic, load pattern and
+/// its timing (warm-up, step and soak durations, repeats), request shape (`ignore_eos`,
+/// prompt sizing), probe file, SLO and gate thresholds, task and model (hardware, engine
+/// and versions are what a comparison is usually about). Numbers measured under different
+/// conditions do not compare.
+pub const KEY_FIELDS: [&[&str]; 15] = [
     &["contract", "profile", "hash"],
     &["contract", "load", "mode"],
+    &["contract", "load", "warmup_s"],
+    &["contract", "load", "step_duration_s"],
+    &["contract", "load", "soak_duration_s"],
+    &["contract", "load", "repeat"],
+    &["contract", "load", "ignore_eos"],
+    &["contract", "load", "prompt_lengths"],
+    &["reproducibility", "probes_sha256"],
     &["contract", "slo"],
+    &["contract", "gates"],
     &["contract", "task"],
     &["contract", "model"],
     &["contract", "model_revision"],
@@ -423,7 +435,7 @@ pub fn run(
     );
     let differ = (!differences.is_empty()).then(|| {
         format!(
-            "Key contract fields differ (compared with --allow-different): {}.",
+            "The runs were measured under different conditions (compared with --allow-different): {}.",
             differences.join("; ")
         )
     });

@@ -197,7 +197,8 @@ pub async fn ask_target(f: &Fetcher, models_url: &str, origin: &str) -> TargetSa
     says
 }
 
-/// Runs `--describe-cmd` by `sh -c`, its stdout and stderr into `dir`/[`DESCRIBE_FILE`].
+/// Runs `--describe-cmd` by `sh -c`, its stdout and stderr into `dir`/[`DESCRIBE_FILE`]
+/// (credentials redacted as in the command line: a deployment's YAML may hold some).
 pub async fn describe(cmd: &str, dir: &Path, secrets: &[String]) -> Described {
     let mut out = Described {
         command: redact_text(cmd, secrets),
@@ -216,8 +217,9 @@ pub async fn describe(cmd: &str, dir: &Path, secrets: &[String]) -> Described {
         Err(_) => out.error = Some(format!("still running after {DESCRIBE_TIMEOUT:?}: killed")),
         Ok(Err(e)) => out.error = Some(format!("cannot run it: {e}")),
         Ok(Ok(o)) => {
-            let mut text = o.stdout;
-            text.extend_from_slice(&o.stderr);
+            let mut raw = o.stdout;
+            raw.extend_from_slice(&o.stderr);
+            let text = redact_text(&String::from_utf8_lossy(&raw), secrets).into_bytes();
             out.exit_code = o.status.code();
             out.output_sha256 = Some(sha256(&text));
             if let Err(e) = std::fs::write(dir.join(DESCRIBE_FILE), &text) {

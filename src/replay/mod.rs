@@ -519,19 +519,26 @@ fn judge(
     })
 }
 
+/// `--compare`: two reports side by side, three or more as a matrix, written to `out`;
+/// the Markdown. Runs measured under different conditions are refused, each difference
+/// named, unless `allow_different`.
+pub fn compare_reports(
+    files: &[PathBuf],
+    out: &std::path::Path,
+    allow_different: bool,
+) -> Result<String, CompareError> {
+    match files {
+        [a, b] => compare::run(a, b, out, allow_different),
+        [_, _, _, ..] => matrix::run(files, out, allow_different),
+        _ => Err(CompareError::TooFew),
+    }
+}
+
 /// `goodput replay` from the command line: runs (Ctrl-C stops it cleanly), prints where
 /// the report is, and returns the exit code.
 pub fn run(args: ReplayArgs) -> ExitCode {
     if let Some(files) = &args.compare {
-        let result = match files.as_slice() {
-            [a, b] => compare::run(a, b, &args.out, args.allow_different),
-            [_, _, _, ..] => matrix::run(files, &args.out, args.allow_different),
-            _ => {
-                eprintln!("goodput replay: --compare needs two or more report.json files");
-                return ExitCode::from(EXIT_ERROR);
-            }
-        };
-        return match result {
+        return match compare_reports(files, &args.out, args.allow_different) {
             Ok(md) => {
                 println!("{md}");
                 eprintln!("comparison written to {}", args.out.display());
@@ -542,6 +549,10 @@ pub fn run(args: ReplayArgs) -> ExitCode {
                 ExitCode::from(EXIT_ERROR)
             }
         };
+    }
+    let mut args = args;
+    if args.command_line.is_empty() {
+        args.command_line = std::env::args().collect();
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

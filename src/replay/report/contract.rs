@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use super::{
     Inputs,
-    json::{ClassTargets, Contract, CostConfigOut, LoadOut, PercentileOut, ProfileId, StepOut},
+    json::{
+        ClassTargets, Contract, CostConfigOut, GateThresholds, LoadOut, PercentileOut, ProfileId,
+        StepOut,
+    },
 };
 use crate::replay::cli::Mode;
 
@@ -146,6 +149,7 @@ pub(super) fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contrac
             required_rate: i.required_rate,
             max_requests: a.max_requests,
             max_in_flight: a.max_in_flight,
+            repeat: if a.mode == Mode::Steps { a.repeat } else { 1 },
             seed: a.seed,
             ignore_eos: a.ignore_eos,
             idle_timeout_s: a.idle_timeout.as_secs_f64(),
@@ -156,6 +160,14 @@ pub(super) fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contrac
         duration_s: run_s,
         goodput_version: env!("CARGO_PKG_VERSION").into(),
         slo,
+        gates: GateThresholds {
+            quality_min: a.quality_min(),
+            isolation_max_drop_points: a.isolation_max_drop,
+            recovery_deadline_s: a.fault_cmd.as_ref().map(|_| a.recovery_deadline.as_secs_f64()),
+            soak_max_kv_growth: a.soak_max_kv_growth,
+            soak_max_waiting_growth: a.soak_max_waiting_growth,
+            soak_max_jitter_growth: a.soak_max_jitter_growth,
+        },
         cost: i.config.cost.as_ref().map(|c| CostConfigOut {
             currency: c.currency.clone(),
             per_hour: c.per_hour,

@@ -123,7 +123,21 @@ pub struct Contract {
     pub duration_s: f64,
     pub goodput_version: String,
     pub slo: Vec<ClassTargets>,
+    /// The gates' thresholds (`gates` judges by them).
+    pub gates: GateThresholds,
     pub cost: Option<CostConfigOut>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GateThresholds {
+    /// `--quality-min` (`null` without probes).
+    pub quality_min: Option<f64>,
+    pub isolation_max_drop_points: f64,
+    /// `--recovery-deadline` (`null` without a fault).
+    pub recovery_deadline_s: Option<f64>,
+    pub soak_max_kv_growth: f64,
+    pub soak_max_waiting_growth: f64,
+    pub soak_max_jitter_growth: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -158,6 +172,8 @@ pub struct LoadOut {
     pub required_rate: Option<f64>,
     pub max_requests: Option<u64>,
     pub max_in_flight: u32,
+    /// `--repeat`: runs of each concurrency level (steps).
+    pub repeat: u32,
     pub seed: u64,
     pub ignore_eos: bool,
     pub idle_timeout_s: f64,

@@ -8,7 +8,8 @@
 //! [`crate::measure::slo::judge`], and summed into steps, a knee (the proxy's windowed
 //! engine) and a verdict per class ([`report`]).
 //!
-//! Exit codes: 0 every class passed, 1 a class failed, 2 the run could not be made or
+//! Exit codes: 0 every gate passed ([`gates`]: SLO, quality, recovery, abnormal input,
+//! resources), 1 a gate failed, 2 the run could not be made or
 //! judged (bad flags or files, unwritable output, nothing measured).
 //!
 //! # Layout
@@ -19,6 +20,10 @@
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
 //! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
+//! - [`gates`]: the run's gates (SLO, quality, recovery, abnormal input, resources).
+//! - `fetch`: one GET client for what a replay reads besides the load.
+//! - [`describe`]: `reproducibility`: command line, digests, what the target says.
+//! - [`gpu`]: `--gpu-metrics`: dcgm-exporter scraped every second, figures per window.
 //! - [`attribution`]: the target engine's metrics scraped during the run: where time
 //!   went and what the engine held, per step; a soak's resource drift.
 //! - [`tally`]: per-step numbers: attainment, goodput, percentiles, spread, timeline;

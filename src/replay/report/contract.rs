@@ -163,7 +163,10 @@ pub(super) fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contrac
         gates: GateThresholds {
             quality_min: a.quality_min(),
             isolation_max_drop_points: a.isolation_max_drop,
-            recovery_deadline_s: a.fault_cmd.as_ref().map(|_| a.recovery_deadline.as_secs_f64()),
+            recovery_deadline_s: a
+                .fault_cmd
+                .as_ref()
+                .map(|_| a.recovery_deadline.as_secs_f64()),
             soak_max_kv_growth: a.soak_max_kv_growth,
             soak_max_waiting_growth: a.soak_max_waiting_growth,
             soak_max_jitter_growth: a.soak_max_jitter_growth,

@@ -93,7 +93,12 @@ async fn probes_that_all_answer_wrongly_fail_the_run() {
     )
     .unwrap();
     let p = probes.to_str().unwrap();
-    let a = parsed(&steps(dir, &url, "bad", &["--probes", p, "--probe-share", "0.5"]));
+    let a = parsed(&steps(
+        dir,
+        &url,
+        "bad",
+        &["--probes", p, "--probe-share", "0.5"],
+    ));
     let done = replay::execute(&a, std::future::pending()).await.unwrap();
     let r = read_json(&done.dir.join("report.json"));
     let g = &r["gates"];
@@ -120,7 +125,10 @@ async fn probes_that_all_answer_wrongly_fail_the_run() {
     assert!(probes_n >= 4, "{s}");
     assert!(effective < met, "{effective} < {met}");
     let md = std::fs::read_to_string(done.dir.join("report.md")).unwrap();
-    assert!(md.contains("## Gates") && md.contains("| quality | **fail** |"), "{md}");
+    assert!(
+        md.contains("## Gates") && md.contains("| quality | **fail** |"),
+        "{md}"
+    );
     let html = std::fs::read_to_string(done.dir.join("report.html")).unwrap();
     assert!(html.contains("<h2>Gates</h2>"));
 
@@ -131,7 +139,12 @@ async fn probes_that_all_answer_wrongly_fail_the_run() {
 "#,
     )
     .unwrap();
-    let a = parsed(&steps(dir, &url, "good", &["--probes", p, "--probe-share", "0.5"]));
+    let a = parsed(&steps(
+        dir,
+        &url,
+        "good",
+        &["--probes", p, "--probe-share", "0.5"],
+    ));
     let done = replay::execute(&a, std::future::pending()).await.unwrap();
     let r = read_json(&done.dir.join("report.json"));
     assert_eq!(r["gates"]["quality"]["pass"], true, "{}", r["gates"]);
@@ -139,8 +152,16 @@ async fn probes_that_all_answer_wrongly_fail_the_run() {
     assert_eq!(done.exit_code(), EXIT_PASS);
     // --quality-min lowers the bar; it needs --probes.
     assert!(
-        Cli::try_parse_from(["replay", "--profile", "p", "--target", "t", "--quality-min", "0.5"])
-            .is_err()
+        Cli::try_parse_from([
+            "replay",
+            "--profile",
+            "p",
+            "--target",
+            "t",
+            "--quality-min",
+            "0.5"
+        ])
+        .is_err()
     );
 }
 
@@ -204,14 +225,20 @@ async fn the_report_says_how_to_reproduce_the_run() {
     let x = &r["reproducibility"];
     eprintln!("reproducibility: {x:#}");
     let command = x["command"].as_str().unwrap();
-    assert!(command.starts_with("goodput replay --profile "), "{command}");
+    assert!(
+        command.starts_with("goodput replay --profile "),
+        "{command}"
+    );
     assert!(command.contains("--warmup 100ms"), "{command}");
     assert!(command.contains("--api-key-env PATH"));
     assert!(command.contains("notes=token=***"), "{command}");
     let json = std::fs::read_to_string(done.dir.join("report.json")).unwrap();
     assert!(!json.contains(&secret));
     let sha = |p: &Path| {
-        let out = std::process::Command::new("sha256sum").arg(p).output().unwrap();
+        let out = std::process::Command::new("sha256sum")
+            .arg(p)
+            .output()
+            .unwrap();
         String::from_utf8(out.stdout).unwrap()[..64].to_owned()
     };
     assert_eq!(x["profile_sha256"], sha(&dir.join("profile.jsonl")));
@@ -265,15 +292,51 @@ fn exposition(n: u64) -> Bytes {
     let mut t = String::new();
     let util = (10 + 10 * n).min(100);
     for (name, help, values) in [
-        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", ["1980", "1755"]),
-        ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", ["2619", "2619"]),
-        ("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", ["9223372036854775794"; 2]),
-        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", ["61", "66"]),
-        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", ["412.345", "398.5"]),
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", ["U", "U"]),
-        ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", ["0", "X"]),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", ["11000", "12000"]),
-        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", ["70559", "69559"]),
+        (
+            "DCGM_FI_DEV_SM_CLOCK",
+            "SM clock frequency (in MHz).",
+            ["1980", "1755"],
+        ),
+        (
+            "DCGM_FI_DEV_MEM_CLOCK",
+            "Memory clock frequency (in MHz).",
+            ["2619", "2619"],
+        ),
+        (
+            "DCGM_FI_DEV_MEMORY_TEMP",
+            "Memory temperature (in C).",
+            ["9223372036854775794"; 2],
+        ),
+        (
+            "DCGM_FI_DEV_GPU_TEMP",
+            "GPU temperature (in C).",
+            ["61", "66"],
+        ),
+        (
+            "DCGM_FI_DEV_POWER_USAGE",
+            "Power draw (in W).",
+            ["412.345", "398.5"],
+        ),
+        (
+            "DCGM_FI_DEV_GPU_UTIL",
+            "GPU utilization (in %).",
+            ["U", "U"],
+        ),
+        (
+            "DCGM_FI_DEV_XID_ERRORS",
+            "Value of the last XID error encountered.",
+            ["0", "X"],
+        ),
+        (
+            "DCGM_FI_DEV_FB_FREE",
+            "Framebuffer memory free (in MiB).",
+            ["11000", "12000"],
+        ),
+        (
+            "DCGM_FI_DEV_FB_USED",
+            "Framebuffer memory used (in MiB).",
+            ["70559", "69559"],
+        ),
     ] {
         t.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
         for (gpu, v) in values.iter().enumerate() {
@@ -306,13 +369,22 @@ async fn a_dcgm_exporter_reaches_the_steps_resources() {
         .unwrap();
     let r = read_json(&done.dir.join("report.json"));
     let res = &r["steps"][0]["resources"];
-    eprintln!("steps[0].resources: {res:#}\nresources: {:#}", r["resources"]);
+    eprintln!(
+        "steps[0].resources: {res:#}\nresources: {:#}",
+        r["resources"]
+    );
     let n = scrapes.load(Ordering::SeqCst);
     assert!(n >= 4, "scraped {n} times");
     assert_eq!(res["gpus"], 2);
     assert!(res["scrapes"].as_u64().unwrap() >= 2, "{res}");
-    assert!(res["gpu_utilization_mean"].as_f64().unwrap() > 10.0, "{res}");
-    assert!(res["gpu_utilization_p95"].as_f64().unwrap() >= res["gpu_utilization_mean"].as_f64().unwrap());
+    assert!(
+        res["gpu_utilization_mean"].as_f64().unwrap() > 10.0,
+        "{res}"
+    );
+    assert!(
+        res["gpu_utilization_p95"].as_f64().unwrap()
+            >= res["gpu_utilization_mean"].as_f64().unwrap()
+    );
     assert_eq!(res["gpu_memory_used_max_mib"], 70559.0);
     assert_eq!(res["gpu_power_mean_w"], (412.345 + 398.5) / 2.0);
     assert_eq!(res["gpu_temperature_max_c"], 66.0);
@@ -327,5 +399,8 @@ async fn a_dcgm_exporter_reaches_the_steps_resources() {
     assert_eq!(r["gates"]["resources"]["actual"], 1.0);
     assert_eq!(done.exit_code(), EXIT_FAIL);
     let html = std::fs::read_to_string(done.dir.join("report.html")).unwrap();
-    assert!(html.contains("<h2>GPUs</h2>") && html.contains("1755"), "GPU table");
+    assert!(
+        html.contains("<h2>GPUs</h2>") && html.contains("1755"),
+        "GPU table"
+    );
 }

@@ -179,7 +179,10 @@ async fn a_target_that_stays_down_never_recovers() {
     assert_eq!(g["pass"], false, "{g}");
     assert_eq!(g["target"], 60.0);
     assert_eq!(g["actual"], Value::Null);
-    assert!(g["reason"].as_str().unwrap().contains("not recovered"), "{g}");
+    assert!(
+        g["reason"].as_str().unwrap().contains("not recovered"),
+        "{g}"
+    );
     assert_eq!(r["passed"], false);
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("recovered: NO"), "{md}");

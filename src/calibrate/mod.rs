@@ -10,6 +10,7 @@
 //! a slow, failing or absent endpoint costs a counter and a log line on each change of state.
 //!
 //! # Layout
+//! - [`dcgm`]: NVIDIA dcgm-exporter's text, per GPU (GPU utilization beside KV-cache use).
 //! - `exposition`: a reader of the Prometheus text format, one sample line at a time.
 //! - `engines`: which engine families mean which quantity (vLLM, SGLang), and the
 //!   extraction of their cumulative sums and counts per model.
@@ -21,8 +22,9 @@
 
 mod attribution;
 mod compare;
+pub mod dcgm;
 mod engines;
-pub mod exposition;
+mod exposition;
 mod proxy;
 mod scraper;
 

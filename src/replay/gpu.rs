@@ -3,9 +3,8 @@
 //! soak get the accelerators' figures: utilization mean and P95, framebuffer used max,
 //! power mean, temperature max, SM clock min (throttling) and XID errors.
 //!
-//! The exporter serves the Prometheus text format with one series per GPU
-//! (`DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-…",…} 87`); DCGM's "blank" sentinels (values
-//! of 2^47 and more: not supported, not yet sampled) are no value. A figure whose series
+//! The exporter's text is read by [`crate::calibrate::dcgm`] (the live dashboard reads
+//! the same endpoints under `[calibration] gpu_metrics`). A figure whose series
 //! never had a value in the window is absent (`null`, named in `absent`), never zero: an
 //! exporter configured without `DCGM_FI_DEV_XID_ERRORS` says nothing about XIDs.
 //!
@@ -22,65 +21,11 @@ use std::{
 use serde::Serialize;
 
 use super::fetch::{Fetcher, Got};
-use crate::calibrate::exposition::parse_line;
+use crate::calibrate::dcgm::{FB_FREE, FB_USED, POWER, SM_CLOCK, TEMP, UTIL, XID};
+pub use crate::calibrate::dcgm::{Reading, SERIES, parse};
 
 /// How often the exporters are scraped.
 pub const INTERVAL: Duration = Duration::from_secs(1);
-
-/// DCGM's blank values (int64 sentinels near 2^63, the float blank 2^47) are no value.
-const DCGM_BLANK: f64 = 140_737_488_355_328.0;
-
-/// The series read, in the order of [`Reading::values`].
-pub const SERIES: [&str; 7] = [
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_XID_ERRORS",
-];
-const UTIL: usize = 0;
-const FB_USED: usize = 1;
-const FB_FREE: usize = 2;
-const POWER: usize = 3;
-const TEMP: usize = 4;
-const SM_CLOCK: usize = 5;
-const XID: usize = 6;
-
-/// One GPU at one scrape.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reading {
-    /// Seconds after the run started.
-    pub t_s: f64,
-    /// `--gpu-metrics` index and the exporter's `gpu` (else `UUID`) label.
-    pub gpu: (usize, String),
-    pub values: [Option<f64>; 7],
-}
-
-/// Every reading of a dcgm-exporter answer, at `t_s`, from endpoint `node`.
-pub fn parse(text: &str, node: usize, t_s: f64) -> Vec<Reading> {
-    let mut by_gpu: BTreeMap<String, [Option<f64>; 7]> = BTreeMap::new();
-    for line in text.lines() {
-        let Ok(Some(s)) = parse_line(line) else {
-            continue;
-        };
-        let Some(k) = SERIES.iter().position(|n| *n == s.name) else {
-            continue;
-        };
-        let id = s.label("gpu").or(s.label("UUID")).unwrap_or("0").to_owned();
-        let v = (s.value.is_finite() && s.value.abs() < DCGM_BLANK).then_some(s.value);
-        by_gpu.entry(id).or_default()[k] = v;
-    }
-    by_gpu
-        .into_iter()
-        .map(|(id, values)| Reading {
-            t_s,
-            gpu: (node, id),
-            values,
-        })
-        .collect()
-}
 
 /// The accelerators' figures over one window (report.json `steps[].resources`,
 /// `resources`).

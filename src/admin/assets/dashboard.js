@@ -257,6 +257,15 @@
     const attr = (s && s.attribution) || [];
     if (!cal || !cal.enabled) { empty(box, "calibration is off ([calibration] enabled)"); return; }
     const kids = [el("div", { class: cal.up ? "good" : "bad" }, (cal.up ? "engine metrics up" : "engine metrics down") + " · " + (cal.engine || "unknown engine") + " · last scrape " + (cal.last_result || "–"))];
+    const g = cal.gpus;
+    if (g) {
+      // Beside the engine's KV-cache use: a busy GPU with a full cache is compute-bound;
+      // a full cache on an idle GPU points elsewhere (memory or interconnect).
+      const util = g.utilization_mean === null ? "GPU utilization –" : `GPU utilization ${num(g.utilization_mean, 0)}% mean, ${num(g.utilization_max, 0)}% max`;
+      const mem = g.memory_used_share_max === null ? "" : ` · GPU memory ${pct(g.memory_used_share_max)} (fullest)`;
+      const up = `${g.gpus} GPUs from ${g.exporters_up}/${g.exporters} exporters` + (g.last_error ? " · " + g.last_error : "");
+      kids.push(el("div", { class: g.exporters_up < g.exporters ? "warn" : "" }, util + mem + " · " + up));
+    }
     if (attr.length) {
       const t = el("table", {}, el("thead", {}, el("tr", {}, ...["model", "queue", "prefill", "decode", "outside engine", "KV cache", "waiting", "running"].map((h) => el("th", {}, h)))));
       const tb = el("tbody");

@@ -13,6 +13,9 @@
 
 use serde::Serialize;
 
+pub use buckets::{CacheTtft, InputBucket, OutputBucket, ShortTtft};
+use buckets::{by_cache, by_input, by_output, short_ttft};
+
 use super::tables::{GroupId, NO_GROUP, NameId, Tables};
 use crate::{
     config::{
@@ -24,7 +27,6 @@ use crate::{
         Outcome, RequestRecord,
         slo::{MissCause, MissReason},
     },
-    stats::engine::{bucket_labels, bucket_of},
 };
 
 /// One finished request of the run, as the report reads it: fixed-size fields and no
@@ -63,6 +65,9 @@ pub struct Sample {
     pub finish_reason: Option<FinishReason>,
     /// A long-input request was in flight when it was sent.
     pub long_in_flight: bool,
+    /// The target reported cached input tokens (`Some(true)`), none (`Some(false)`), or
+    /// nothing about its prefix cache.
+    pub cache_hit: Option<bool>,
     /// Finished inside its step's measuring window.
     pub measured: bool,
     /// An injected or burst request (`--inject`, `--burst`), kept out of the steps.
@@ -98,6 +103,7 @@ impl Sample {
             miss_cause: MissCause::of(r),
             finish_reason: r.finish_reason,
             long_in_flight: r.arrival.long_in_flight,
+            cache_hit: r.cached_input_tokens.map(|n| n > 0),
             measured: false,
             inject: None,
         }
@@ -201,13 +207,6 @@ pub struct ClassStats {
     pub enough_samples: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct InputBucket {
-    pub bucket: String,
-    pub requests: usize,
-    pub ttft_ms: Pcts,
-}
-
 /// Half the difference between the step's two halves (see the module doc).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Spread {
@@ -245,6 +244,12 @@ pub struct Stats {
     pub input_tokens: Pcts,
     pub output_tokens_per_request: Pcts,
     pub ttft_ms_by_input: Vec<InputBucket>,
+    /// E2E by output length (the live summary's buckets).
+    pub e2e_ms_by_output: Vec<OutputBucket>,
+    /// TTFT of prefix-cache hits and misses, where the target reports cached tokens.
+    pub ttft_ms_by_cache: CacheTtft,
+    pub input_tokens_total: u64,
+    pub input_tokens_per_s: f64,
     /// TTFT of short requests (the first input bucket) sent while a long request (body
     /// of at least `[slo] long_input_bytes`) was in flight, and of those sent without.
     pub short_ttft_ms: ShortTtft,
@@ -300,6 +305,7 @@ impl Stats {
             .filter_map(|s| s.output_tokens())
             .sum::<u64>();
         let concurrency: Vec<f64> = samples.iter().map(|s| f64::from(s.concurrency)).collect();
+        let input: u64 = samples.iter().filter_map(|s| s.input_tokens()).sum();
         let lags: Vec<f64> = samples.iter().filter_map(|s| s.lag_ms()).collect();
         Stats {
             requests,
@@ -334,6 +340,10 @@ impl Stats {
                 s.output_tokens().map(|n| n as f64)
             })),
             ttft_ms_by_input: by_input(samples, &slo.input_buckets),
+            e2e_ms_by_output: by_output(samples),
+            ttft_ms_by_cache: by_cache(samples),
+            input_tokens_total: input,
+            input_tokens_per_s: per_s(input, duration_s),
             short_ttft_ms: short_ttft(samples, &slo.input_buckets),
             classes: slo
                 .all_classes()
@@ -343,56 +353,6 @@ impl Stats {
             schedule_lag_ms: (!lags.is_empty()).then(|| Pcts::of(lags)),
         }
     }
-}
-
-/// Short requests' TTFT with and without a long request in flight.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct ShortTtft {
-    /// Short means at most this many input tokens.
-    pub short_max_input_tokens: Option<u64>,
-    pub with_long_in_flight: Pcts,
-    pub without: Pcts,
-}
-
-fn short_ttft(samples: &[&Sample], bounds: &[u64]) -> ShortTtft {
-    let (mut with, mut without) = (Vec::new(), Vec::new());
-    for s in samples {
-        let short = s.input_tokens().is_some_and(|n| bucket_of(bounds, n) == 0);
-        match (short, s.ttft_ms(), s.long_in_flight) {
-            (true, Some(t), true) => with.push(t),
-            (true, Some(t), false) => without.push(t),
-            _ => {}
-        }
-    }
-    ShortTtft {
-        short_max_input_tokens: bounds.first().copied(),
-        with_long_in_flight: Pcts::of(with),
-        without: Pcts::of(without),
-    }
-}
-
-fn by_input(samples: &[&Sample], bounds: &[u64]) -> Vec<InputBucket> {
-    let labels = bucket_labels(bounds);
-    let mut ttfts: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
-    let mut counts = vec![0usize; labels.len()];
-    for s in samples {
-        if let Some(n) = s.input_tokens() {
-            let b = bucket_of(bounds, n).min(labels.len() - 1);
-            counts[b] += 1;
-            ttfts[b].extend(s.ttft_ms());
-        }
-    }
-    labels
-        .into_iter()
-        .zip(counts)
-        .zip(ttfts)
-        .filter(|((_, n), _)| *n > 0)
-        .map(|((bucket, requests), v)| InputBucket {
-            bucket,
-            requests,
-            ttft_ms: Pcts::of(v),
-        })
-        .collect()
 }
 
 fn class_stats(
@@ -565,5 +525,6 @@ pub fn timeline(samples: &[Sample], run_s: f64, slo: &Slo, t: &Tables) -> Vec<Ti
         .collect()
 }
 
+mod buckets;
 #[cfg(test)]
 mod tests;

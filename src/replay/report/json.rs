@@ -303,6 +303,10 @@ pub struct Drift {
     pub e2e_p95_change: Option<f64>,
     pub error_rate_first: Option<f64>,
     pub error_rate_last: Option<f64>,
+    /// P99 TTFT and ITL jitter across the intervals: coefficient of variation of each
+    /// interval's P99, as the live summary's `p99_ttft_jitter`.
+    pub p99_ttft_jitter: Option<f64>,
+    pub p99_itl_jitter: Option<f64>,
 }
 
 /// Writes `report.json` (pretty, newline-terminated).

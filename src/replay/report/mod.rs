@@ -1,12 +1,15 @@
 //! The acceptance report: built once from what ran ([`build`]), written as `report.json`
-//! (the contract, [`json`]), `report.md` ([`md`]) and a self-contained `report.html` with
+//! (the contract, [`json`]); for people, built once as [`sections`] (prose, tables and
+//! charts) and rendered as `report.md` ([`md`]) and a self-contained `report.html` with
 //! inline SVG plots ([`html`], drawn by [`svg`]).
 
+mod charts;
 mod checks;
 mod contract;
 pub mod html;
 pub mod json;
 pub mod md;
+pub mod sections;
 mod steps;
 pub mod svg;
 pub mod table;

@@ -149,7 +149,21 @@ pub(super) fn drift(steps: &[StepOut], interval: f64) -> Option<Drift> {
         e2e_p95_change: change(f.e2e_ms.p95, l.e2e_ms.p95),
         error_rate_first: f.error_rate,
         error_rate_last: l.error_rate,
+        p99_ttft_jitter: jitter(steps.iter().filter_map(|s| s.stats.ttft_ms.p99)),
+        p99_itl_jitter: jitter(steps.iter().filter_map(|s| s.stats.itl_ms.p99)),
     })
+}
+
+/// Coefficient of variation (population σ / mean) of per-interval values, as the live
+/// summary's `p99_ttft_jitter`; `None` with fewer than two.
+fn jitter(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    if v.len() < 2 {
+        return None;
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
+    (mean > 0.0).then(|| var.sqrt() / mean)
 }
 
 /// Requests a nearest-rank P99 needs to be more than the maximum (and P95 the top 5%).

@@ -73,6 +73,7 @@ pub use gauges::{ClassGauges, Gauges, WindowGauges};
 pub use hist::Percentiles;
 pub use label::{ParseWindowError, bucket_labels, bucket_of, format_window, parse_window};
 pub use ring::SLICES_PER_WINDOW;
+pub use slice::OUTPUT_BUCKETS;
 pub use stability::{MAX_POINTS, PointOut, Stability};
 pub use summary::{
     ByInput, FinishReasons, Group, InFlight, MissReasons, ModelGroup, OutcomeCounts, Overall,

@@ -237,7 +237,9 @@ async fn scrape_all(f: &Fetcher, urls: &[String], seen: &Mutex<Telemetry>, t0: I
 pub struct ResourcesOut {
     pub urls: Vec<String>,
     pub interval_s: f64,
-    pub scrapes: u64,
+    /// GETs of the exporters (one per URL per second); `scrapes` (flattened from the
+    /// figures) counts the scrape instants that had readings.
+    pub scrape_attempts: u64,
     pub failed_scrapes: u64,
     pub last_error: Option<String>,
     #[serde(flatten)]

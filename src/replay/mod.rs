@@ -64,6 +64,7 @@ pub mod tally;
 
 use std::{
     future::Future,
+    io::Write as _,
     path::PathBuf,
     process::ExitCode,
     sync::Arc,
@@ -545,7 +546,8 @@ pub fn run(args: ReplayArgs) -> ExitCode {
     if let Some(files) = &args.compare {
         return match compare_reports(files, &args.out, args.allow_different) {
             Ok(md) => {
-                println!("{md}");
+                // A closed pipe (`| head`) is not an error of the comparison.
+                let _ = writeln!(std::io::stdout(), "{md}");
                 eprintln!("comparison written to {}", args.out.display());
                 ExitCode::SUCCESS
             }

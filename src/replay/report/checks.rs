@@ -115,7 +115,7 @@ pub fn gpus(r: &Report) -> Option<Table> {
         "From {} (dcgm-exporter), scraped every {}s: {} scrapes, {} failed.",
         res.urls.join(", "),
         res.interval_s,
-        res.scrapes,
+        res.scrape_attempts,
         res.failed_scrapes
     );
     if let Some(e) = &res.last_error {

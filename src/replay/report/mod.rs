@@ -222,6 +222,59 @@ fn fail_on_soak_drift(
     notes.push(format!("soak failed: {why}"));
 }
 
+/// What the gates read besides the steps and verdicts.
+struct Judges<'a> {
+    attribution: Option<&'a super::attribution::AttributionOut>,
+    resources: Option<&'a super::gpu::ResourcesOut>,
+}
+
+/// The injection report, the probes' quality and the gates of the run.
+fn checks_of(
+    i: &Inputs<'_>,
+    steps: &[StepOut],
+    measured: &[&Sample],
+    j: &Judged,
+    with: Judges<'_>,
+) -> (
+    Option<super::inject::Injection>,
+    Option<super::probes::Quality>,
+    gates::Gates,
+) {
+    let a = i.args;
+    let reported: HashSet<usize> = i.runs.iter().map(|r| r.spec.index).collect();
+    let injected: Vec<&Sample> = i
+        .samples
+        .iter()
+        .filter(|s| s.inject.is_some() && reported.contains(&s.step))
+        .collect();
+    let injection = (!a.inject.is_empty() || a.burst.is_some()).then(|| {
+        super::inject::analyse(
+            &injected,
+            measured,
+            i.runs,
+            &a.inject,
+            a.context_tokens,
+            a.burst,
+        )
+    });
+    let quality = i
+        .probes
+        .map(|p| steps::quality(measured, p, &|k| steps::label_of(i.runs, k)));
+    let gates = gates::of_run(gates::RunGates {
+        args: a,
+        steps,
+        verdicts: &j.verdicts,
+        per_repeat: j.per_repeat.as_deref(),
+        quality: quality.as_ref(),
+        recovery: i.recovery.as_ref(),
+        injected: &injected,
+        injection: injection.as_ref(),
+        resources: with.resources,
+        attribution: with.attribution,
+    });
+    (injection, quality, gates)
+}
+
 /// Builds the whole report.
 pub fn build(i: &Inputs<'_>) -> Report {
     let a = i.args;
@@ -256,36 +309,16 @@ pub fn build(i: &Inputs<'_>) -> Report {
         .map(|sc| attribution(sc, &steps, &measured, i.runs, a));
     fail_on_soak_drift(&mut j.verdicts, attribution.as_ref(), &mut notes);
     let resources = i.telemetry.map(|t| resources(t, &windows, i.runs, a));
-    let injected: Vec<&Sample> = {
-        let reported: HashSet<usize> = i.runs.iter().map(|r| r.spec.index).collect();
-        let extra = i.samples.iter().filter(|s| s.inject.is_some());
-        extra.filter(|s| reported.contains(&s.step)).collect()
-    };
-    let injection = (!a.inject.is_empty() || a.burst.is_some()).then(|| {
-        super::inject::analyse(
-            &injected,
-            &measured,
-            i.runs,
-            &a.inject,
-            a.context_tokens,
-            a.burst,
-        )
-    });
-    let quality = i
-        .probes
-        .map(|p| steps::quality(&measured, p, &|k| steps::label_of(i.runs, k)));
-    let gates = gates::of_run(gates::RunGates {
-        args: a,
-        steps: &steps,
-        verdicts: &j.verdicts,
-        per_repeat: j.per_repeat.as_deref(),
-        quality: quality.as_ref(),
-        recovery: i.recovery.as_ref(),
-        injected: &injected,
-        injection: injection.as_ref(),
-        resources: resources.as_ref(),
-        attribution: attribution.as_ref(),
-    });
+    let (injection, quality, gates) = checks_of(
+        i,
+        &steps,
+        &measured,
+        &j,
+        Judges {
+            attribution: attribution.as_ref(),
+            resources: resources.as_ref(),
+        },
+    );
     let failed = gates.failures();
     if !failed.is_empty() {
         notes.push(format!("failed gates: {}", failed.join("; ")));
@@ -360,7 +393,7 @@ fn resources(
     super::gpu::ResourcesOut {
         urls: t.urls.iter().map(|u| super::fetch::shown(u)).collect(),
         interval_s: super::gpu::INTERVAL.as_secs_f64(),
-        scrapes: t.scrapes,
+        scrape_attempts: t.scrapes,
         failed_scrapes: t.failed_scrapes,
         last_error: t.last_error.clone(),
         overall: super::gpu::figures(&t.readings, lo, hi),

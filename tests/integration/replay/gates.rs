@@ -393,6 +393,7 @@ async fn a_dcgm_exporter_reaches_the_steps_resources() {
     let all = &r["resources"];
     assert_eq!(all["urls"][0], gpu_url);
     assert_eq!(all["failed_scrapes"], 0);
+    assert!(all["scrape_attempts"].as_u64().unwrap() >= 4, "{all}");
     // GPU 1 reported XID 79 from the second scrape on: one error, and the run fails.
     assert_eq!(all["gpu_xid_errors"], 1, "{all}");
     assert_eq!(r["gates"]["resources"]["pass"], false);

@@ -83,3 +83,57 @@ fn resources_fail_on_xid_and_drift_and_say_absent() {
     assert!(!resources(None, None, Some((Some(false), &reasons))).pass);
     assert!(resources(None, None, Some((None, &reasons))).pass);
 }
+
+fn injected(status: Option<u16>, outcome: Outcome) -> Sample {
+    let mut record = crate::profile::line::tests::record();
+    (record.status, record.outcome) = (status, outcome);
+    let mut s = Sample::of(&record, &mut crate::replay::tables::Tables::default());
+    s.inject = Some(Kind::Malformed);
+    s
+}
+
+fn injection(beside: Option<f64>, alone: Option<f64>) -> Injection {
+    let latency = |attainment| crate::replay::inject::Latency {
+        attainment,
+        ..Default::default()
+    };
+    Injection {
+        shares: [("malformed", 0.1)].into_iter().collect(),
+        context_tokens: None,
+        kinds: Vec::new(),
+        normal_beside_injected: latency(beside),
+        normal_alone: latency(alone),
+        burst: None,
+    }
+}
+
+#[test]
+fn abnormal_input_needs_an_answer_and_isolation() {
+    let ok = [
+        injected(Some(400), Outcome::ClientError),
+        injected(Some(200), Outcome::Ok),
+    ];
+    let refs: Vec<&Sample> = ok.iter().collect();
+    let g = abnormal_input(&refs, Some(&injection(Some(0.97), Some(0.99))), 5.0);
+    assert!(g.pass, "{g:?}");
+    assert_eq!(g.actual, Some(1.0));
+    // A 5xx, a reset and a timeout are no answer to bad input.
+    let bad = [
+        injected(Some(400), Outcome::ClientError),
+        injected(Some(500), Outcome::UpstreamError),
+        injected(None, Outcome::UpstreamReset),
+        injected(Some(200), Outcome::Timeout),
+    ];
+    let refs: Vec<&Sample> = bad.iter().collect();
+    let g = abnormal_input(&refs, Some(&injection(None, None)), 5.0);
+    assert!(!g.pass);
+    assert_eq!(g.actual, Some(0.25));
+    assert!(g.reason.unwrap().contains("3 of 4 injected"));
+    // Normal requests lost 10 points of attainment beside injected ones.
+    let refs: Vec<&Sample> = ok.iter().collect();
+    let g = abnormal_input(&refs, Some(&injection(Some(0.85), Some(0.95))), 5.0);
+    assert!(!g.pass);
+    let drop = g.isolation.unwrap().drop_points.unwrap();
+    assert!((drop - 10.0).abs() < 1e-9, "{drop}");
+    assert!(!abnormal_input(&[], None, 5.0).judged);
+}

@@ -200,6 +200,13 @@ pub const KEY_FIELDS: [&[&str]; 15] = [
     &["contract", "precision"],
 ];
 
+/// Key fields that reports of earlier goodput versions do not have.
+const LATER_FIELDS: [&[&str]; 3] = [
+    &["contract", "load", "repeat"],
+    &["reproducibility", "probes_sha256"],
+    &["contract", "gates"],
+];
+
 /// The key fields on which `a` and `b` differ, as `path (A vs B)`.
 pub fn key_differences(a: &Value, b: &Value) -> Vec<String> {
     let at = |v: &Value, path: &[&str]| {
@@ -208,8 +215,11 @@ pub fn key_differences(a: &Value, b: &Value) -> Vec<String> {
             .cloned()
             .unwrap_or(Value::Null)
     };
+    let has = |v: &Value, path: &[&str]| path.iter().try_fold(v, |v, k| v.get(k)).is_some();
     KEY_FIELDS
         .iter()
+        // A report written before a field existed says nothing about it: not a difference.
+        .filter(|path| !LATER_FIELDS.contains(path) || (has(a, path) && has(b, path)))
         .filter_map(|path| {
             let (x, y) = (at(a, path), at(b, path));
             (x != y).then(|| {
@@ -502,6 +512,39 @@ mod tests {
         assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!(d[0], "profile.hash (\"h1\" vs \"h2\")");
         assert!(d[1].starts_with("slo ("), "{d:?}");
+    }
+
+    #[test]
+    fn conditions_differ_but_older_reports_are_not_refused_for_newer_fields() {
+        let a = serde_json::json!({"contract": {"load": {"mode": "steps", "warmup_s": 2.0,
+            "step_duration_s": 10.0, "repeat": 3, "ignore_eos": true}, "gates": {"quality_min": 1.0}},
+            "reproducibility": {"probes_sha256": "p1"}});
+        let mut b = a.clone();
+        b["contract"]["load"]["repeat"] = 1.into();
+        b["contract"]["load"]["ignore_eos"] = false.into();
+        b["contract"]["gates"]["quality_min"] = 0.9.into();
+        b["reproducibility"]["probes_sha256"] = "p2".into();
+        let d = key_differences(&a, &b);
+        assert_eq!(
+            d,
+            [
+                "load.repeat (3 vs 1)",
+                "load.ignore_eos (true vs false)",
+                "probes_sha256 (\"p1\" vs \"p2\")",
+                "gates ({\"quality_min\":1.0} vs {\"quality_min\":0.9})"
+            ]
+        );
+        // A report from before `repeat`, `gates` and `reproducibility` existed.
+        let mut old = a.clone();
+        old["contract"]["load"]
+            .as_object_mut()
+            .unwrap()
+            .remove("repeat");
+        old["contract"].as_object_mut().unwrap().remove("gates");
+        old.as_object_mut().unwrap().remove("reproducibility");
+        assert!(key_differences(&a, &old).is_empty());
+        old["contract"]["load"]["warmup_s"] = 5.0.into();
+        assert_eq!(key_differences(&a, &old), ["load.warmup_s (2.0 vs 5.0)"]);
     }
 
     #[test]

@@ -208,3 +208,40 @@ pub fn input_chart(r: &Report) -> Chart {
         ..Chart::default()
     }
 }
+
+/// GPU utilization (mean and P95) per step beside the engine's KV-cache peak, when both
+/// were read: a full cache on a busy GPU is compute-bound, on an idle one it is not.
+pub fn gpu_chart(r: &Report) -> Option<Chart> {
+    r.resources.as_ref()?;
+    let kv = |label: &str| {
+        let at = r.attribution.as_ref()?;
+        let s = at.steps.iter().find(|s| s.label == label)?;
+        s.resources.kv_cache_usage_peak.map(|v| v * 100.0)
+    };
+    let series = |name: &str, f: &dyn Fn(&super::json::StepOut) -> Option<f64>| Series {
+        labels: Vec::new(),
+        name: name.into(),
+        points: r
+            .steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i as f64, f(s)?)))
+            .collect(),
+    };
+    Some(Chart {
+        title: "GPU utilization and KV cache per step".into(),
+        x_label: "step".into(),
+        y_label: "%".into(),
+        series: vec![
+            series("GPU util mean", &|s| {
+                s.resources.as_ref()?.gpu_utilization_mean
+            }),
+            series("GPU util P95", &|s| {
+                s.resources.as_ref()?.gpu_utilization_p95
+            }),
+            series("KV cache peak", &|s| kv(&s.label)),
+        ],
+        x_categories: Some(r.steps.iter().map(|s| s.label.clone()).collect()),
+        ..Chart::default()
+    })
+}

@@ -232,7 +232,15 @@ pub fn sections(r: &Report) -> Vec<Section> {
         table(table::models(r)),
     ];
     s.extend(table::attribution(r).map(table));
-    s.extend(checks::gpus(r).map(table));
+    if let Some(t) = checks::gpus(r) {
+        s.push(Section {
+            title: None,
+            blocks: vec![
+                Block::Table(t),
+                Block::Charts(charts::gpu_chart(r).into_iter().collect()),
+            ],
+        });
+    }
     s.extend(by_kind(r));
     s.push(generator(r));
     s.extend(r.drift.as_ref().map(drift));

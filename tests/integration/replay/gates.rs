@@ -404,4 +404,8 @@ async fn a_dcgm_exporter_reaches_the_steps_resources() {
         html.contains("<h2>GPUs</h2>") && html.contains("1755"),
         "GPU table"
     );
+    assert!(
+        html.contains("GPU utilization and KV cache per step"),
+        "GPU chart"
+    );
 }

@@ -15,8 +15,10 @@
 //!   memory did not drift past their limits.
 //!
 //! A gate with nothing to judge in this run (`judged: false`) passes. With `--repeat N`,
-//! `slo` and `quality` are judged on every repeat: each repeat's actual, the worst and
-//! the 95% confidence interval are in `repeats`, and one failing repeat fails the gate.
+//! `slo`, `quality` and `abnormal_input` are judged on every repeat: each repeat's
+//! actual, the worst and the 95% confidence interval are in `repeats`, and one failing
+//! repeat fails the gate (`recovery` and `resources` are judged over the whole run: one
+//! fault, and XID errors whenever they come).
 
 use serde::Serialize;
 
@@ -363,6 +365,31 @@ pub fn resources(
     }
 }
 
+/// `g` judged again on each repeat (`reps`, in order): one failing repeat fails it.
+pub fn with_repeats(mut g: Gate, reps: &[Gate]) -> Gate {
+    if reps.len() < 2 || !g.judged {
+        return g;
+    }
+    let passed: Vec<bool> = reps.iter().map(|r| r.pass).collect();
+    let bad: Vec<String> = passed
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !**p)
+        .map(|(i, _)| format!("#{}", i + 1))
+        .collect();
+    if !bad.is_empty() {
+        g.pass = false;
+        let why = format!("repeat {} failed", bad.join(", "));
+        g.reason = Some(g.reason.map_or(why.clone(), |r| format!("{r}; {why}")));
+    }
+    g.repeats = Some(repeats_of(
+        reps.iter().map(|r| r.actual).collect(),
+        passed,
+        true,
+    ));
+    g
+}
+
 /// What the gates of a run are judged from.
 pub struct RunGates<'a> {
     pub args: &'a ReplayArgs,
@@ -373,6 +400,8 @@ pub struct RunGates<'a> {
     pub recovery: Option<&'a Recovery>,
     pub injected: &'a [&'a Sample],
     pub injection: Option<&'a Injection>,
+    /// `--repeat N`: each repeat's injected requests and their analysis.
+    pub injection_per_repeat: Option<Vec<(Vec<&'a Sample>, Injection)>>,
     pub resources: Option<&'a ResourcesOut>,
     pub attribution: Option<&'a AttributionOut>,
 }
@@ -409,7 +438,16 @@ pub fn of_run(r: RunGates<'_>) -> Gates {
             a.quality_min().unwrap_or(1.0),
         ),
         recovery: recovery(r.recovery),
-        abnormal_input: abnormal_input(r.injected, r.injection, a.isolation_max_drop),
+        abnormal_input: {
+            let g = abnormal_input(r.injected, r.injection, a.isolation_max_drop);
+            let reps: Vec<Gate> = r
+                .injection_per_repeat
+                .iter()
+                .flatten()
+                .map(|(inj, analysis)| abnormal_input(inj, Some(analysis), a.isolation_max_drop))
+                .collect();
+            with_repeats(g, &reps)
+        },
         resources: resources(
             r.resources.map(|res| &res.overall),
             r.resources.and_then(|res| res.soak.as_ref()),

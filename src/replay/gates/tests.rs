@@ -137,3 +137,30 @@ fn abnormal_input_needs_an_answer_and_isolation() {
     assert!((drop - 10.0).abs() < 1e-9, "{drop}");
     assert!(!abnormal_input(&[], None, 5.0).judged);
 }
+
+#[test]
+fn a_gate_judged_on_each_repeat_fails_on_one() {
+    let pass = |actual| Gate {
+        pass: true,
+        judged: true,
+        measure: "share",
+        target: Some(1.0),
+        actual: Some(actual),
+        reason: None,
+        repeats: None,
+        isolation: None,
+    };
+    let fail = Gate {
+        pass: false,
+        ..pass(0.5)
+    };
+    let g = with_repeats(pass(0.9), &[pass(1.0), fail.clone(), pass(0.8)]);
+    assert!(!g.pass);
+    assert_eq!(g.reason.as_deref(), Some("repeat #2 failed"));
+    let r = g.repeats.unwrap();
+    assert_eq!(r.passed, [true, false, true]);
+    assert_eq!(r.worst, Some(0.5));
+    // One repeat, or an untested gate, is left as it is.
+    assert!(with_repeats(pass(1.0), &[fail.clone()]).pass);
+    assert!(with_repeats(untested("share", "no --inject"), &[fail.clone(), fail]).pass);
+}

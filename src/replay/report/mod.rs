@@ -260,7 +260,35 @@ fn checks_of(
     let quality = i
         .probes
         .map(|p| steps::quality(measured, p, &|k| steps::label_of(i.runs, k)));
+    // Repeat k of a level is step index ≡ k (mod n) (see the steps mode's session).
+    let n = a.repeat.max(1) as usize;
+    let injection_per_repeat =
+        (a.mode == Mode::Steps && n > 1 && !a.inject.is_empty()).then(|| {
+            (0..n)
+                .map(|k| {
+                    let runs: Vec<StepRun> = i
+                        .runs
+                        .iter()
+                        .filter(|r| r.spec.index % n == k)
+                        .cloned()
+                        .collect();
+                    let mine = |s: &&Sample| s.step % n == k;
+                    let inj: Vec<&Sample> = injected.iter().copied().filter(mine).collect();
+                    let normal: Vec<&Sample> = measured.iter().copied().filter(mine).collect();
+                    let analysis = super::inject::analyse(
+                        &inj,
+                        &normal,
+                        &runs,
+                        &a.inject,
+                        a.context_tokens,
+                        a.burst,
+                    );
+                    (inj, analysis)
+                })
+                .collect()
+        });
     let gates = gates::of_run(gates::RunGates {
+        injection_per_repeat,
         args: a,
         steps,
         verdicts: &j.verdicts,

@@ -161,6 +161,6 @@ fn a_gate_judged_on_each_repeat_fails_on_one() {
     assert_eq!(r.passed, [true, false, true]);
     assert_eq!(r.worst, Some(0.5));
     // One repeat, or an untested gate, is left as it is.
-    assert!(with_repeats(pass(1.0), &[fail.clone()]).pass);
+    assert!(with_repeats(pass(1.0), std::slice::from_ref(&fail)).pass);
     assert!(with_repeats(untested("share", "no --inject"), &[fail.clone(), fail]).pass);
 }

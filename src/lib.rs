@@ -36,6 +36,7 @@ pub mod quantile;
 pub mod replay;
 pub mod run;
 pub mod sim;
+pub mod slo;
 pub mod stats;
 pub mod telemetry;
 pub mod tokenize;

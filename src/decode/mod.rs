@@ -131,6 +131,27 @@ impl Api {
         }
     }
 
+    /// The API a label ([`Api::as_str`]) names; `None` for any other text (such as
+    /// `upgrade`, the label of tunnelled connections). Both TGI endpoints share one label,
+    /// read back as `/generate`.
+    pub fn from_label(label: &str) -> Option<Api> {
+        const ALL: [Api; 10] = [
+            Api::ChatCompletions,
+            Api::Completions,
+            Api::Responses,
+            Api::Messages,
+            Api::TgiGenerate {
+                stream_endpoint: false,
+            },
+            Api::LlamaCppCompletion,
+            Api::OllamaChat,
+            Api::OllamaGenerate,
+            Api::Embeddings,
+            Api::Unknown,
+        ];
+        ALL.into_iter().find(|a| a.as_str() == label)
+    }
+
     /// Whether the API generates output. Only generation traffic is judged against SLO
     /// classes, profiled and replayed (docs/DESIGN.md); the rest passes through.
     pub fn is_generation(self) -> bool {

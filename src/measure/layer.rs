@@ -26,10 +26,8 @@ use super::{
     Upgraded, request_id,
     tap::{HeadInfo, ProxyFailure},
 };
-use crate::config::{
-    UsageInjection,
-    slo::{Targets, tenant_hash},
-};
+use crate::config::UsageInjection;
+use crate::slo::{Targets, tenant_hash};
 use crate::usage_injection::{InjectPlan, UsageFilter, UsageRequest};
 use crate::{
     BoxError,
@@ -116,7 +114,7 @@ impl Settings {
         let trace_parent = if self.traced {
             headers
                 .get(TRACEPARENT)
-                .and_then(|v| crate::otlp::TraceParent::parse(v.as_bytes()))
+                .and_then(|v| super::TraceParent::parse(v.as_bytes()))
         } else {
             None
         };

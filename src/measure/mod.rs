@@ -15,6 +15,7 @@ mod request_id;
 mod sink;
 pub mod slo;
 mod tap;
+mod traceparent;
 mod upgrade;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
@@ -25,4 +26,5 @@ pub use record::{Fault, Outcome, RequestRecord, RequestTrace, TokenCount, TokenS
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Recorder};
 pub use tap::{Delivered, Ending, HeadInfo, IdleTimeout, Pending, ProxyFailure, Tap, Timeline};
+pub use traceparent::TraceParent;
 pub use upgrade::{TunnelDone, Upgraded};

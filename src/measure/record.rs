@@ -24,10 +24,7 @@ pub enum Outcome {
     Rejected,
 }
 
-/// Upstream statuses caused by the request itself (bad request, unauthenticated,
-/// forbidden, no such model or route, too large, unprocessable): the default of
-/// `[slo] client_error_statuses`.
-pub const DEFAULT_CLIENT_ERROR_STATUSES: [u16; 6] = [400, 401, 403, 404, 413, 422];
+pub use crate::slo::DEFAULT_CLIENT_ERROR_STATUSES;
 
 /// Who a failed outcome is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +104,7 @@ pub fn status_class(status: Option<u16>) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestTrace {
     pub started: std::time::SystemTime,
-    pub parent: Option<crate::otlp::TraceParent>,
+    pub parent: Option<super::TraceParent>,
 }
 
 /// Where a token count came from; the record always says. In order of preference.
@@ -230,7 +227,7 @@ pub struct RequestRecord {
     pub tenant: Option<u64>,
     /// Per-request targets from `x-slo-*` headers.
     #[serde(skip)]
-    pub slo_overrides: crate::config::slo::Targets,
+    pub slo_overrides: crate::slo::Targets,
     /// Set when request spans are exported (`[otlp] traces`).
     #[serde(skip)]
     pub trace: Option<RequestTrace>,
@@ -310,6 +307,50 @@ mod tests {
         for o in Outcome::ALL {
             let json = serde_json::to_string(&o).unwrap();
             assert_eq!(json, format!("\"{}\"", o.as_str()));
+        }
+    }
+}
+
+/// A typical finished record, for tests across the crate.
+#[cfg(test)]
+pub(crate) mod example {
+    use super::{Outcome, RequestRecord, TokenSource};
+
+    /// A record as the aggregator would hand it over.
+    pub(crate) fn record() -> RequestRecord {
+        RequestRecord {
+            id: "req-CANARY-ID".into(),
+            started_at: "2026-01-02T03:04:05.678Z".into(),
+            model: Some("llama".into()),
+            api: "chat_completions",
+            stream: true,
+            status: Some(200),
+            outcome: Outcome::Ok,
+            ttft_ms: Some(12.345),
+            ttfo_ms: None,
+            tpot_ms: Some(3.21),
+            e2e_ms: 100.06,
+            itl_ms: None,
+            input_tokens: Some(40),
+            input_tokens_source: Some(TokenSource::Usage),
+            cached_input_tokens: None,
+            output_tokens: Some(9),
+            output_tokens_source: Some(TokenSource::Events),
+            events: 9,
+            bytes_out: 1000,
+            terminal_event: false,
+            slo_class: "interactive".into(),
+            slo_met: Some(true),
+            slo_miss_reason: None,
+            clock: super::super::Clock::User,
+            finished_at: None,
+            bytes_in: 10,
+            finish_reason: None,
+            decode_failed: false,
+            arrival: Default::default(),
+            tenant: Some(5),
+            slo_overrides: Default::default(),
+            trace: None,
         }
     }
 }

@@ -4,7 +4,10 @@
 //! from attainment.
 
 use super::{Outcome, RequestRecord};
-use crate::config::slo::{MatchInput, Slo, Targets};
+use crate::{
+    decode::Api,
+    slo::{MatchInput, Slo, Targets},
+};
 
 /// Why a request missed its SLO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +154,7 @@ pub fn judge(r: &mut RequestRecord, slo: &Slo) -> bool {
     reclassify_status(r, &slo.client_error_statuses);
     let Some(class) = slo.class_for(&MatchInput {
         model: r.model.as_deref(),
-        api: r.api,
+        api: Api::from_label(r.api),
         tenant: r.tenant,
         input_tokens: r.input_tokens,
     }) else {

@@ -14,8 +14,8 @@ use super::{
     record::{Outcome, TokenCount},
     sink::Arrival,
 };
-use crate::config::slo::Targets;
 use crate::decode::{Api, EventInfo, FinishReason, StreamDecoder, StreamKind, TextBuf, Usage};
+use crate::slo::Targets;
 
 /// The error a response body gives when no bytes arrived from the upstream within the
 /// idle timeout (`upstream.idle_timeout`); the measurement books it as [`Ending::IdleTimeout`].
@@ -130,7 +130,7 @@ pub struct Pending {
     pub slo_overrides: Targets,
     /// Whether the request's span is exported, and the caller's `traceparent`.
     pub traced: bool,
-    pub trace_parent: Option<crate::otlp::TraceParent>,
+    pub trace_parent: Option<super::TraceParent>,
     /// The generated text, kept for counting because no usage was expected or came.
     pub output_text: Option<TextBuf>,
     /// The request body capture, once the tokenizer stage has taken it off its channel.
@@ -154,7 +154,7 @@ pub struct HeadInfo {
     /// Request spans are exported (`[otlp] traces`).
     pub traced: bool,
     /// A valid incoming `traceparent`, read only when `traced`.
-    pub trace_parent: Option<crate::otlp::TraceParent>,
+    pub trace_parent: Option<super::TraceParent>,
 }
 
 /// Marks a response the proxy produced itself, with the outcome it stands for.

@@ -15,7 +15,6 @@ mod client;
 pub mod instruments;
 pub mod semconv;
 pub mod spans;
-mod traceparent;
 
 use std::time::Duration;
 
@@ -28,7 +27,6 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
 pub use client::CollectorClient;
-pub use traceparent::TraceParent;
 
 use crate::{
     config::{Otlp, Upstream},
@@ -232,6 +230,22 @@ impl Exporter {
 
     pub fn exports_metrics(&self) -> bool {
         self.instruments.is_some()
+    }
+}
+
+/// The aggregator hands the exporter every judged record and, when metrics are exported,
+/// the windowed gauges.
+impl crate::stats::Sink for Exporter {
+    fn observe(&self, record: &RequestRecord, model: &str) {
+        Exporter::observe(self, record, model);
+    }
+
+    fn wants_gauges(&self) -> bool {
+        self.exports_metrics()
+    }
+
+    fn refresh(&self, gauges: &Gauges<'_>) {
+        Exporter::refresh(self, gauges);
     }
 }
 

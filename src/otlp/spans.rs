@@ -258,10 +258,7 @@ mod tests {
     use std::time::SystemTime;
 
     use super::*;
-    use crate::{
-        measure::{Outcome, RequestTrace},
-        otlp::TraceParent,
-    };
+    use crate::measure::{Outcome, RequestTrace, TraceParent};
 
     fn scope() -> InstrumentationScope {
         InstrumentationScope::builder("test").build()

@@ -61,6 +61,3 @@ pub use shape::{Sample, Shape, sample_of, samples_of, shape_of_sorted};
 pub use sorted::{RUN_BYTES, SortError, Sorted, Span};
 pub use summary::Summary;
 pub use table::{BlockMap, BlockSet, IdTable};
-
-/// The recording component under its role name: `profile::Recorder::start(...)`.
-pub use recorder::ProfileRecorder as Recorder;

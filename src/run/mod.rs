@@ -4,8 +4,10 @@
 //! re-reads the configuration file and swaps what can change live.
 
 mod reload;
+mod resources;
 
 pub use reload::{ConfigSource, ReloadError, Reloader};
+pub use resources::{Resources, check};
 
 use std::{
     net::SocketAddr,
@@ -46,6 +48,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Otlp(#[from] crate::otlp::OtlpError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// A running proxy with its admin server.
@@ -172,6 +176,8 @@ fn start_on_from(
 ) -> Result<Running, StartError> {
     let proxy_addr = local_addr("proxy", &listener, cfg.server.listen)?;
     let admin_addr = local_addr("admin", &admin_listener, cfg.admin)?;
+    let resources = Resources::load(&cfg)?;
+    let tokenizers = Arc::new(ArcSwap::from_pointee(resources.tokenizers));
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let limits = metrics.limits.clone();
@@ -189,10 +195,15 @@ fn start_on_from(
     let live = Arc::new(ArcSwap::from_pointee(cfg.clone()));
     // Token counting sits between the recorder and the aggregator (see `tokenize`).
     let fallbacks = Fallbacks::new(metrics.tokenizer_fallback.clone());
-    let (counting, rx) = Stage::new(rx, live.clone(), fallbacks);
+    let (counting, rx) = Stage::new(rx, live.clone(), tokenizers.clone(), fallbacks);
     let slo_view = Live::new(&cfg);
     let drift_view = DriftView::default();
-    let profiling = Profiling::start(&cfg, &metrics, drift_view.clone());
+    let profiling = Profiling::start(
+        &cfg,
+        resources.baseline.as_ref(),
+        &metrics,
+        drift_view.clone(),
+    );
     let proxy_totals = Arc::new(ProxyTotals::default());
     let calibration_view = CalibrationView::default();
     let calibrator = Calibrator::new(
@@ -217,8 +228,11 @@ fn start_on_from(
         slo_view.clone(),
         profiling,
     )
-    .with_calibration(proxy_totals)
-    .with_otlp(otlp);
+    .with_calibration(proxy_totals);
+    let aggregator = match otlp {
+        Some(exporter) => aggregator.with_sink(Box::new(exporter)),
+        None => aggregator,
+    };
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let forward = Forward::new(
@@ -238,6 +252,7 @@ fn start_on_from(
         Arc::new(Reloader {
             source,
             live: live.clone(),
+            tokenizers: tokenizers.clone(),
             settings: settings.clone(),
             forward,
             tls: proxy.tls_handle(),

@@ -12,10 +12,12 @@ use std::{
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 
+use super::Resources;
 use crate::{
     config::{self, Config, ConfigError, Overrides},
     measure::Settings,
     proxy::Forward,
+    tokenize::Tokenizers,
 };
 
 /// Where the configuration came from, so it can be read again.
@@ -40,6 +42,8 @@ pub enum ReloadError {
 pub struct Reloader {
     pub(super) source: ConfigSource,
     pub(super) live: Arc<ArcSwap<Config>>,
+    /// The loaded `[tokenizer] models`, replaced together with the configuration.
+    pub(super) tokenizers: Arc<ArcSwap<Tokenizers>>,
     pub(super) settings: Arc<ArcSwap<Settings>>,
     pub(super) forward: Forward,
     pub(super) tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
@@ -166,12 +170,16 @@ impl Reloader {
         if !blocked.is_empty() {
             return Err(ReloadError::RestartRequired(blocked));
         }
+        // The files it names load as at start (the baseline is read to check it; the
+        // running monitor keeps its own, as `drift.baseline` needs a restart).
+        let resources = Resources::load(&new)?;
         // Everything is built; now publish. Requests in flight keep what they loaded.
         self.forward.replace(&new.upstream);
         if let (Some(handle), Some(tls)) = (&self.tls, &new.server.tls) {
             handle.store(tls.clone());
         }
         self.settings.store(Arc::new(Settings::from_config(&new)));
+        self.tokenizers.store(Arc::new(resources.tokenizers));
         self.live.store(Arc::new(new));
         Ok(())
     }

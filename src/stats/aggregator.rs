@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use super::{
-    Live, ModelLabels, Recent,
+    Live, ModelLabels, Recent, Sink,
     engine::Observation,
     live::{engine_config, refresh_gauges},
     profiling::Profiling,
@@ -40,9 +40,9 @@ pub struct Aggregator {
     profiling: Profiling,
     /// The proxy's side of self-calibration, fed while `[calibration]` is enabled.
     calibration: Option<Arc<ProxyTotals>>,
-    /// OpenTelemetry export (`[otlp]`); dropped when the aggregator ends, which makes the
-    /// export tasks send what is left and stop.
-    otlp: Option<crate::otlp::Exporter>,
+    /// Exports handed over by the wiring (OpenTelemetry, `[otlp]`); dropped when the
+    /// aggregator ends, which makes their tasks send what is left and stop.
+    sinks: Vec<Box<dyn Sink>>,
 }
 
 impl Aggregator {
@@ -66,13 +66,13 @@ impl Aggregator {
             live,
             profiling,
             calibration: None,
-            otlp: None,
+            sinks: Vec::new(),
         }
     }
 
-    /// Also records every judged request into the OpenTelemetry export.
-    pub fn with_otlp(mut self, exporter: Option<crate::otlp::Exporter>) -> Aggregator {
-        self.otlp = exporter;
+    /// Also hands every judged request, and the gauges, to `sink`.
+    pub fn with_sink(mut self, sink: Box<dyn Sink>) -> Aggregator {
+        self.sinks.push(sink);
         self
     }
 
@@ -110,10 +110,11 @@ impl Aggregator {
                         last_refresh = now;
                         engine.advance(now);
                         refresh_gauges(&engine, &self.config.load(), &self.metrics, now);
-                        if let Some(otlp) = &self.otlp
-                            && otlp.exports_metrics()
-                        {
-                            otlp.refresh(&engine.gauges(now));
+                        if self.sinks.iter().any(|s| s.wants_gauges()) {
+                            let gauges = engine.gauges(now);
+                            for sink in self.sinks.iter().filter(|s| s.wants_gauges()) {
+                                sink.refresh(&gauges);
+                            }
                         }
                     }
                     drop(engine);
@@ -182,8 +183,8 @@ impl Aggregator {
         {
             totals.observe(&model, &record, &gaps);
         }
-        if let Some(otlp) = &self.otlp {
-            otlp.observe(&record, &model);
+        for sink in &self.sinks {
+            sink.observe(&record, &model);
         }
         if config.log.access_log {
             access_log(&record);

@@ -9,9 +9,11 @@ mod labels;
 mod live;
 mod profiling;
 mod recent;
+mod sink;
 
 pub use aggregator::Aggregator;
 pub use labels::ModelLabels;
 pub use live::{Live, engine_config};
 pub use profiling::{DriftView, Profiling};
 pub use recent::Recent;
+pub use sink::Sink;

@@ -15,7 +15,7 @@ use crate::{
     measure::RequestRecord,
     metrics::Metrics,
     profile::{
-        Anonymizer, ProfileLine, ProfileRecorder,
+        Anonymizer, Profile, ProfileLine, ProfileRecorder,
         drift::{DriftStatus, Monitor, Webhook, write_snapshot},
     },
 };
@@ -34,8 +34,14 @@ pub struct Profiling {
 
 impl Profiling {
     /// Starts recording (when `[profile] dir` is set) and drift detection (when
-    /// `[drift] baseline` is set). A recorder that cannot start is logged; traffic goes on.
-    pub fn start(cfg: &Config, metrics: &Metrics, view: DriftView) -> Profiling {
+    /// `[drift] baseline` is set; `baseline` is that profile, read). A recorder that cannot
+    /// start is logged; traffic goes on.
+    pub fn start(
+        cfg: &Config,
+        baseline: Option<&Profile>,
+        metrics: &Metrics,
+        view: DriftView,
+    ) -> Profiling {
         let anon = Anonymizer::new(&cfg.profile);
         let recorder = cfg.profile.dir.as_ref().and_then(|dir| {
             match ProfileRecorder::start(&cfg.profile, anon.clone(), metrics) {
@@ -49,7 +55,11 @@ impl Profiling {
                 }
             }
         });
-        let monitor = cfg.drift.as_ref().map(|d| Monitor::new(d, &d.baseline));
+        let monitor = cfg
+            .drift
+            .as_ref()
+            .zip(baseline)
+            .map(|(d, b)| Monitor::new(d, b));
         let webhook = cfg
             .drift
             .as_ref()

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use prometheus_client::metrics::{counter::Counter, family::Family};
 use tokio::sync::mpsc;
 
-use super::{Fallback, count::count_tokens, pool::Pool};
+use super::{Fallback, Tokenizers, count::count_tokens, pool::Pool};
 use crate::config::Config;
 use crate::decode::{Api, StreamKind};
 use crate::measure::Pending;
@@ -28,6 +28,7 @@ pub(crate) struct Wants {
 pub(crate) struct Job {
     pub pending: Pending,
     pub config: Arc<Config>,
+    pub tokenizers: Arc<Tokenizers>,
     pub wants: Wants,
 }
 
@@ -54,6 +55,7 @@ pub struct Stage {
     rx: mpsc::Receiver<Pending>,
     tx: mpsc::Sender<Pending>,
     live: Arc<ArcSwap<Config>>,
+    tokenizers: Arc<ArcSwap<Tokenizers>>,
     pool: Option<Pool<Job>>,
     fallbacks: Fallbacks,
 }
@@ -61,10 +63,12 @@ pub struct Stage {
 impl Stage {
     /// Puts the stage on `rx` (the recorder's channel); the aggregator reads the returned
     /// receiver instead. The pool's size is taken from the configuration now; a reload
-    /// changes tokenizers and limits, not the number of workers.
+    /// changes tokenizers and limits, not the number of workers. `tokenizers` are the
+    /// loaded `[tokenizer] models`, replaced on a reload together with the configuration.
     pub fn new(
         rx: mpsc::Receiver<Pending>,
         live: Arc<ArcSwap<Config>>,
+        tokenizers: Arc<ArcSwap<Tokenizers>>,
         fallbacks: Fallbacks,
     ) -> (Stage, mpsc::Receiver<Pending>) {
         let cfg = live.load();
@@ -78,7 +82,9 @@ impl Stage {
             counting.queue,
             move |job: Job| {
                 let mut pending = job.pending;
-                if let Some(reason) = count_tokens(&mut pending, &job.config, job.wants) {
+                if let Some(reason) =
+                    count_tokens(&mut pending, &job.config, &job.tokenizers, job.wants)
+                {
                     worker_fallbacks.inc(reason);
                 }
                 // A worker thread may block; the aggregator draining its queue releases it.
@@ -97,6 +103,7 @@ impl Stage {
                 rx,
                 tx,
                 live: live.clone(),
+                tokenizers,
                 pool,
                 fallbacks,
             },
@@ -118,6 +125,7 @@ impl Stage {
             let job = Job {
                 pending,
                 config,
+                tokenizers: self.tokenizers.load_full(),
                 wants,
             };
             let refused = match &self.pool {

@@ -92,7 +92,7 @@ pub struct PercentileTarget {
 }
 
 /// The latency a percentile target is about; the same type the config validates.
-pub use crate::config::slo::LatencyMetric;
+pub use crate::slo::LatencyMetric;
 
 /// Cost of the serving system.
 #[derive(Debug, Clone, PartialEq)]

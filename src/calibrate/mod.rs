@@ -23,6 +23,7 @@ mod attribution;
 mod compare;
 mod engines;
 mod exposition;
+mod metrics;
 mod proxy;
 mod scraper;
 
@@ -31,6 +32,7 @@ use serde::Serialize;
 pub use attribution::Attribution;
 pub use compare::{CalibrationView, Comparison, Status};
 pub use engines::{Engine, EngineKind, Extracted, Load};
+pub use metrics::CalibrationMetrics;
 pub use proxy::ProxyTotals;
 pub use scraper::{Calibrator, ScrapeError, Scraper};
 

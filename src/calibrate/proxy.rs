@@ -90,7 +90,7 @@ mod tests {
             slo_class: "default".into(),
             slo_met: None,
             tenant: None,
-            ..crate::profile::line::tests::record()
+            ..crate::measure::record::example::record()
         }
     }
 

@@ -193,7 +193,7 @@ mod tests {
             slo_class: String::new(),
             slo_met: None,
             tenant: None,
-            ..crate::profile::line::tests::record()
+            ..crate::measure::record::example::record()
         }
     }
 

@@ -13,6 +13,7 @@
 
 mod client;
 pub mod instruments;
+mod metrics;
 pub mod semconv;
 pub mod spans;
 
@@ -27,11 +28,12 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
 pub use client::CollectorClient;
+pub use metrics::OtlpMetrics;
 
 use crate::{
     config::{Otlp, Upstream},
     measure::RequestRecord,
-    metrics::{OtlpMetrics, SignalLabel},
+    metrics::SignalLabel,
     stats::engine::Gauges,
 };
 

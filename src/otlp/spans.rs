@@ -265,7 +265,7 @@ mod tests {
     }
 
     fn traced(parent: Option<TraceParent>) -> RequestRecord {
-        let mut r = crate::profile::line::tests::record();
+        let mut r = crate::measure::record::example::record();
         r.trace = Some(RequestTrace {
             started: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
             parent,

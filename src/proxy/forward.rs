@@ -37,7 +37,7 @@ use super::{
 use crate::{
     config::Upstream,
     measure::RequestTap,
-    metrics::LimitMetrics,
+    proxy::LimitMetrics,
     usage_injection::{self, ForwardBody, InjectPlan},
 };
 

@@ -58,6 +58,7 @@ mod forward;
 mod h2guard;
 mod headers;
 mod inline;
+mod limit_metrics;
 mod request_body;
 mod server;
 mod slots;
@@ -71,6 +72,7 @@ pub use body::UpstreamBody;
 pub use error::ProxyError;
 pub use fds::ClientBudget;
 pub use forward::Forward;
+pub use limit_metrics::{LIMITS, LimitMetrics};
 pub use server::{Proxy, serve};
 
 /// What the forwarding service knows about the client connection.

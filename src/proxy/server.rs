@@ -55,7 +55,7 @@ use crate::{
     BoxError,
     config::Server,
     measure::{ClientReads, Delivery, Measure, MeasureLayer, ReadClock, Recorder},
-    metrics::LimitMetrics,
+    proxy::LimitMetrics,
 };
 
 /// Streams an HTTP/2 client may reset before the server has seen them, before the

@@ -12,8 +12,8 @@ use std::{pin::pin, sync::Arc, time::Duration};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::LimitMetrics;
 use super::error::ProxyError;
-use crate::metrics::LimitMetrics;
 
 /// One upstream connection's (or, on hyper's client, one request's) place in the budget;
 /// given back when dropped.

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use super::{
-    Live, ModelLabels, Recent, Sink,
+    Live, ModelLabels, Recent, Sink, WindowMetrics,
     engine::Observation,
     live::{engine_config, refresh_gauges},
     profiling::Profiling,
@@ -19,8 +19,7 @@ use super::{
 use crate::{
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestRecord, slo},
-    metrics::Metrics,
+    measure::{Pending, RequestMetrics, RequestRecord, slo},
 };
 
 /// How often in-flight concurrency is sampled for the mean/peak and capacity views.
@@ -28,12 +27,20 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// How often the windowed gauges are recomputed (a scrape interval is rarely shorter).
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
+/// The metrics the aggregator updates: per request, and the windowed gauges.
+#[derive(Clone, Debug)]
+pub struct AggregatorMetrics {
+    pub requests: RequestMetrics,
+    pub windows: WindowMetrics,
+}
+
 pub struct Aggregator {
     rx: mpsc::Receiver<Pending>,
     config: Arc<ArcSwap<Config>>,
     /// The configuration the engine was last built from.
     engine_built_from: Arc<Config>,
-    metrics: Metrics,
+    metrics: RequestMetrics,
+    windows: WindowMetrics,
     recent: Arc<Recent>,
     models: ModelLabels,
     live: Live,
@@ -49,7 +56,7 @@ impl Aggregator {
     pub fn new(
         rx: mpsc::Receiver<Pending>,
         config: Arc<ArcSwap<Config>>,
-        metrics: Metrics,
+        metrics: AggregatorMetrics,
         recent: Arc<Recent>,
         max_models: usize,
         live: Live,
@@ -60,7 +67,8 @@ impl Aggregator {
             rx,
             config,
             engine_built_from,
-            metrics,
+            metrics: metrics.requests,
+            windows: metrics.windows,
             recent,
             models: ModelLabels::new(max_models),
             live,
@@ -91,7 +99,7 @@ impl Aggregator {
         refresh_gauges(
             &self.live.lock(),
             &self.config.load(),
-            &self.metrics,
+            &self.windows,
             last_refresh,
         );
         loop {
@@ -109,7 +117,7 @@ impl Aggregator {
                     if now.duration_since(last_refresh) >= REFRESH_EVERY {
                         last_refresh = now;
                         engine.advance(now);
-                        refresh_gauges(&engine, &self.config.load(), &self.metrics, now);
+                        refresh_gauges(&engine, &self.config.load(), &self.windows, now);
                         if self.sinks.iter().any(|s| s.wants_gauges()) {
                             let gauges = engine.gauges(now);
                             for sink in self.sinks.iter().filter(|s| s.wants_gauges()) {
@@ -118,7 +126,7 @@ impl Aggregator {
                         }
                     }
                     drop(engine);
-                    self.profiling.tick(&self.config.load(), &self.metrics, now);
+                    self.profiling.tick(&self.config.load(), now);
                 }
             }
         }
@@ -132,7 +140,7 @@ impl Aggregator {
         if !Arc::ptr_eq(&current, &self.engine_built_from) {
             let mut engine = self.live.lock();
             let kept = engine.reconfigure(engine_config(&current));
-            refresh_gauges(&engine, &current, &self.metrics, Instant::now());
+            refresh_gauges(&engine, &current, &self.windows, Instant::now());
             tracing::info!(kept_windows = kept, "SLO view reconfigured");
             self.engine_built_from = current;
         }

@@ -8,14 +8,17 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use prometheus_client::metrics::{counter::Counter, family::Family};
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
 use tokio::sync::mpsc;
 
 use super::{Fallback, Tokenizers, count::count_tokens, pool::Pool};
 use crate::config::Config;
 use crate::decode::{Api, StreamKind};
 use crate::measure::Pending;
-use crate::metrics::ReasonLabel;
+use crate::metrics::{ReasonLabel, names};
 
 /// What a counting job must fill in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +41,13 @@ pub struct Fallbacks(Family<ReasonLabel, Counter>);
 
 impl Fallbacks {
     pub fn new(family: Family<ReasonLabel, Counter>) -> Fallbacks {
+        Fallbacks(family)
+    }
+
+    /// Creates the counter and registers it in `registry`.
+    pub fn register(registry: &mut Registry) -> Fallbacks {
+        let family = Family::default();
+        names::TOKENIZER_FALLBACK.register(registry, family.clone());
         Fallbacks(family)
     }
 

@@ -40,8 +40,7 @@ async fn send(proxy: &Running, path: &str, id: &str, body: &str) -> (u16, Bytes)
 }
 
 async fn record(proxy: &Running, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
+    poll_loop!(deadline = tokio::time::Instant::now() + T, {
         if let Some(r) = records(proxy.admin_addr)
             .await
             .into_iter()
@@ -50,8 +49,7 @@ async fn record(proxy: &Running, id: &str) -> Value {
             return r;
         }
         assert!(tokio::time::Instant::now() < deadline, "no record for {id}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    });
 }
 
 async fn last_request(fake: &FakeUpstream) -> Received {

@@ -2,6 +2,7 @@
 //! goodput over real loopback sockets, with the built-in simulator or a purpose-built fake
 //! upstream ([`common`]) and a real HTTP client.
 
+#[macro_use]
 mod common;
 
 mod admin_auth;

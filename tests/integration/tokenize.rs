@@ -154,8 +154,7 @@ async fn post_collect_id(url: &str, id: &str, body: String) -> (u16, bytes::Byte
 }
 
 async fn record(proxy: &Running, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
+    poll_loop!(deadline = tokio::time::Instant::now() + T, {
         if let Some(r) = records(proxy.admin_addr)
             .await
             .into_iter()
@@ -164,8 +163,7 @@ async fn record(proxy: &Running, id: &str) -> Value {
             return r;
         }
         assert!(tokio::time::Instant::now() < deadline, "no record for {id}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    });
 }
 
 #[tokio::test]
@@ -509,14 +507,13 @@ fn start_error(cfg: Config) -> String {
         let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         proxy.set_nonblocking(true).unwrap();
         admin.set_nonblocking(true).unwrap();
-        match goodput::run::start_on(
+        let started = goodput::run::start_on(
             cfg,
             tokio::net::TcpListener::from_std(proxy).unwrap(),
             tokio::net::TcpListener::from_std(admin).unwrap(),
-        ) {
-            Ok(_) => panic!("started with an unloadable tokenizer"),
-            Err(e) => e.to_string(),
-        }
+        );
+        assert!(started.is_err(), "started with an unloadable tokenizer");
+        started.err().unwrap().to_string()
     })
 }
 

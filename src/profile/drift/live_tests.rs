@@ -218,7 +218,7 @@ fn metrics_and_snapshot() {
     let statuses = run(&mut m, &synthetic(3, 3000, 900.0, 0, 200), t0, 200);
     assert!(statuses.last().unwrap().drifted);
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = crate::metrics::Metrics::register(&mut registry);
+    let metrics = crate::profile::ProfileMetrics::register(&mut registry);
     statuses.last().unwrap().publish(&metrics);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

@@ -143,14 +143,12 @@ pub async fn records(admin: SocketAddr) -> Vec<Value> {
 /// Waits until at least `n` requests are recorded (records are finished off the data path,
 /// so they appear shortly after the response ends).
 pub async fn wait_records(admin: SocketAddr, n: usize, timeout: Duration) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
+    poll_loop!(deadline = tokio::time::Instant::now() + timeout, {
         let r = records(admin).await;
         if r.len() >= n || tokio::time::Instant::now() >= deadline {
             return r;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    });
 }
 
 /// Sends raw bytes on a fresh connection and reads until the peer closes (or `timeout`).

@@ -27,10 +27,11 @@ async fn connections_past_the_limit_are_closed_at_once_and_admin_still_answers()
     assert!(up.requests().await.is_empty());
     // A place comes free: the next client is served.
     drop(silent.pop());
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while metric(proxy.admin_addr, gauge).await > 3.0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    poll_loop!(deadline = tokio::time::Instant::now() + WAIT, {
+        if metric(proxy.admin_addr, gauge).await <= 3.0 || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+    });
     let (status, _) = raw_status(proxy.proxy_addr, &raw_post(CHAT, "{}")).await;
     assert_eq!(status, 200);
     // The silent ones have nothing to finish: they do not hold the drain (30 s) back.

@@ -154,6 +154,13 @@ impl RequestMetrics {
                 })
                 .inc();
         }
+        self.observe_distributions(record, model, gaps);
+    }
+
+    /// The request's latencies (`gaps`: the inter-token gaps in microseconds) and token
+    /// counts, into their histograms.
+    fn observe_distributions(&self, record: &RequestRecord, model: &str, gaps: &[u32]) {
+        let (api, class) = (record.api, &record.slo_class);
         let key = LatencyLabels {
             model: model.to_owned(),
             api,

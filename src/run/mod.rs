@@ -211,16 +211,7 @@ fn start_on_from(
         })
     });
     let ready = Arc::new(AtomicBool::new(true));
-    let admin = Admin {
-        registry: Arc::new(registry),
-        recent: path.recent.clone(),
-        ready: ready.clone(),
-        live: path.slo_view.clone(),
-        drift: path.drift_view.clone(),
-        calibration: path.calibration_view.clone(),
-        config: path.config.clone(),
-        unauthorized: metrics.admin.unauthorized.clone(),
-    };
+    let admin = path.admin(registry, &metrics, ready.clone());
     let (stop, stopped) = watch::channel(false);
     log_start(&cfg, proxy_addr, admin_addr);
     let watcher = reloader.clone().map(|r| tokio::spawn(r.watch(RELOAD_POLL)));
@@ -339,6 +330,22 @@ impl MeasurementPath {
             drift_view,
             calibration_view,
         })
+    }
+}
+
+impl MeasurementPath {
+    /// The admin server over this path's views, exposing `registry`.
+    fn admin(&self, registry: Registry, metrics: &Metrics, ready: Arc<AtomicBool>) -> Admin {
+        Admin {
+            registry: Arc::new(registry),
+            recent: self.recent.clone(),
+            ready,
+            live: self.slo_view.clone(),
+            drift: self.drift_view.clone(),
+            calibration: self.calibration_view.clone(),
+            config: self.config.clone(),
+            unauthorized: metrics.admin.unauthorized.clone(),
+        }
     }
 }
 

@@ -64,6 +64,8 @@ pub mod names {
     pub const OTLP_EXPORTS: &str = "goodput_otlp_exports";
     pub const OTLP_EXPORT_FAILURES: &str = "goodput_otlp_export_failures";
     pub const OTLP_SPANS_DROPPED: &str = "goodput_otlp_spans_dropped";
+    pub const REQUEST_PHASE: &str = "goodput_request_phase";
+    pub const SLO_HEADER_OBJECTIVES_INVALID: &str = "goodput_slo_header_objectives_invalid";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers

@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{
-    record::{ItlSummary, Outcome, RequestRecord, TokenCount, TokenSource},
+    record::{
+        EngineSplit, EngineTimingSource, ItlSummary, Outcome, RequestRecord, TokenCount,
+        TokenSource,
+    },
     tap::{Ending, Pending, Timeline},
 };
-use crate::decode::{self, Api, RequestInfo, StreamKind, Usage};
+use crate::decode::{self, Api, BodyInfo, RequestInfo, StreamKind, Usage};
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -211,6 +214,25 @@ impl Pending {
         }
     }
 
+    /// The engine's own timing: from the response (stream event or body) first, else from
+    /// its headers.
+    fn engine_split(
+        &self,
+        body: Option<&BodyInfo>,
+        ttft_ms: Option<f64>,
+        e2e_ms: f64,
+    ) -> EngineSplit {
+        let (timing, source) = match (
+            self.timeline.engine.or(body.and_then(|b| b.engine)),
+            self.engine_headers,
+        ) {
+            (Some(t), _) => (Some(t), EngineTimingSource::Response),
+            (None, Some(t)) => (Some(t), EngineTimingSource::Headers),
+            (None, None) => (None, EngineTimingSource::Response),
+        };
+        EngineSplit::new(timing, source, ttft_ms, e2e_ms)
+    }
+
     /// Builds the record; also returns the inter-token gaps (µs) for the ITL histogram.
     pub fn finish(mut self) -> (RequestRecord, Vec<u32>) {
         let (request, bytes_in) = self.request_info();
@@ -239,6 +261,8 @@ impl Pending {
         } = d;
         let mut gaps = std::mem::take(&mut self.timeline.gaps_us);
         let itl_ms = ItlSummary::from_gaps_us(&mut gaps);
+        let e2e_ms = ms(self.client_end().saturating_duration_since(self.t_arrival));
+        let engine = self.engine_split(body.as_ref(), ttft.map(ms), e2e_ms);
         let stream = self.kind == StreamKind::Sse
             || self.kind == StreamKind::Ndjson
             || request.as_ref().is_some_and(|r| r.stream);
@@ -258,7 +282,7 @@ impl Pending {
             ttft_ms: ttft.map(ms),
             ttfo_ms: ttfo.map(ms),
             tpot_ms: tpot.map(ms),
-            e2e_ms: ms(self.client_end().saturating_duration_since(self.t_arrival)),
+            e2e_ms,
             itl_ms,
             input_tokens,
             input_tokens_source,
@@ -274,6 +298,8 @@ impl Pending {
             slo_class: String::new(),
             slo_met: None,
             slo_miss_reason: None,
+            slo_miss_component: None,
+            engine,
             clock: if self.kernel_clock {
                 super::Clock::Kernel
             } else {
@@ -289,6 +315,8 @@ impl Pending {
             arrival: self.arrival,
             tenant: self.tenant,
             slo_overrides: self.slo_overrides,
+            slo_header_invalid: self.slo_header_invalid,
+            slo_source: None,
             trace: self.traced.then_some(super::RequestTrace {
                 started: self.started_at,
                 parent: self.trace_parent,

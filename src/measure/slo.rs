@@ -3,8 +3,9 @@
 //! request has no value for, is not checked). Client aborts and client errors are excluded
 //! from attainment.
 
+use super::record::{Component, EngineSplit, SloSource};
 use super::{Outcome, RequestRecord};
-use crate::config::slo::{MatchInput, Slo, Targets};
+use crate::config::slo::{HeaderObjectives, MatchInput, Slo, Targets};
 
 /// Why a request missed its SLO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +144,53 @@ fn reclassify_status(r: &mut RequestRecord, client_statuses: &[u16]) {
     }
 }
 
+/// The targets a request is held to: its class's, with the per-request objective headers
+/// applied as `mode` says; and whether a header set or changed one.
+pub fn targets_for(
+    class: &Targets,
+    headers: Targets,
+    mode: HeaderObjectives,
+) -> (Targets, SloSource) {
+    let pick = |class: Option<f64>, header: Option<f64>| match (mode, class, header) {
+        (HeaderObjectives::Off, c, _) | (_, c, None) => c,
+        (HeaderObjectives::Override, _, h) => h,
+        // Tighten: the stricter of the two; a header may set a target the class leaves open.
+        (HeaderObjectives::Tighten, Some(c), Some(h)) => Some(c.min(h)),
+        (HeaderObjectives::Tighten, None, h) => h,
+    };
+    let targets = Targets {
+        ttft_ms: pick(class.ttft_ms, headers.ttft_ms),
+        tpot_ms: pick(class.tpot_ms, headers.tpot_ms),
+        e2e_ms: pick(class.e2e_ms, headers.e2e_ms),
+    };
+    let source = if targets == *class {
+        SloSource::Class
+    } else {
+        SloSource::Header
+    };
+    (targets, source)
+}
+
+/// Where the time of a latency miss went, by the engine's own timings: the largest of the
+/// parts the broken target covers (TTFT: queue, prefill, outside the engine; TPOT: decode;
+/// e2e: every part, with inference standing for prefill and decode where the engine does
+/// not split them). `None` for error misses and without engine timings.
+pub fn component_of(reason: MissReason, split: &EngineSplit) -> Option<Component> {
+    use Component::*;
+    if !split.is_known() {
+        return None;
+    }
+    let split_known = split.engine_prefill_ms.is_some() || split.engine_decode_ms.is_some();
+    let candidates: &[Component] = match reason {
+        MissReason::Ttft => &[Queue, Prefill, OutsideEngine],
+        MissReason::Tpot => &[Decode],
+        MissReason::E2e if split_known => &[Queue, Prefill, Decode, OutsideEngine],
+        MissReason::E2e => &[Queue, Inference, OutsideEngine],
+        MissReason::Error => return None,
+    };
+    split.largest(candidates)
+}
+
 /// Assigns the record its class and verdict. Per-request override headers (when enabled)
 /// replace the class's targets one by one. Returns `false` for a request that belongs to no
 /// class (traffic that is no generation and no class opted in to): it passes through with
@@ -158,17 +206,16 @@ pub fn judge(r: &mut RequestRecord, slo: &Slo) -> bool {
         r.slo_class = String::new();
         r.slo_met = None;
         r.slo_miss_reason = None;
+        r.slo_miss_component = None;
+        r.slo_source = None;
         return false;
     };
-    let o = r.slo_overrides;
-    let targets = Targets {
-        ttft_ms: o.ttft_ms.or(class.targets.ttft_ms),
-        tpot_ms: o.tpot_ms.or(class.targets.tpot_ms),
-        e2e_ms: o.e2e_ms.or(class.targets.e2e_ms),
-    };
+    let (targets, source) = targets_for(&class.targets, r.slo_overrides, slo.header_objectives);
     let (met, reason) = verdict(r, &targets);
     r.slo_class = class.name.clone();
     r.slo_met = met;
+    r.slo_source = Some(source);
+    r.slo_miss_component = reason.and_then(|m| component_of(m, &r.engine));
     r.slo_miss_reason = reason.map(MissReason::as_str);
     true
 }

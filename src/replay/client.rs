@@ -351,6 +351,8 @@ impl Seen {
             slo_class: String::new(),
             slo_met: None,
             slo_miss_reason: None,
+            slo_miss_component: None,
+            engine: Default::default(),
             clock: crate::measure::Clock::User,
             finished_at: Some(ended),
             bytes_in,
@@ -366,6 +368,8 @@ impl Seen {
             },
             tenant: None,
             slo_overrides: Default::default(),
+            slo_header_invalid: 0,
+            slo_source: None,
             trace: None,
         };
         (record, gaps)

@@ -27,7 +27,7 @@ use crate::{
     measure::{MeasureLayer, Recorder, Settings},
     metrics::Metrics,
     proxy::{self, ClientBudget, Forward, Proxy},
-    stats::{Aggregator, DriftView, Live, Profiling, Recent},
+    stats::{Aggregator, DriftView, Live, PhaseMetrics, Profiling, Recent},
     tokenize::{Fallbacks, Stage},
 };
 
@@ -174,6 +174,8 @@ fn start_on_from(
     let admin_addr = local_addr("admin", &admin_listener, cfg.admin)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let phases = PhaseMetrics::default();
+    phases.register(&mut registry);
     let limits = metrics.limits.clone();
     let admin_unauthorized = metrics.admin_unauthorized.clone();
     let budget = ClientBudget::raise_open_files_limit();
@@ -218,7 +220,8 @@ fn start_on_from(
         profiling,
     )
     .with_calibration(proxy_totals)
-    .with_otlp(otlp);
+    .with_otlp(otlp)
+    .with_phases(phases);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let forward = Forward::new(

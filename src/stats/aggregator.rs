@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use super::{
-    Live, ModelLabels, Recent,
+    Live, ModelLabels, PhaseMetrics, Recent,
     engine::Observation,
     live::{engine_config, refresh_gauges},
     profiling::Profiling,
@@ -43,6 +43,8 @@ pub struct Aggregator {
     /// OpenTelemetry export (`[otlp]`); dropped when the aggregator ends, which makes the
     /// export tasks send what is left and stop.
     otlp: Option<crate::otlp::Exporter>,
+    /// The engine's per-request timings on `/metrics`.
+    phases: Option<PhaseMetrics>,
 }
 
 impl Aggregator {
@@ -67,7 +69,14 @@ impl Aggregator {
             profiling,
             calibration: None,
             otlp: None,
+            phases: None,
         }
+    }
+
+    /// Also counts every judged request's engine timings (and ignored objective headers).
+    pub fn with_phases(mut self, phases: PhaseMetrics) -> Aggregator {
+        self.phases = Some(phases);
+        self
     }
 
     /// Also records every judged request into the OpenTelemetry export.
@@ -155,6 +164,9 @@ impl Aggregator {
         let class = record.slo_class.clone();
         let miss_cause = slo::MissCause::of(&record);
         self.metrics.observe(&record, &model, &gaps, miss_cause);
+        if let Some(phases) = &self.phases {
+            phases.observe(&record, &model);
+        }
         self.live.lock().observe(&Observation {
             started: record.finished_at.map_or_else(Instant::now, |end| {
                 end.checked_sub(Duration::from_secs_f64(record.e2e_ms / 1000.0))
@@ -176,6 +188,8 @@ impl Aggregator {
             miss_cause,
             finish_reason: record.finish_reason,
             cached_input_tokens: record.cached_input_tokens,
+            engine_parts: record.engine.parts().map(|(_, v)| v),
+            miss_component: record.slo_miss_component,
         });
         if config.calibration.enabled
             && let Some(totals) = &self.calibration

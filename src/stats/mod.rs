@@ -7,11 +7,13 @@ mod aggregator;
 pub mod engine;
 mod labels;
 mod live;
+mod phases;
 mod profiling;
 mod recent;
 
 pub use aggregator::Aggregator;
 pub use labels::ModelLabels;
 pub use live::{Live, engine_config};
+pub use phases::{PHASE_BUCKETS, PhaseMetrics};
 pub use profiling::{DriftView, Profiling};
 pub use recent::Recent;

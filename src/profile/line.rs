@@ -191,6 +191,8 @@ pub(crate) mod tests {
             slo_class: "interactive".into(),
             slo_met: Some(true),
             slo_miss_reason: None,
+            slo_miss_component: None,
+            engine: Default::default(),
             clock: crate::measure::Clock::User,
             finished_at: None,
             bytes_in: 10,
@@ -199,6 +201,8 @@ pub(crate) mod tests {
             arrival: Default::default(),
             tenant: Some(5),
             slo_overrides: Default::default(),
+            slo_header_invalid: 0,
+            slo_source: None,
             trace: None,
         }
     }

@@ -133,6 +133,8 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         slo_class: "default".into(),
         slo_met: Some(true),
         slo_miss_reason: None,
+        slo_miss_component: None,
+        engine: Default::default(),
         clock: goodput::measure::Clock::User,
         finished_at: None,
         bytes_in: 3000,
@@ -141,6 +143,8 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         arrival: Default::default(),
         tenant: None,
         slo_overrides: Default::default(),
+        slo_header_invalid: 0,
+        slo_source: None,
         trace: None,
     }
 }

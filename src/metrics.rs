@@ -66,6 +66,14 @@ pub mod names {
     pub const OTLP_SPANS_DROPPED: &str = "goodput_otlp_spans_dropped";
     pub const REQUEST_PHASE: &str = "goodput_request_phase";
     pub const SLO_HEADER_OBJECTIVES_INVALID: &str = "goodput_slo_header_objectives_invalid";
+    // The GenAI conventions' latest client-inference names (OTEL_SEMCONV_STABILITY_OPT_IN).
+    pub const INFERENCE_DURATION: &str = "gen_ai_client_inference_duration";
+    pub const INFERENCE_TTFC: &str = "gen_ai_client_inference_time_to_first_chunk";
+    pub const INFERENCE_TPOC: &str = "gen_ai_client_inference_time_per_output_chunk";
+    pub const INFERENCE_INPUT_TOKENS: &str = "gen_ai_client_inference_usage_input_tokens";
+    pub const INFERENCE_OUTPUT_TOKENS: &str = "gen_ai_client_inference_usage_output_tokens";
+    pub const INFERENCE_CACHE_READ_TOKENS: &str =
+        "gen_ai_client_inference_usage_cache_read_input_tokens";
 }
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers

@@ -11,6 +11,14 @@ pub const CLIENT_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
 pub const SERVER_REQUEST_DURATION: &str = "gen_ai.server.request.duration";
 pub const SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
 pub const SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
+// The latest experimental client-inference names (OTEL_SEMCONV_STABILITY_OPT_IN).
+pub const INFERENCE_DURATION: &str = "gen_ai.client.inference.duration";
+pub const INFERENCE_TTFC: &str = "gen_ai.client.inference.time_to_first_chunk";
+pub const INFERENCE_TPOC: &str = "gen_ai.client.inference.time_per_output_chunk";
+pub const INFERENCE_INPUT_TOKENS: &str = "gen_ai.client.inference.usage.input_tokens";
+pub const INFERENCE_OUTPUT_TOKENS: &str = "gen_ai.client.inference.usage.output_tokens";
+pub const INFERENCE_CACHE_READ_TOKENS: &str =
+    "gen_ai.client.inference.usage.cache_read.input_tokens";
 pub const REQUESTS: &str = "goodput.requests";
 pub const OUTPUT_TOKENS: &str = "goodput.output_tokens";
 pub const ATTAINMENT: &str = "goodput.slo.attainment";
@@ -27,6 +35,7 @@ pub const USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
 pub const USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
 pub const USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
 pub const RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+pub const RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
 pub const SERVER_ADDRESS: &str = "server.address";
 pub const SERVER_PORT: &str = "server.port";
 pub const ERROR_TYPE: &str = "error.type";
@@ -49,6 +58,10 @@ pub const G_INPUT_SOURCE: &str = "goodput.input_tokens.source";
 pub const G_OUTPUT_SOURCE: &str = "goodput.output_tokens.source";
 pub const G_EVENTS: &str = "goodput.events";
 pub const G_BYTES_OUT: &str = "goodput.bytes_out";
+pub const G_ENGINE_QUEUE_MS: &str = "goodput.engine.queue_ms";
+pub const G_ENGINE_PREFILL_MS: &str = "goodput.engine.prefill_ms";
+pub const G_ENGINE_DECODE_MS: &str = "goodput.engine.decode_ms";
+pub const G_OUTSIDE_ENGINE_MS: &str = "goodput.engine.outside_ms";
 
 /// The conventions' recommended boundaries, as they are: collectors and dashboards built
 /// for the conventions expect them (the Prometheus histograms on `/metrics` extend them
@@ -66,6 +79,29 @@ pub const TTFT_BUCKETS: [f64; 16] = [
 pub const TPOT_BUCKETS: [f64; 13] = [
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 ];
+
+/// Boundaries of the client-inference latencies: 1 ms to 20 minutes (reasoning calls run
+/// for many minutes).
+pub const INFERENCE_BUCKETS: [f64; 20] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+    81.92, 163.84, 327.68, 655.36, 1200.0,
+];
+
+/// Time per output chunk after the first, in ms: (last chunk − first chunk) / (chunks − 1),
+/// from TPOT's own span of time (t_last − t_first = TPOT × (output tokens − 1)).
+pub fn per_output_chunk_ms(r: &crate::measure::RequestRecord) -> Option<f64> {
+    let (tpot, tokens) = (r.tpot_ms?, r.output_tokens?);
+    (r.events >= 2 && tokens >= 2).then(|| tpot * (tokens - 1) as f64 / (r.events - 1) as f64)
+}
+
+/// Whether `OTEL_SEMCONV_STABILITY_OPT_IN` (comma-separated) asks for the latest
+/// experimental GenAI conventions.
+pub fn latest_genai(opt_in: Option<&str>) -> bool {
+    opt_in.is_some_and(|v| {
+        v.split(',')
+            .any(|s| s.trim() == "gen_ai_latest_experimental")
+    })
+}
 
 /// `gen_ai.operation.name` of a record's `api` label (the conventions' well-known values;
 /// the API label itself for anything else).

@@ -27,7 +27,7 @@ use crate::{
     measure::{MeasureLayer, Recorder, Settings},
     metrics::Metrics,
     proxy::{self, ClientBudget, Forward, Proxy},
-    stats::{Aggregator, DriftView, Live, PhaseMetrics, Profiling, Recent},
+    stats::{Aggregator, DriftView, InferenceMetrics, Live, PhaseMetrics, Profiling, Recent},
     tokenize::{Fallbacks, Stage},
 };
 
@@ -176,6 +176,16 @@ fn start_on_from(
     let metrics = Metrics::register(&mut registry);
     let phases = PhaseMetrics::default();
     phases.register(&mut registry);
+    let latest_semconv = crate::otlp::semconv::latest_genai(
+        std::env::var("OTEL_SEMCONV_STABILITY_OPT_IN")
+            .ok()
+            .as_deref(),
+    );
+    let inference = latest_semconv.then(|| {
+        let m = InferenceMetrics::default();
+        m.register(&mut registry);
+        m
+    });
     let limits = metrics.limits.clone();
     let admin_unauthorized = metrics.admin_unauthorized.clone();
     let budget = ClientBudget::raise_open_files_limit();
@@ -205,7 +215,8 @@ fn start_on_from(
     );
     let (otlp, otlp_tasks) = match &cfg.otlp {
         Some(o) => {
-            let (exporter, tasks) = crate::otlp::start(o, &cfg.upstream, &metrics.otlp)?;
+            let (exporter, tasks) =
+                crate::otlp::start(o, &cfg.upstream, &metrics.otlp, latest_semconv)?;
             (Some(exporter), Some(tasks))
         }
         None => (None, None),
@@ -221,7 +232,7 @@ fn start_on_from(
     )
     .with_calibration(proxy_totals)
     .with_otlp(otlp)
-    .with_phases(phases);
+    .with_phases(phases, inference);
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(recorder.clone(), settings.clone());
     let forward = Forward::new(

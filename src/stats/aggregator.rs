@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use super::{
-    Live, ModelLabels, PhaseMetrics, Recent,
+    InferenceMetrics, Live, ModelLabels, PhaseMetrics, Recent,
     engine::Observation,
     live::{engine_config, refresh_gauges},
     profiling::Profiling,
@@ -45,6 +45,8 @@ pub struct Aggregator {
     otlp: Option<crate::otlp::Exporter>,
     /// The engine's per-request timings on `/metrics`.
     phases: Option<PhaseMetrics>,
+    /// The GenAI conventions' latest client-inference names, when opted in.
+    inference: Option<InferenceMetrics>,
 }
 
 impl Aggregator {
@@ -70,12 +72,19 @@ impl Aggregator {
             calibration: None,
             otlp: None,
             phases: None,
+            inference: None,
         }
     }
 
-    /// Also counts every judged request's engine timings (and ignored objective headers).
-    pub fn with_phases(mut self, phases: PhaseMetrics) -> Aggregator {
+    /// Also counts every judged request's engine timings (and ignored objective headers),
+    /// and, when given, its client-inference figures under the latest GenAI names.
+    pub fn with_phases(
+        mut self,
+        phases: PhaseMetrics,
+        inference: Option<InferenceMetrics>,
+    ) -> Aggregator {
         self.phases = Some(phases);
+        self.inference = inference;
         self
     }
 
@@ -166,6 +175,9 @@ impl Aggregator {
         self.metrics.observe(&record, &model, &gaps, miss_cause);
         if let Some(phases) = &self.phases {
             phases.observe(&record, &model);
+        }
+        if let Some(inference) = &self.inference {
+            inference.observe(&record, &model);
         }
         self.live.lock().observe(&Observation {
             started: record.finished_at.map_or_else(Instant::now, |end| {

@@ -14,6 +14,6 @@ mod recent;
 pub use aggregator::Aggregator;
 pub use labels::ModelLabels;
 pub use live::{Live, engine_config};
-pub use phases::{PHASE_BUCKETS, PhaseMetrics};
+pub use phases::{InferenceMetrics, PHASE_BUCKETS, PhaseMetrics};
 pub use profiling::{DriftView, Profiling};
 pub use recent::Recent;

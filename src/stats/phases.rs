@@ -72,3 +72,145 @@ impl PhaseMetrics {
         }
     }
 }
+
+use crate::otlp::semconv::{INFERENCE_BUCKETS, per_output_chunk_ms};
+
+/// `model` and `api` of a GenAI client-inference series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct InferenceLabels {
+    pub model: String,
+    pub api: &'static str,
+}
+
+/// The OpenTelemetry GenAI conventions' latest client-inference instruments in their
+/// Prometheus forms, exported beside the older names when
+/// `OTEL_SEMCONV_STABILITY_OPT_IN` contains `gen_ai_latest_experimental`: latencies measured
+/// at a proxy are the client's view of inference.
+#[derive(Clone, Debug)]
+pub struct InferenceMetrics {
+    pub duration: HistogramFamily<InferenceLabels>,
+    pub time_to_first_chunk: HistogramFamily<InferenceLabels>,
+    pub time_per_output_chunk: HistogramFamily<InferenceLabels>,
+    pub input_tokens: Family<InferenceLabels, Counter>,
+    pub output_tokens: Family<InferenceLabels, Counter>,
+    pub cache_read_input_tokens: Family<InferenceLabels, Counter>,
+}
+
+impl Default for InferenceMetrics {
+    fn default() -> Self {
+        let h = || -> HistogramFamily<InferenceLabels> {
+            Family::new_with_constructor(|| Histogram::new(INFERENCE_BUCKETS))
+        };
+        InferenceMetrics {
+            duration: h(),
+            time_to_first_chunk: h(),
+            time_per_output_chunk: h(),
+            input_tokens: Family::default(),
+            output_tokens: Family::default(),
+            cache_read_input_tokens: Family::default(),
+        }
+    }
+}
+
+impl InferenceMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        let seconds = [
+            (
+                names::INFERENCE_DURATION,
+                "GenAI client inference duration: arrival to the end of the response",
+                &self.duration,
+            ),
+            (
+                names::INFERENCE_TTFC,
+                "GenAI client inference time to the first output chunk (streamed, successful)",
+                &self.time_to_first_chunk,
+            ),
+            (
+                names::INFERENCE_TPOC,
+                "GenAI client inference time per output chunk after the first (streamed, successful)",
+                &self.time_per_output_chunk,
+            ),
+        ];
+        for (name, help, family) in seconds {
+            registry.register_with_unit(name, help, Unit::Seconds, family.clone());
+        }
+        let tokens = [
+            (
+                names::INFERENCE_INPUT_TOKENS,
+                "Input tokens of GenAI client inferences",
+                &self.input_tokens,
+            ),
+            (
+                names::INFERENCE_OUTPUT_TOKENS,
+                "Output tokens of GenAI client inferences",
+                &self.output_tokens,
+            ),
+            (
+                names::INFERENCE_CACHE_READ_TOKENS,
+                "Input tokens served from the engine's prefix cache",
+                &self.cache_read_input_tokens,
+            ),
+        ];
+        for (name, help, family) in tokens {
+            registry.register(name, help, family.clone());
+        }
+    }
+
+    /// Counts one finished request under its `model` label.
+    pub fn observe(&self, r: &RequestRecord, model: &str) {
+        let labels = InferenceLabels {
+            model: model.to_owned(),
+            api: r.api,
+        };
+        self.duration
+            .get_or_create(&labels)
+            .observe(r.e2e_ms / 1000.0);
+        if r.outcome == crate::measure::Outcome::Ok {
+            if let Some(ttft) = r.ttft_ms {
+                self.time_to_first_chunk
+                    .get_or_create(&labels)
+                    .observe(ttft / 1000.0);
+            }
+            if let Some(per_chunk) = per_output_chunk_ms(r) {
+                self.time_per_output_chunk
+                    .get_or_create(&labels)
+                    .observe(per_chunk / 1000.0);
+            }
+        }
+        for (family, n) in [
+            (&self.input_tokens, r.input_tokens),
+            (&self.output_tokens, r.output_tokens),
+            (&self.cache_read_input_tokens, r.cached_input_tokens),
+        ] {
+            if let Some(n) = n {
+                family.get_or_create(&labels).inc_by(n);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_opt_in_is_one_of_a_comma_separated_list() {
+        assert!(latest_genai_semconv(Some("gen_ai_latest_experimental")));
+        assert!(latest_genai_semconv(Some(
+            "http, gen_ai_latest_experimental"
+        )));
+        assert!(!latest_genai_semconv(Some("http")));
+        assert!(!latest_genai_semconv(Some(
+            "gen_ai_latest_experimental_not"
+        )));
+        assert!(!latest_genai_semconv(None));
+    }
+
+    #[test]
+    fn buckets_reach_ten_minutes() {
+        assert!(*INFERENCE_BUCKETS.last().unwrap() >= 600.0);
+        assert!(*PHASE_BUCKETS.last().unwrap() >= 600.0);
+        assert!(INFERENCE_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+        assert!(PHASE_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -329,3 +329,54 @@ fn override_headers_and_a_different_mode_are_refused() {
     let err = config::load_str(toml, "test", &Overrides::default()).unwrap_err();
     assert!(err.to_string().contains("slo.override_headers"), "{err}");
 }
+
+/// With `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` the real binary exports
+/// the latest client-inference names beside today's; without it, only today's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_latest_genai_names_are_exported_when_opted_in() {
+    use crate::common::binary::Serving;
+    let (_sim, upstream) = start_sim(fast_sim(5.0, 1.0)).await;
+    for opt_in in [true, false] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"));
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream,
+        ]);
+        cmd.env_remove("OTEL_SEMCONV_STABILITY_OPT_IN");
+        if opt_in {
+            cmd.env(
+                "OTEL_SEMCONV_STABILITY_OPT_IN",
+                "http,gen_ai_latest_experimental",
+            );
+        }
+        let mut served = Serving::start(cmd, Duration::from_secs(20)).unwrap();
+        let url = format!("http://{}/v1/chat/completions", served.proxy);
+        let (status, _) = post_collect(&client(), &url, chat_body(true, 4, true)).await;
+        assert_eq!(status, 200);
+        wait_records(served.admin, 1, T).await;
+        let m = metrics(served.admin).await;
+        let series = |name: &str| metric_value(&m, name);
+        let ttfc = series(
+            r#"gen_ai_client_inference_time_to_first_chunk_seconds_count{model="test-model",api="chat_completions"}"#,
+        );
+        let tokens = series(
+            r#"gen_ai_client_inference_usage_output_tokens_total{model="test-model",api="chat_completions"}"#,
+        );
+        if opt_in {
+            assert_eq!((ttfc, tokens), (Some(1.0), Some(4.0)), "{m}");
+        } else {
+            assert!(!m.contains("gen_ai_client_inference"), "{m}");
+        }
+        assert!(
+            m.contains("gen_ai_server_time_to_first_token_seconds_count"),
+            "{m}"
+        );
+        served.signal("-TERM");
+        served.exited(T).unwrap();
+    }
+}

@@ -353,7 +353,7 @@ mod tests {
 
     #[test]
     fn overrides_replace_class_targets() {
-        let slo = crate::config::load(
+        let mut slo = crate::config::load(
             None,
             &crate::config::Overrides {
                 upstream: Some("http://a".into()),
@@ -362,14 +362,102 @@ mod tests {
         )
         .unwrap()
         .slo;
+        slo.header_objectives = HeaderObjectives::Override;
         let mut r = record(Outcome::Ok, Some(150.0), None, 10.0);
         judge(&mut r, &slo);
         assert_eq!((r.slo_class.as_str(), r.slo_met), ("default", Some(true)));
         r.slo_overrides.ttft_ms = Some(100.0);
         judge(&mut r, &slo);
         assert_eq!((r.slo_met, r.slo_miss_reason), (Some(false), Some("ttft")));
+        assert_eq!(r.slo_source, Some(SloSource::Header));
+        // Off: a header never counts, whatever the record carries.
+        slo.header_objectives = HeaderObjectives::Off;
+        judge(&mut r, &slo);
+        assert_eq!(
+            (r.slo_met, r.slo_source),
+            (Some(true), Some(SloSource::Class))
+        );
         r.api = "unknown";
         assert!(!judge(&mut r, &slo));
         assert_eq!((r.slo_class.as_str(), r.slo_met), ("", None));
+    }
+
+    #[test]
+    fn tighten_takes_the_stricter_and_override_the_header() {
+        let class = Targets {
+            ttft_ms: Some(1000.0),
+            tpot_ms: None,
+            e2e_ms: Some(5000.0),
+        };
+        let header = Targets {
+            ttft_ms: Some(5000.0),
+            tpot_ms: Some(20.0),
+            e2e_ms: Some(100.0),
+        };
+        use HeaderObjectives::*;
+        let (t, src) = targets_for(&class, header, Tighten);
+        assert_eq!(
+            (t.ttft_ms, t.tpot_ms, t.e2e_ms, src),
+            (Some(1000.0), Some(20.0), Some(100.0), SloSource::Header)
+        );
+        let looser = Targets {
+            ttft_ms: Some(5000.0),
+            ..Targets::default()
+        };
+        assert_eq!(
+            targets_for(&class, looser, Tighten),
+            (class, SloSource::Class)
+        );
+        let (t, src) = targets_for(&class, looser, Override);
+        assert_eq!((t.ttft_ms, src), (Some(5000.0), SloSource::Header));
+        assert_eq!(targets_for(&class, header, Off), (class, SloSource::Class));
+    }
+
+    #[test]
+    fn a_miss_goes_to_the_largest_part_its_target_covers() {
+        use crate::decode::EngineTiming;
+        use crate::measure::record::EngineTimingSource;
+        let timing = EngineTiming {
+            queue_us: Some(40_000),
+            prefill_us: Some(75_000),
+            decode_us: Some(900_000),
+            inference_us: Some(975_000),
+        };
+        let split = EngineSplit::new(
+            Some(timing),
+            EngineTimingSource::Response,
+            Some(300.0),
+            1400.0,
+        );
+        assert_eq!(split.outside_engine_ms, Some(185.0));
+        assert_eq!(
+            component_of(MissReason::Ttft, &split),
+            Some(Component::OutsideEngine)
+        );
+        assert_eq!(
+            component_of(MissReason::Tpot, &split),
+            Some(Component::Decode)
+        );
+        assert_eq!(
+            component_of(MissReason::E2e, &split),
+            Some(Component::Decode)
+        );
+        assert_eq!(component_of(MissReason::Error, &split), None);
+        assert_eq!(
+            component_of(MissReason::Ttft, &EngineSplit::default()),
+            None
+        );
+        // TGI: queue and inference only; e2e misses weigh inference.
+        let tgi = EngineTiming {
+            queue_us: Some(500_000),
+            inference_us: Some(200_000),
+            ..EngineTiming::default()
+        };
+        let split = EngineSplit::new(Some(tgi), EngineTimingSource::Headers, None, 800.0);
+        assert_eq!(split.outside_engine_ms, Some(100.0));
+        assert_eq!(
+            component_of(MissReason::E2e, &split),
+            Some(Component::Queue)
+        );
     }
 }

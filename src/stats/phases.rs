@@ -195,15 +195,12 @@ mod tests {
 
     #[test]
     fn the_opt_in_is_one_of_a_comma_separated_list() {
-        assert!(latest_genai_semconv(Some("gen_ai_latest_experimental")));
-        assert!(latest_genai_semconv(Some(
-            "http, gen_ai_latest_experimental"
-        )));
-        assert!(!latest_genai_semconv(Some("http")));
-        assert!(!latest_genai_semconv(Some(
-            "gen_ai_latest_experimental_not"
-        )));
-        assert!(!latest_genai_semconv(None));
+        use crate::otlp::semconv::latest_genai;
+        assert!(latest_genai(Some("gen_ai_latest_experimental")));
+        assert!(latest_genai(Some("http, gen_ai_latest_experimental")));
+        assert!(!latest_genai(Some("http")));
+        assert!(!latest_genai(Some("gen_ai_latest_experimental_not")));
+        assert!(!latest_genai(None));
     }
 
     #[test]

@@ -51,6 +51,12 @@ struct Latest {
     input_tokens: Counter<u64>,
     output_tokens: Counter<u64>,
     cache_read_input_tokens: Counter<u64>,
+    /// Cost per request: its output tokens at the shortest window's cost per raw token.
+    cost: Histogram<f64>,
+    /// That cost per million raw tokens (f64 bits; NaN until a window has one) and its
+    /// currency, from the latest refresh.
+    cost_per_million: std::sync::atomic::AtomicU64,
+    currency: std::sync::Mutex<Option<String>>,
 }
 
 /// What the export task owns: the provider (the instruments record into its pipeline while
@@ -246,6 +252,9 @@ impl Instruments {
                 self.request_goodput.record(c.request_goodput_per_s, &attrs);
             }
         }
+        if let Some(latest) = &self.latest {
+            latest.refresh(g);
+        }
     }
 }
 
@@ -283,6 +292,31 @@ impl Latest {
                 sc::INFERENCE_CACHE_READ_TOKENS,
                 "Input tokens served from the engine's prefix cache",
             ),
+            cost: m
+                .f64_histogram(sc::OPERATION_COST)
+                .with_unit("{currency}")
+                .with_description(
+                    "Cost of a request: its output tokens at the serving system's configured cost per raw output token over the shortest window ([cost])",
+                )
+                .build(),
+            cost_per_million: std::sync::atomic::AtomicU64::new(f64::NAN.to_bits()),
+            currency: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Keeps the shortest window's cost per million raw tokens for the requests to come.
+    fn refresh(&self, g: &Gauges<'_>) {
+        let per_million = g
+            .windows
+            .first()
+            .and_then(|w| w.cost_per_million_raw_tokens)
+            .filter(|c| c.is_finite());
+        self.cost_per_million.store(
+            per_million.unwrap_or(f64::NAN).to_bits(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        if let Ok(mut c) = self.currency.lock() {
+            *c = g.currency.map(str::to_owned);
         }
     }
 
@@ -305,6 +339,20 @@ impl Latest {
             if let Some(n) = n {
                 counter.add(n, attrs);
             }
+        }
+        let per_million = f64::from_bits(
+            self.cost_per_million
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        if let (Some(n), true) = (r.output_tokens, per_million.is_finite()) {
+            let mut with = attrs.to_vec();
+            with.push(KeyValue::new(sc::USAGE_COST_SOURCE, "local"));
+            if let Ok(c) = self.currency.lock()
+                && let Some(c) = c.as_ref()
+            {
+                with.push(KeyValue::new(sc::G_COST_CURRENCY, c.clone()));
+            }
+            self.cost.record(n as f64 * per_million / 1e6, &with);
         }
     }
 }

@@ -19,6 +19,7 @@ pub const INFERENCE_INPUT_TOKENS: &str = "gen_ai.client.inference.usage.input_to
 pub const INFERENCE_OUTPUT_TOKENS: &str = "gen_ai.client.inference.usage.output_tokens";
 pub const INFERENCE_CACHE_READ_TOKENS: &str =
     "gen_ai.client.inference.usage.cache_read.input_tokens";
+pub const OPERATION_COST: &str = "gen_ai.client.operation.cost";
 pub const REQUESTS: &str = "goodput.requests";
 pub const OUTPUT_TOKENS: &str = "goodput.output_tokens";
 pub const ATTAINMENT: &str = "goodput.slo.attainment";
@@ -36,6 +37,8 @@ pub const USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
 pub const USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
 pub const RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
 pub const RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
+pub const USAGE_COST_SOURCE: &str = "gen_ai.usage.cost.source";
+pub const G_COST_CURRENCY: &str = "goodput.cost.currency";
 pub const SERVER_ADDRESS: &str = "server.address";
 pub const SERVER_PORT: &str = "server.port";
 pub const ERROR_TYPE: &str = "error.type";

@@ -33,13 +33,7 @@ fn vllm_events(n: usize) -> Vec<Vec<u8>> {
 }
 
 async fn proxy_with(upstream: &str, toml: &str) -> Running {
-    let overrides = Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        upstream: Some(upstream.into()),
-        admin: Some("127.0.0.1:0".into()),
-    };
-    let text = format!("[log]\naccess_log = false\n{toml}");
-    start_proxy_with(config::load_str(&text, "test", &overrides).unwrap()).await
+    start_proxy_toml(upstream, toml).await
 }
 
 async fn send(
@@ -62,18 +56,7 @@ async fn send(
 }
 
 async fn record(proxy: &Running, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        if let Some(r) = records(proxy.admin_addr)
-            .await
-            .into_iter()
-            .find(|r| r["id"] == id)
-        {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no record for {id}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    record_of(proxy.admin_addr, id, T).await
 }
 
 fn f(r: &Value, key: &str) -> f64 {

@@ -30,7 +30,7 @@ use super::{
     error::ProxyError,
     headers,
     inline::{self, Lease},
-    request_body::ClientBody,
+    request_body::{BodyFault, ClientBody},
     slots::Slots,
     tunnel,
 };
@@ -149,6 +149,8 @@ impl Inner {
         let upgrade = headers::is_upgrade(&req);
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
+        // `server.request_body_timeout` runs from the head, like the body's own timer.
+        let body_deadline = tokio::time::Instant::now() + fixed.body_timeout;
         let (body, fault) = ClientBody::new(body, fixed.body_timeout);
         let conn = parts.extensions.get::<ConnInfo>().cloned();
         let client_authority = parts.uri.authority().map(|a| a.as_str().to_owned());
@@ -179,7 +181,7 @@ impl Inner {
         let sent = async {
             match &self.inline {
                 Some(pool) if !upgrade && request.method() != Method::CONNECT => pool
-                    .send(request)
+                    .send(request, &fault)
                     .await
                     .map(|(resp, lease)| (resp, Some(lease))),
                 _ => {
@@ -192,12 +194,16 @@ impl Inner {
                 }
             }
         };
-        let (resp, mut lease) = match tokio::time::timeout(timeout, sent).await {
-            // A body that failed or timed out fails the upstream request with it: the
-            // client's doing, whatever the upstream client made of it.
-            Err(_) => return Err(fault.take().unwrap_or(ProxyError::HeaderTimeout(timeout))),
-            Ok(Err(e)) => return Err(fault.take().unwrap_or(e)),
-            Ok(Ok(sent)) => sent,
+        let deadline = head_deadline(&fault, body_deadline, fixed.body_timeout, timeout);
+        // A body that failed or timed out fails the upstream request with it: the
+        // client's doing, whatever the upstream client made of it.
+        let (resp, mut lease) = tokio::select! {
+            biased;
+            sent = sent => match sent {
+                Ok(sent) => sent,
+                Err(e) => return Err(fault.take().unwrap_or(e)),
+            },
+            e = deadline => return Err(fault.take().unwrap_or(e)),
         };
 
         let (mut parts, body) = resp.into_parts();
@@ -245,4 +251,25 @@ impl Inner {
             .map_err(|e| ProxyError::UpstreamFailed(Box::new(e)))?;
         Ok(Response::from_parts(parts, body))
     }
+}
+
+/// Resolves with the error for a request whose response head is overdue: the upload
+/// outlived `server.request_body_timeout` (the client's fault, whatever the other timers
+/// say), or `upstream.response_header_timeout` passed since the upstream's clock started:
+/// at the end of the request body, or at the upstream's first response byte if earlier.
+async fn head_deadline(
+    fault: &BodyFault,
+    body_deadline: tokio::time::Instant,
+    body_timeout: Duration,
+    header_timeout: Duration,
+) -> ProxyError {
+    tokio::select! {
+        biased;
+        () = fault.upstream_clock_started() => {}
+        () = tokio::time::sleep_until(body_deadline) => {
+            return ProxyError::BodyTimeout(body_timeout);
+        }
+    }
+    tokio::time::sleep(header_timeout).await;
+    ProxyError::HeaderTimeout(header_timeout)
 }

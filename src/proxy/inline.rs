@@ -49,7 +49,7 @@ use tower::Service;
 use super::{
     client::StreamHold,
     error::ProxyError,
-    request_body::ClientBody,
+    request_body::{BodyFault, ClientBody},
     slots::{Got, Slot, Slots},
     wire::WireStream,
 };
@@ -374,6 +374,7 @@ impl Pool {
     pub async fn send(
         self: &Arc<Self>,
         req: Request<ForwardBody<ClientBody<RequestTap<Incoming>>>>,
+        fault: &BodyFault,
     ) -> Result<(Response<Incoming>, Lease), ProxyError> {
         let mut req = req.map(BodyExt::boxed_unsync);
         req.headers_mut()
@@ -387,9 +388,19 @@ impl Pool {
                 Got::Other(conn) => (conn, true),
                 Got::Slot(slot) => (self.connect(slot).await?, false),
             };
+            let before = conn.reads.latest();
             let sent = conn.send.try_send_request(req);
             let mut sent = pin!(sent);
-            let result = poll_fn(|cx| conn.poll_with(cx, |cx| sent.as_mut().poll(cx))).await;
+            let result = poll_fn(|cx| {
+                let polled = conn.poll_with(cx, |cx| sent.as_mut().poll(cx));
+                if polled.is_pending() && conn.reads.latest() != before {
+                    // The upstream began to answer before the request body was complete:
+                    // its clock starts at its first byte (see `request_body`).
+                    fault.start_upstream_clock();
+                }
+                polled
+            })
+            .await;
             match result {
                 Ok(resp) => {
                     let lease = Lease(Held::Conn {

@@ -126,4 +126,5 @@ mod half_close;
 mod http2_settings;
 mod request_bodies;
 mod request_heads;
+mod slow_uploads;
 mod upstream_connections;

@@ -146,6 +146,7 @@ impl Inner {
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         // Before anything reaches the upstream (RFC 9112 §3.2).
         headers::check_host(&req).map_err(ProxyError::BadHost)?;
+        headers::check_authority(&req, self.upstream.preserve_host).map_err(ProxyError::BadHost)?;
         let upgrade = headers::is_upgrade(&req);
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();

@@ -121,6 +121,7 @@ fn h2_post(addr: SocketAddr, body: &'static str) -> Request<Full<Bytes>> {
 }
 
 mod client_connections;
+mod authority;
 mod control_floods;
 mod half_close;
 mod http2_settings;

@@ -28,6 +28,7 @@ use super::{
     body::UpstreamBody,
     client::Clients,
     error::ProxyError,
+    fds::{Division, FileBudget},
     headers,
     inline::{self, Lease},
     request_body::{BodyFault, ClientBody},
@@ -54,6 +55,9 @@ struct Fixed {
     /// `server.request_body_timeout`.
     body_timeout: Duration,
     limits: LimitMetrics,
+    /// The open-files budget, and its division at start (a reload redivides it).
+    files: FileBudget,
+    division: Division,
 }
 
 struct Inner {
@@ -68,20 +72,38 @@ struct Inner {
 }
 
 impl Forward {
-    pub fn new(upstream: &Upstream, body_timeout: Duration, limits: LimitMetrics) -> Forward {
-        let inner = Inner::new(upstream, &limits);
+    /// `division`: the open-files budget's division at start (see [`super::fds`]); the
+    /// upstream gets its share of connections.
+    pub fn new(
+        upstream: &Upstream,
+        body_timeout: Duration,
+        limits: LimitMetrics,
+        files: FileBudget,
+        division: Division,
+    ) -> Forward {
+        let inner = Inner::new(upstream, &limits, division.upstream);
         Forward {
             inner: Arc::new(ArcSwap::from_pointee(inner)),
             fixed: Arc::new(Fixed {
                 body_timeout,
                 limits,
+                files,
+                division,
             }),
         }
     }
 
-    /// Switches new requests to a freshly built client for `upstream`.
+    /// Switches new requests to a freshly built client for `upstream`, with the
+    /// open-files budget divided anew for its `max_connections`.
     pub fn replace(&self, upstream: &Upstream) {
-        let inner = Inner::new(upstream, &self.fixed.limits);
+        let f = &self.fixed;
+        let division = f.files.redivide(f.division, upstream.max_connections);
+        division.publish(
+            f.division.clients,
+            upstream.max_connections,
+            &f.limits,
+        );
+        let inner = Inner::new(upstream, &f.limits, division.upstream);
         self.inner.store(Arc::new(inner));
     }
 }
@@ -113,9 +135,10 @@ impl Service<Request<RequestTap<Incoming>>> for Forward {
 }
 
 impl Inner {
-    fn new(upstream: &Upstream, limits: &LimitMetrics) -> Inner {
+    /// `max_connections`: `upstream.max_connections` as the open-files budget allows.
+    fn new(upstream: &Upstream, limits: &LimitMetrics, max_connections: usize) -> Inner {
         let slots = Arc::new(Slots::new(
-            upstream.max_connections,
+            max_connections,
             upstream.pool_wait_timeout,
             limits.clone(),
         ));

@@ -381,12 +381,28 @@ impl Pool {
             .entry(HOST)
             .or_insert_with(|| self.host.clone());
         *req.uri_mut() = origin_form(req.uri());
+        // Set by the first connect that failed for want of descriptors: the pool wait
+        // timeout from then on.
+        let mut out_of_files: Option<tokio::time::Instant> = None;
         loop {
             // An idle connection, else a new one; when the budget is spent, whichever
             // comes first: a connection back in the pool or a slot given back.
             let (mut conn, reused) = match self.slots.take_or(|| self.take()).await? {
                 Got::Other(conn) => (conn, true),
-                Got::Slot(slot) => (self.connect(slot).await?, false),
+                Got::Slot(slot) => match self.connect(slot).await {
+                    Ok(conn) => (conn, false),
+                    // Out of descriptors: a pool wait like any other, not a failure.
+                    Err(ProxyError::OutOfFiles(e)) => {
+                        let until = *out_of_files.get_or_insert_with(|| {
+                            tokio::time::Instant::now() + self.slots.wait()
+                        });
+                        if self.slots.wait_for_files(until).await {
+                            continue;
+                        }
+                        return Err(ProxyError::OutOfFiles(e));
+                    }
+                    Err(e) => return Err(e),
+                },
             };
             let before = conn.reads.latest();
             let sent = conn.send.try_send_request(req);

@@ -645,7 +645,10 @@ impl Metrics {
             m.limits.file_budget.clone(),
         );
         for waiting in ["first_request", "next_request"] {
-            let _ = m.limits.closed_for_room.get_or_create(&WaitingLabel { waiting });
+            let _ = m
+                .limits
+                .closed_for_room
+                .get_or_create(&WaitingLabel { waiting });
         }
         registry.register(
             names::CLOSED_FOR_ROOM,

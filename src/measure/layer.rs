@@ -179,7 +179,10 @@ where
         let now = Instant::now();
         let (mut parts, body) = req.into_parts();
         // The read that completed the head, as the kernel stamped its packet, if it did.
-        let reads = parts.extensions.get::<ClientReads>().map(|r| Arc::clone(&r.0));
+        let reads = parts
+            .extensions
+            .get::<ClientReads>()
+            .map(|r| Arc::clone(&r.0));
         let (t_arrival, clock) = reads
             .as_deref()
             .and_then(ReadClock::latest_read)

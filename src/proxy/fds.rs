@@ -75,7 +75,9 @@ impl FileBudget {
 
     /// The descriptors kept for everything but connections, and those left for them.
     fn split(open_files: u64) -> (usize, usize) {
-        let reserve = (open_files / 8).clamp(RESERVE_MIN, RESERVE_MAX).min(open_files);
+        let reserve = (open_files / 8)
+            .clamp(RESERVE_MIN, RESERVE_MAX)
+            .min(open_files);
         let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         (size(reserve), size(open_files - reserve))
     }
@@ -92,7 +94,9 @@ impl FileBudget {
         };
         let (reserve, room) = FileBudget::split(open_files);
         // Half each, or what the other leaves when it asks for less; at least one each.
-        let upstream = upstream.min((room / 2).max(room.saturating_sub(clients))).max(1);
+        let upstream = upstream
+            .min((room / 2).max(room.saturating_sub(clients)))
+            .max(1);
         let clients = clients.min(room.saturating_sub(upstream)).max(1);
         Division {
             open_files: Some(open_files),
@@ -120,7 +124,12 @@ impl FileBudget {
 impl Division {
     /// Logs the division (with a warning for each configured number it lowered) and
     /// exports it on `/metrics`.
-    pub fn publish(&self, configured_clients: usize, configured_upstream: usize, limits: &LimitMetrics) {
+    pub fn publish(
+        &self,
+        configured_clients: usize,
+        configured_upstream: usize,
+        limits: &LimitMetrics,
+    ) {
         let Some(open_files) = self.open_files else {
             return;
         };

@@ -98,11 +98,7 @@ impl Forward {
     pub fn replace(&self, upstream: &Upstream) {
         let f = &self.fixed;
         let division = f.files.redivide(f.division, upstream.max_connections);
-        division.publish(
-            f.division.clients,
-            upstream.max_connections,
-            &f.limits,
-        );
+        division.publish(f.division.clients, upstream.max_connections, &f.limits);
         let inner = Inner::new(upstream, &f.limits, division.upstream);
         self.inner.store(Arc::new(inner));
     }

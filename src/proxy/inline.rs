@@ -393,9 +393,8 @@ impl Pool {
                     Ok(conn) => (conn, false),
                     // Out of descriptors: a pool wait like any other, not a failure.
                     Err(ProxyError::OutOfFiles(e)) => {
-                        let until = *out_of_files.get_or_insert_with(|| {
-                            tokio::time::Instant::now() + self.slots.wait()
-                        });
+                        let until = *out_of_files
+                            .get_or_insert_with(|| tokio::time::Instant::now() + self.slots.wait());
                         if self.slots.wait_for_files(until).await {
                             continue;
                         }

@@ -81,8 +81,7 @@ impl BodyFault {
     /// The upstream's clock starts now: the body is complete, or the upstream has begun
     /// to answer. Once; later calls cost a load.
     pub fn start_upstream_clock(&self) {
-        if !self.0.started.load(Ordering::Relaxed) && !self.0.started.swap(true, Ordering::AcqRel)
-        {
+        if !self.0.started.load(Ordering::Relaxed) && !self.0.started.swap(true, Ordering::AcqRel) {
             self.0.start.notify_waiters();
         }
     }

@@ -142,7 +142,10 @@ impl Room {
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.open.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 }
 

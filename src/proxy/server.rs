@@ -219,11 +219,8 @@ impl Proxy {
     /// close: it takes that one's place once it has gone (or is closed after
     /// [`ROOM_WAIT`], should a request have kept that one open).
     async fn when_room(self: Arc<Self>, stream: TcpStream, remote: SocketAddr, late: bool) {
-        let permit = tokio::time::timeout(
-            ROOM_WAIT,
-            Arc::clone(&self.connections).acquire_owned(),
-        )
-        .await;
+        let permit =
+            tokio::time::timeout(ROOM_WAIT, Arc::clone(&self.connections).acquire_owned()).await;
         match permit {
             Ok(Ok(permit)) => {
                 let open = self.open(permit);

@@ -177,7 +177,10 @@ fn start_on_from(
     let limits = metrics.limits.clone();
     let admin_unauthorized = metrics.admin_unauthorized.clone();
     let files = FileBudget::raise_open_files_limit();
-    let division = files.divide(cfg.server.limits.max_connections, cfg.upstream.max_connections);
+    let division = files.divide(
+        cfg.server.limits.max_connections,
+        cfg.upstream.max_connections,
+    );
     division.publish(
         cfg.server.limits.max_connections,
         cfg.upstream.max_connections,

@@ -18,18 +18,30 @@ async fn an_http2_host_that_differs_from_authority_is_refused() {
             .insert("host", http::HeaderValue::from_static(host));
         req
     };
-    let resp = send.send_request(request("elsewhere.example")).await.unwrap();
+    let resp = send
+        .send_request(request("elsewhere.example"))
+        .await
+        .unwrap();
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
-    assert_answered(proxy.admin_addr, (status, body.to_vec()), (400, "bad_host", "client_error"))
-        .await;
+    assert_answered(
+        proxy.admin_addr,
+        (status, body.to_vec()),
+        (400, "bad_host", "client_error"),
+    )
+    .await;
     assert!(up.requests().await.is_empty(), "nothing went upstream");
     // The same authority in both (case aside) is forwarded, with that Host.
     let resp = send.send_request(request("API.example")).await.unwrap();
     assert_eq!(resp.status(), 200);
     let _ = resp.into_body().collect().await.unwrap();
     let seen = up.wait_requests(1, WAIT).await;
-    assert_eq!(seen[0].header("host"), Some("api.example"), "{:?}", seen[0].headers);
+    assert_eq!(
+        seen[0].header("host"),
+        Some("api.example"),
+        "{:?}",
+        seen[0].headers
+    );
     proxy.shutdown().await;
 }
 
@@ -46,8 +58,16 @@ async fn an_http1_absolute_form_target_wins_over_host() {
     let (status, _) = raw_status(proxy.proxy_addr, request.as_bytes()).await;
     assert_eq!(status, 200);
     let seen = up.wait_requests(1, WAIT).await;
-    assert_eq!(seen[0].header_all("host"), ["right.example:8443"], "{:?}", seen[0].headers);
-    assert_eq!(seen[0].header("x-forwarded-host"), Some("right.example:8443"));
+    assert_eq!(
+        seen[0].header_all("host"),
+        ["right.example:8443"],
+        "{:?}",
+        seen[0].headers
+    );
+    assert_eq!(
+        seen[0].header("x-forwarded-host"),
+        Some("right.example:8443")
+    );
     assert_eq!(seen[0].target, CHAT, "origin-form upstream");
     proxy.shutdown().await;
 }

@@ -200,8 +200,17 @@ async fn under_a_low_hard_fd_limit_silent_connections_make_room_for_a_new_client
         // Closed at once, unanswered: the next attempt after a moment.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(status, 200, "after {attempts} attempts in {:?}", started.elapsed());
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(
+        status,
+        200,
+        "after {attempts} attempts in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     let series = "goodput_client_connections_closed_for_room_total{waiting=\"first_request\"}";
     assert!(metric(serve.admin, series).await >= 1.0);
     assert!(metric(serve.admin, gauge).await <= 448.0);
@@ -245,10 +254,16 @@ async fn under_a_low_hard_fd_limit_five_thousand_http2_streams_are_all_answered(
         }
     }
     assert_eq!(statuses.get(&200), Some(&STREAMS), "{statuses:?}");
-    assert!(up.connections() <= 448, "{} upstream connections", up.connections());
+    assert!(
+        up.connections() <= 448,
+        "{} upstream connections",
+        up.connections()
+    );
     let lines = serve.log();
     assert!(
-        lines.iter().any(|l| l.contains("upstream.max_connections is more than")),
+        lines
+            .iter()
+            .any(|l| l.contains("upstream.max_connections is more than")),
         "{lines:#?}"
     );
 }

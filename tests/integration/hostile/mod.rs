@@ -120,8 +120,8 @@ fn h2_post(addr: SocketAddr, body: &'static str) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
-mod client_connections;
 mod authority;
+mod client_connections;
 mod control_floods;
 mod half_close;
 mod http2_settings;

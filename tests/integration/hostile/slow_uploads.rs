@@ -80,13 +80,23 @@ async fn a_slow_upload_is_not_the_upstreams_time_and_one_past_the_body_deadline_
     assert!(ttft >= upload, "{ok}");
     assert!(judged < 500.0, "{ok}");
     assert!((ttft - upload - judged).abs() < 1.0, "{ok}");
-    assert!(ok["e2e_after_upload_ms"].as_f64().unwrap() < 1_000.0, "{ok}");
+    assert!(
+        ok["e2e_after_upload_ms"].as_f64().unwrap() < 1_000.0,
+        "{ok}"
+    );
     assert_eq!(ok["slo_class"], "tight", "{ok}");
-    assert_eq!(ok["slo_met"], true, "the upload is not held against the upstream: {ok}");
+    assert_eq!(
+        ok["slo_met"], true,
+        "the upload is not held against the upstream: {ok}"
+    );
 
     let late = find(408);
     assert_eq!(late["outcome"], "client_error", "{late}");
-    assert_eq!(late["upload_ms"], Value::Null, "the body never completed: {late}");
+    assert_eq!(
+        late["upload_ms"],
+        Value::Null,
+        "the body never completed: {late}"
+    );
     assert_eq!(late["slo_met"], Value::Null, "{late}");
     let series = "goodput_limit_rejections_total{limit=\"server.request_body_timeout\"}";
     assert_eq!(metric(proxy.admin_addr, series).await, 1.0);

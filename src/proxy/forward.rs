@@ -293,3 +293,44 @@ async fn head_deadline(
     tokio::time::sleep(header_timeout).await;
     ProxyError::HeaderTimeout(header_timeout)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BODY: Duration = Duration::from_secs(8);
+    const HEAD: Duration = Duration::from_secs(3);
+
+    #[tokio::test(start_paused = true)]
+    async fn the_head_deadline_runs_from_the_end_of_the_body() {
+        let fault = BodyFault::default();
+        let start = tokio::time::Instant::now();
+        let starter = fault.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            starter.start_upstream_clock();
+        });
+        let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
+        assert!(matches!(e, ProxyError::HeaderTimeout(_)), "{e}");
+        assert_eq!(start.elapsed(), Duration::from_secs(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upload_past_the_body_deadline_is_the_clients_whatever_else() {
+        let fault = BodyFault::default();
+        let start = tokio::time::Instant::now();
+        let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
+        assert!(matches!(e, ProxyError::BodyTimeout(_)), "{e}");
+        assert_eq!(start.elapsed(), BODY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_complete_with_its_head_has_the_whole_head_timeout() {
+        let fault = BodyFault::default();
+        fault.start_upstream_clock();
+        let start = tokio::time::Instant::now();
+        let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
+        assert!(matches!(e, ProxyError::HeaderTimeout(_)), "{e}");
+        assert_eq!(start.elapsed(), HEAD);
+    }
+}

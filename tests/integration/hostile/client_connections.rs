@@ -267,3 +267,82 @@ async fn under_a_low_hard_fd_limit_five_thousand_http2_streams_are_all_answered(
         "{lines:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_the_cap_a_keep_alive_connection_idle_between_requests_makes_room_first() {
+    let up = FakeUpstream::start(ok_json()).await;
+    let mut cfg = test_config(&up.url());
+    cfg.server.limits.max_connections = 2;
+    cfg.server.limits.min_connection_age = Duration::ZERO;
+    let proxy = start_proxy_with(cfg).await;
+    let gauge = "goodput_client_connections";
+    // One silent connection, then one that was served and stays open between requests.
+    let mut silent = TcpStream::connect(proxy.proxy_addr).await.unwrap();
+    assert_eq!(wait_metric(proxy.admin_addr, gauge, 1.0).await, 1.0);
+    let mut kept = TcpStream::connect(proxy.proxy_addr).await.unwrap();
+    kept.write_all(&keep_alive_post()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = kept.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let _ = wait_records(proxy.admin_addr, 1, WAIT).await;
+    // A third client: the idle keep-alive connection goes, though the silent one is older.
+    let (status, _) = raw_status(proxy.proxy_addr, &raw_post(CHAT, "{}")).await;
+    assert_eq!(status, 200);
+    let closed = tokio::time::timeout(WAIT, kept.read(&mut buf)).await;
+    assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
+    let series = |waiting: &str| {
+        format!("goodput_client_connections_closed_for_room_total{{waiting=\"{waiting}\"}}")
+    };
+    assert_eq!(metric(proxy.admin_addr, &series("next_request")).await, 1.0);
+    assert_eq!(
+        metric(proxy.admin_addr, &series("first_request")).await,
+        0.0
+    );
+    // The silent one is still open: a request on it is answered.
+    silent.write_all(&raw_post(CHAT, "{}")).await.unwrap();
+    let n = tokio::time::timeout(WAIT, silent.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_with_a_request_in_flight_is_never_closed_for_room() {
+    // The upstream never answers: the request stays in flight.
+    let up = FakeUpstream::start(Script::no_response()).await;
+    let mut cfg = test_config(&up.url());
+    cfg.server.limits.max_connections = 1;
+    cfg.server.limits.min_connection_age = Duration::ZERO;
+    let proxy = start_proxy_with(cfg).await;
+    let mut busy = TcpStream::connect(proxy.proxy_addr).await.unwrap();
+    busy.write_all(&raw_post(CHAT, "{}")).await.unwrap();
+    assert_eq!(up.wait_requests(1, WAIT).await.len(), 1);
+    // The newcomer is turned away at once; the busy one keeps its place.
+    let (status, _) = raw_status(proxy.proxy_addr, &raw_post(CHAT, "{}")).await;
+    assert_eq!(status, 0, "closed unanswered");
+    let series = "goodput_limit_rejections_total{limit=\"server.max_connections\"}";
+    assert_eq!(metric(proxy.admin_addr, series).await, 1.0);
+    let closed = "goodput_client_connections_closed_for_room_total{waiting=\"first_request\"}";
+    assert_eq!(metric(proxy.admin_addr, closed).await, 0.0);
+    assert_eq!(
+        metric(proxy.admin_addr, "goodput_client_connections").await,
+        1.0
+    );
+    drop(busy);
+    proxy.shutdown().await;
+}
+
+/// A request that keeps its connection open.
+fn keep_alive_post() -> Vec<u8> {
+    format!("POST {CHAT} HTTP/1.1\r\nhost: test\r\ncontent-length: 2\r\n\r\n{{}}").into_bytes()
+}

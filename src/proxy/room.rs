@@ -33,10 +33,17 @@ use crate::metrics::WaitingLabel;
 
 /// The open client connections, for closing one to make room.
 pub struct Room {
-    open: Mutex<HashMap<u64, Arc<Presence>>>,
+    open: Mutex<Open>,
     next: AtomicU64,
     min_age: Duration,
     closed: Family<WaitingLabel, Counter>,
+}
+
+struct Open {
+    conns: HashMap<u64, Arc<Presence>>,
+    /// No connection can have waited the minimum age before this (found by the last look
+    /// that found none): until then a flood at the cap costs no look through them all.
+    none_before: Option<Instant>,
 }
 
 /// One open connection: when it came, whether a request is in flight, since when it
@@ -66,6 +73,7 @@ impl Drop for Registered {
             .open
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .conns
             .remove(&self.presence.id);
     }
 }
@@ -79,7 +87,10 @@ impl Registered {
 impl Room {
     pub fn new(min_age: Duration, closed: Family<WaitingLabel, Counter>) -> Room {
         Room {
-            open: Mutex::new(HashMap::new()),
+            open: Mutex::new(Open {
+                conns: HashMap::new(),
+                none_before: None,
+            }),
             next: AtomicU64::new(0),
             min_age,
             closed,
@@ -101,6 +112,7 @@ impl Room {
         self.open
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .conns
             .insert(id, Arc::clone(&presence));
         Registered {
             room: Arc::clone(self),
@@ -115,18 +127,39 @@ impl Room {
     }
 
     fn make_room_at(&self, now: Instant) -> bool {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut candidates: Vec<(bool, Instant, &Arc<Presence>)> = open
-            .values()
-            .filter_map(|p| {
-                let waiting = p.waiting_since()?;
-                (now.saturating_duration_since(waiting) >= self.min_age)
-                    .then(|| (!p.served.load(Ordering::Acquire), waiting, p))
-            })
-            .collect();
-        // Idle between requests (`false`) before never served, then the longest waiting.
-        candidates.sort_unstable_by_key(|(never_served, waiting, _)| (*never_served, *waiting));
-        for (never_served, _, p) in candidates {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if open.none_before.is_some_and(|at| now < at) {
+            return false;
+        }
+        // Rarely more than one round: a connection whose request arrived meanwhile is
+        // passed over.
+        let mut passed: Vec<u64> = Vec::new();
+        loop {
+            let mut best: Option<((bool, Instant), &Arc<Presence>)> = None;
+            let mut earliest: Option<Instant> = None;
+            for p in open.conns.values() {
+                let Some(waiting) = p.waiting_since() else {
+                    continue;
+                };
+                if now.saturating_duration_since(waiting) < self.min_age {
+                    earliest = Some(earliest.map_or(waiting, |e| e.min(waiting)));
+                    continue;
+                }
+                if passed.contains(&p.id) {
+                    continue;
+                }
+                // Idle between requests (`false`) before never served, then the longest
+                // waiting.
+                let key = (!p.served.load(Ordering::Acquire), waiting);
+                if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                    best = Some((key, p));
+                }
+            }
+            let Some(((never_served, _), p)) = best else {
+                // A connection that is busy now waits from the end of its request, later.
+                open.none_before = Some(earliest.unwrap_or(now) + self.min_age);
+                return false;
+            };
             if p.close() {
                 let waiting = if never_served {
                     "first_request"
@@ -134,10 +167,11 @@ impl Room {
                     "next_request"
                 };
                 self.closed.get_or_create(&WaitingLabel { waiting }).inc();
+                open.none_before = None;
                 return true;
             }
+            passed.push(p.id);
         }
-        false
     }
 
     #[cfg(test)]
@@ -145,6 +179,7 @@ impl Room {
         self.open
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .conns
             .len()
     }
 }
@@ -262,8 +297,10 @@ mod tests {
         let busy = room.register();
         let _request = busy.presence().busy();
         let later = Instant::now() + Duration::from_secs(4);
-        // Too young, all of them: nothing is closed.
+        // Too young, all of them: nothing is closed (and nothing is looked at again
+        // before the oldest can be old enough).
         assert!(!room.make_room_at(Instant::now()));
+        assert!(room.open.lock().unwrap().none_before.is_some());
         // The one idle between requests first...
         assert!(room.make_room_at(later));
         assert!(served.presence().closing.load(Ordering::Acquire));

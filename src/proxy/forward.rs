@@ -277,6 +277,11 @@ impl Inner {
 /// outlived `server.request_body_timeout` (the client's fault, whatever the other timers
 /// say), or `upstream.response_header_timeout` passed since the upstream's clock started:
 /// at the end of the request body, or at the upstream's first response byte if earlier.
+///
+/// A body nobody has asked for yet at its deadline (the request still waits for an
+/// upstream connection, bounded by the pool wait and connect timeouts) may well be in the
+/// socket buffer: the body's own timer decides once it is read (at once, its deadline
+/// being past), and the upstream's clock starts at the deadline meanwhile.
 async fn head_deadline(
     fault: &BodyFault,
     body_deadline: tokio::time::Instant,
@@ -287,7 +292,9 @@ async fn head_deadline(
         biased;
         () = fault.upstream_clock_started() => {}
         () = tokio::time::sleep_until(body_deadline) => {
-            return ProxyError::BodyTimeout(body_timeout);
+            if fault.being_read() {
+                return ProxyError::BodyTimeout(body_timeout);
+            }
         }
     }
     tokio::time::sleep(header_timeout).await;
@@ -317,11 +324,40 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_upload_past_the_body_deadline_is_the_clients_whatever_else() {
-        let fault = BodyFault::default();
+        let (mut body, fault) = ClientBody::new(Pending, BODY);
+        // The upstream asks for the body; the client sends nothing.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
         let start = tokio::time::Instant::now();
         let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
         assert!(matches!(e, ProxyError::BodyTimeout(_)), "{e}");
         assert_eq!(start.elapsed(), BODY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_not_yet_asked_for_at_its_deadline_is_not_blamed_on_the_client() {
+        // Still waiting for an upstream connection: the upstream's clock starts at the
+        // body deadline, and the body's own timer decides once it is read.
+        let fault = BodyFault::default();
+        let start = tokio::time::Instant::now();
+        let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
+        assert!(matches!(e, ProxyError::HeaderTimeout(_)), "{e}");
+        assert_eq!(start.elapsed(), BODY + HEAD);
+    }
+
+    /// A body whose client never sends it.
+    struct Pending;
+
+    impl http_body::Body for Pending {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+            Poll::Pending
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -46,6 +46,8 @@ struct Shared {
     fault: Mutex<Option<Fault>>,
     /// The body is complete, or the upstream began to answer.
     started: AtomicBool,
+    /// The body has been asked for (the upstream is reading it).
+    read: AtomicBool,
     start: Notify,
 }
 
@@ -86,6 +88,13 @@ impl BodyFault {
         }
     }
 
+    /// Whether the body has been asked for: its upload is under way, and if it is still
+    /// incomplete at its deadline, that is the client's doing (before, the request waits
+    /// for an upstream connection).
+    pub fn being_read(&self) -> bool {
+        self.0.read.load(Ordering::Acquire)
+    }
+
     /// Resolves once the upstream's clock has started (at once if it has).
     pub async fn upstream_clock_started(&self) {
         let mut started = pin!(self.0.start.notified());
@@ -115,6 +124,8 @@ pin_project! {
         sleep: Option<Pin<Box<Sleep>>>,
         fault: BodyFault,
         failed: bool,
+        // Whether `fault` has been told the body is being read (told once).
+        read: bool,
     }
 }
 
@@ -133,6 +144,7 @@ impl<B: Body> ClientBody<B> {
             sleep: None,
             fault: fault.clone(),
             failed: false,
+            read: false,
         };
         (body, fault)
     }
@@ -153,6 +165,10 @@ where
         let mut this = self.project();
         if *this.failed {
             return Poll::Ready(None);
+        }
+        if !*this.read {
+            *this.read = true;
+            this.fault.0.read.store(true, Ordering::Release);
         }
         match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Err(e))) => {

@@ -67,7 +67,7 @@ impl FileBudget {
     }
 
     #[cfg(test)]
-    fn of(open_files: u64) -> FileBudget {
+    pub(super) fn of(open_files: u64) -> FileBudget {
         FileBudget {
             open_files: Some(open_files),
         }

@@ -345,6 +345,36 @@ mod tests {
         assert_eq!(start.elapsed(), BODY + HEAD);
     }
 
+    #[tokio::test]
+    async fn a_reload_divides_the_open_files_budget_again() {
+        let upstream = |max: usize| {
+            let toml =
+                format!("[upstream]\nurl = \"http://127.0.0.1:9\"\nmax_connections = {max}\n");
+            match crate::config::load_str(&toml, "test", &crate::config::Overrides::default()) {
+                Ok(c) => c.upstream,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let limits = LimitMetrics::default();
+        let files = FileBudget::of(1024);
+        let division = files.divide(10_000, 1_024);
+        division.publish(10_000, 1_024, &limits);
+        let forward = Forward::new(&upstream(1_024), BODY, limits.clone(), files, division);
+        let share = |share| {
+            limits
+                .file_budget
+                .get_or_create(&crate::metrics::ShareLabel { share })
+                .get()
+        };
+        assert_eq!(share("upstream_connections"), 448);
+        forward.replace(&upstream(100));
+        assert_eq!(share("upstream_connections"), 100);
+        assert_eq!(share("client_connections"), 448, "fixed until a restart");
+        // More than the clients leave: held to the rest.
+        forward.replace(&upstream(5_000));
+        assert_eq!(share("upstream_connections"), 448);
+    }
+
     /// A body whose client never sends it.
     struct Pending;
 

@@ -222,6 +222,7 @@ fn access_log(r: &RequestRecord) {
         ttfo_ms = r.ttfo_ms.map(round2),
         tpot_ms = r.tpot_ms.map(round2),
         e2e_ms = round2(r.e2e_ms),
+        upload_ms = r.upload_ms.map(round2),
         input_tokens = r.input_tokens,
         output_tokens = r.output_tokens,
         output_tokens_source = r.output_tokens_source.map(|s| s.as_str()),

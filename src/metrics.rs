@@ -56,6 +56,8 @@ pub mod names {
     pub const CLIENT_CONNECTIONS: &str = "goodput_client_connections";
     pub const ACCEPT_ERRORS: &str = "goodput_accept_errors";
     pub const UPSTREAM_HTTP2_SATURATED: &str = "goodput_upstream_http2_saturated";
+    pub const FILE_BUDGET: &str = "goodput_file_budget";
+    pub const CLOSED_FOR_ROOM: &str = "goodput_client_connections_closed_for_room";
     pub const ATTRIBUTION: &str = "goodput_attribution";
     pub const ENGINE_KV_CACHE: &str = "goodput_engine_kv_cache_usage";
     pub const ENGINE_WAITING: &str = "goodput_engine_requests_waiting";
@@ -266,6 +268,25 @@ pub struct LimitMetrics {
     pub accept_errors: Counter,
     /// Requests sent while every HTTP/2 upstream connection carried its most streams.
     pub http2_saturated: Counter,
+    /// How the open-files limit is divided (`proxy::fds`), by share.
+    pub file_budget: Family<ShareLabel, Gauge>,
+    /// Client connections closed at `server.max_connections` to admit new ones, by what
+    /// they were waiting for.
+    pub closed_for_room: Family<WaitingLabel, Counter>,
+}
+
+/// A share of the open-files budget: `open_files` (the whole), `client_connections`,
+/// `upstream_connections`, `reserve`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShareLabel {
+    pub share: &'static str,
+}
+
+/// What a connection closed for room was waiting for: `first_request` (it never sent a
+/// complete request head) or `next_request` (idle between requests).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitingLabel {
+    pub waiting: &'static str,
 }
 
 /// Every `limit` label value, exported from the start (at 0) so that a rate over them is
@@ -627,6 +648,22 @@ impl Metrics {
             names::UPSTREAM_HTTP2_SATURATED,
             "Requests sent to an HTTP/2 upstream while every connection (upstream.http2_max_connections) carried upstream.http2_max_streams_per_connection streams: they may wait for a stream inside the connection",
             m.limits.http2_saturated.clone(),
+        );
+        registry.register(
+            names::FILE_BUDGET,
+            "How the open-files limit is divided, by share: open_files (the limit), client_connections, upstream_connections, reserve (listeners, admin, files)",
+            m.limits.file_budget.clone(),
+        );
+        for waiting in ["first_request", "next_request"] {
+            let _ = m
+                .limits
+                .closed_for_room
+                .get_or_create(&WaitingLabel { waiting });
+        }
+        registry.register(
+            names::CLOSED_FOR_ROOM,
+            "Client connections closed at server.max_connections to admit a new one: those that never sent a complete request head (first_request) or were idle between requests (next_request), oldest first, none younger than server.min_connection_age",
+            m.limits.closed_for_room.clone(),
         );
         registry.register_with_unit(
             names::ATTRIBUTION,

@@ -167,6 +167,7 @@ impl Pending {
             (None, None) => return (None, 0),
         };
         self.request_failed = capture.failed;
+        self.uploaded_at = capture.completed_at;
         let info = (capture.complete && !capture.overflow && !capture.chunks.is_empty())
             .then(|| decode::inspect_request(self.api, &joined(&capture.chunks)))
             .flatten();
@@ -259,10 +260,26 @@ impl Pending {
             input_tokens,
             input_tokens_source,
         } = d;
+        // The upload is the client's: the SLO judges from the end of the request body
+        // (docs/DESIGN.md "Latencies"); a body that never completed is judged from the head.
+        let upload = self
+            .uploaded_at
+            .map(|at| at.saturating_duration_since(self.t_arrival));
+        let t_sent = self.t_arrival + upload.unwrap_or_default();
+        let ttft_after_upload = self
+            .timeline
+            .first
+            .map(|first| first.saturating_duration_since(t_sent));
         let mut gaps = std::mem::take(&mut self.timeline.gaps_us);
         let itl_ms = ItlSummary::from_gaps_us(&mut gaps);
         let e2e_ms = ms(self.client_end().saturating_duration_since(self.t_arrival));
-        let engine = self.engine_split(body.as_ref(), ttft.map(ms), e2e_ms);
+        let e2e_after_upload_ms = ms(self.client_end().saturating_duration_since(t_sent));
+        // The engine's parts explain the judged figures: from the end of the upload.
+        let engine = self.engine_split(
+            body.as_ref(),
+            ttft_after_upload.map(ms),
+            e2e_after_upload_ms,
+        );
         let stream = self.kind == StreamKind::Sse
             || self.kind == StreamKind::Ndjson
             || request.as_ref().is_some_and(|r| r.stream);
@@ -283,6 +300,9 @@ impl Pending {
             ttfo_ms: ttfo.map(ms),
             tpot_ms: tpot.map(ms),
             e2e_ms,
+            upload_ms: upload.map(ms),
+            ttft_after_upload_ms: ttft_after_upload.map(ms),
+            e2e_after_upload_ms,
             itl_ms,
             input_tokens,
             input_tokens_source,

@@ -196,10 +196,13 @@ where
         let now = Instant::now();
         let (mut parts, body) = req.into_parts();
         // The read that completed the head, as the kernel stamped its packet, if it did.
-        let (t_arrival, clock) = parts
+        let reads = parts
             .extensions
             .get::<ClientReads>()
-            .and_then(|r| r.0.latest_read())
+            .map(|r| Arc::clone(&r.0));
+        let (t_arrival, clock) = reads
+            .as_deref()
+            .and_then(ReadClock::latest_read)
             .filter(|(at, _)| *at <= now)
             .unwrap_or((now, Clock::User));
         let settings = self.layer.settings.load();
@@ -209,7 +212,7 @@ where
         if let Some(plan) = settings.inject_plan(api, parts.uri.path()) {
             parts.extensions.insert(plan);
         }
-        let (body, request) = RequestTap::new(body, settings.request_inspect_limit);
+        let (body, request) = RequestTap::new(body, settings.request_inspect_limit, reads);
         let mut tap = Tap::new(
             self.layer.recorder.clone(),
             id,

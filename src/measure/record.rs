@@ -316,6 +316,14 @@ pub struct RequestRecord {
     pub ttfo_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
     pub e2e_ms: f64,
+    /// From `t_arrival` to the end of the request body (the client's upload); `null`
+    /// when the body never completed.
+    pub upload_ms: Option<f64>,
+    /// TTFT from the end of the request body: what the SLO judges, so that a slow upload
+    /// is never counted against the upstream (docs/DESIGN.md "Latencies").
+    pub ttft_after_upload_ms: Option<f64>,
+    /// e2e from the end of the request body: what the SLO judges, likewise.
+    pub e2e_after_upload_ms: f64,
     pub itl_ms: Option<ItlSummary>,
     pub input_tokens: Option<u64>,
     pub input_tokens_source: Option<TokenSource>,

@@ -145,6 +145,8 @@ pub struct Pending {
     pub request_capture: Option<RequestCapture>,
     /// The client's request body failed (read from the capture when the record is built).
     pub request_failed: bool,
+    /// When the request body was complete (read from the capture likewise).
+    pub uploaded_at: Option<Instant>,
     /// Counts made by the tokenizer stage, used where the upstream reported none.
     pub counted_input: Option<TokenCount>,
     pub counted_output: Option<TokenCount>,
@@ -239,6 +241,7 @@ impl Tap {
             output_text: None,
             request_capture: None,
             request_failed: false,
+            uploaded_at: None,
             counted_input: None,
             counted_output: None,
             engine_headers: None,

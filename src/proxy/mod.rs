@@ -59,6 +59,7 @@ mod h2guard;
 mod headers;
 mod inline;
 mod request_body;
+mod room;
 mod server;
 mod slots;
 mod tunnel;
@@ -69,7 +70,7 @@ use std::net::SocketAddr;
 
 pub use body::UpstreamBody;
 pub use error::ProxyError;
-pub use fds::ClientBudget;
+pub use fds::{Division, FileBudget};
 pub use forward::Forward;
 pub use server::{Proxy, serve};
 

@@ -26,7 +26,7 @@ use crate::{
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
     metrics::Metrics,
-    proxy::{self, ClientBudget, Forward, Proxy},
+    proxy::{self, FileBudget, Forward, Proxy},
     stats::{Aggregator, DriftView, InferenceMetrics, Live, PhaseMetrics, Profiling, Recent},
     tokenize::{Fallbacks, Stage},
 };
@@ -188,7 +188,16 @@ fn start_on_from(
     });
     let limits = metrics.limits.clone();
     let admin_unauthorized = metrics.admin_unauthorized.clone();
-    let budget = ClientBudget::raise_open_files_limit();
+    let files = FileBudget::raise_open_files_limit();
+    let division = files.divide(
+        cfg.server.limits.max_connections,
+        cfg.upstream.max_connections,
+    );
+    division.publish(
+        cfg.server.limits.max_connections,
+        cfg.upstream.max_connections,
+        &limits,
+    );
     let reload_counters = (metrics.reloads.clone(), metrics.reload_failures.clone());
     let m = &cfg.measure;
     crate::proxy::kernel_timestamps(m.kernel_timestamps);
@@ -239,6 +248,8 @@ fn start_on_from(
         &cfg.upstream,
         cfg.server.limits.request_body_timeout,
         limits.clone(),
+        files,
+        division,
     );
     let proxy = Proxy::new(
         &cfg.server,
@@ -246,7 +257,7 @@ fn start_on_from(
         layer,
         recorder,
         limits,
-        budget,
+        division.clients,
     );
     let reloader = source.map(|source| {
         Arc::new(Reloader {

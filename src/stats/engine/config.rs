@@ -27,6 +27,8 @@ pub struct Observation<'a> {
     pub outcome: Outcome,
     /// `None` = excluded from attainment (client aborts).
     pub slo_met: Option<bool>,
+    /// TTFT and e2e as the SLO judges them: from the end of the request body
+    /// (`ttft_after_upload_ms`, `e2e_after_upload_ms`).
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
     pub e2e_ms: f64,

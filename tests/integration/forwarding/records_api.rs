@@ -5,7 +5,7 @@ use super::*;
 /// The contract field set of a record (the records API), then the fields later
 /// capabilities added (TTFO from the dialects; the SLO verdict; the finish reason; whether
 /// the terminal event was delivered).
-const RECORD_FIELDS: [&str; 25] = [
+const RECORD_FIELDS: [&str; 28] = [
     "id",
     "clock",
     "started_at",
@@ -17,6 +17,9 @@ const RECORD_FIELDS: [&str; 25] = [
     "ttft_ms",
     "tpot_ms",
     "e2e_ms",
+    "upload_ms",
+    "ttft_after_upload_ms",
+    "e2e_after_upload_ms",
     "itl_ms",
     "input_tokens",
     "input_tokens_source",

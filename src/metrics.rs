@@ -48,6 +48,13 @@ impl Spec {
     }
 }
 
+/// Boundaries of the client-inference latencies (`gen_ai.client.inference.*`, on `/metrics`
+/// and over OTLP): 1 ms to 20 minutes, because reasoning calls run for many minutes.
+pub const INFERENCE_BUCKETS: [f64; 20] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+    81.92, 163.84, 327.68, 655.36, 1200.0,
+];
+
 /// A family of histograms that all share one set of buckets.
 pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -349,8 +356,80 @@ pub mod names {
         unit: None,
     };
 
+    pub const FILE_BUDGET: Spec = Spec {
+        name: "goodput_file_budget",
+        help: "How the open-files limit is divided, by share: open_files (the limit), client_connections, upstream_connections, reserve (listeners, admin, files)",
+        unit: None,
+    };
+
+    pub const CLOSED_FOR_ROOM: Spec = Spec {
+        name: "goodput_client_connections_closed_for_room",
+        help: "Client connections closed at server.max_connections to admit a new one: those that never sent a complete request head (first_request) or were idle between requests (next_request), oldest first, none younger than server.min_connection_age",
+        unit: None,
+    };
+
+    pub const REQUEST_PHASE: Spec = Spec {
+        name: "goodput_request_phase",
+        help: "Where each request's time went by the engine's own per-request timings (vLLM metrics, SGLang meta_info, TGI headers): engine queue, prefill, decode, inference (prefill and decode where the engine does not split them) and outside the engine (TTFT minus queue and prefill)",
+        unit: Some(MetricUnit::Seconds),
+    };
+
+    pub const SLO_HEADER_OBJECTIVES_INVALID: Spec = Spec {
+        name: "goodput_slo_header_objectives_invalid",
+        help: "Per-request objective headers (x-llm-d-slo-ttft-ms and the like) ignored because their value is not a positive number",
+        unit: None,
+    };
+
+    // The GenAI conventions' latest client-inference names, exported only with
+    // OTEL_SEMCONV_STABILITY_OPT_IN containing gen_ai_latest_experimental.
+    pub const INFERENCE_DURATION: Spec = Spec {
+        name: "gen_ai_client_inference_duration",
+        help: "GenAI client inference duration: arrival to the end of the response",
+        unit: Some(MetricUnit::Seconds),
+    };
+
+    pub const INFERENCE_TTFC: Spec = Spec {
+        name: "gen_ai_client_inference_time_to_first_chunk",
+        help: "GenAI client inference time to the first output chunk (streamed, successful)",
+        unit: Some(MetricUnit::Seconds),
+    };
+
+    pub const INFERENCE_TPOC: Spec = Spec {
+        name: "gen_ai_client_inference_time_per_output_chunk",
+        help: "GenAI client inference time per output chunk after the first (streamed, successful)",
+        unit: Some(MetricUnit::Seconds),
+    };
+
+    pub const INFERENCE_INPUT_TOKENS: Spec = Spec {
+        name: "gen_ai_client_inference_usage_input_tokens",
+        help: "Input tokens of GenAI client inferences",
+        unit: None,
+    };
+
+    pub const INFERENCE_OUTPUT_TOKENS: Spec = Spec {
+        name: "gen_ai_client_inference_usage_output_tokens",
+        help: "Output tokens of GenAI client inferences",
+        unit: None,
+    };
+
+    pub const INFERENCE_CACHE_READ_TOKENS: Spec = Spec {
+        name: "gen_ai_client_inference_usage_cache_read_input_tokens",
+        help: "Input tokens served from the engine's prefix cache",
+        unit: None,
+    };
+
+    /// The latest GenAI client-inference names: registered only under the opt-in.
+    pub const LATEST_GENAI: [&Spec; 6] = [
+        &INFERENCE_DURATION,
+        &INFERENCE_TTFC,
+        &INFERENCE_TPOC,
+        &INFERENCE_INPUT_TOKENS,
+        &INFERENCE_OUTPUT_TOKENS,
+        &INFERENCE_CACHE_READ_TOKENS,
+    ];
+
     /// Every metric, in the order `/metrics` shows them.
-    pub const ALL: [&Spec; 49] = [
+    pub const ALL: [&Spec; 53] = [
         &TTFT,
         &TPOT,
         &DURATION,
@@ -395,11 +474,15 @@ pub mod names {
         &CLIENT_CONNECTIONS,
         &ACCEPT_ERRORS,
         &UPSTREAM_HTTP2_SATURATED,
+        &FILE_BUDGET,
+        &CLOSED_FOR_ROOM,
         &ATTRIBUTION,
         &ENGINE_KV_CACHE,
         &ENGINE_WAITING,
         &ENGINE_RUNNING,
         &ENGINE_PREEMPTIONS,
+        &REQUEST_PHASE,
+        &SLO_HEADER_OBJECTIVES_INVALID,
     ];
 }
 
@@ -543,6 +626,20 @@ pub struct ScrapeResultLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabel {
     pub limit: &'static str,
+}
+
+/// A share of the open-files budget: `open_files` (the whole), `client_connections`,
+/// `upstream_connections`, `reserve`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShareLabel {
+    pub share: &'static str,
+}
+
+/// What a connection closed for room was waiting for: `first_request` (it never sent a
+/// complete request head) or `next_request` (idle between requests).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitingLabel {
+    pub waiting: &'static str,
 }
 
 /// An engine model (`model_name`, `""` when it gives none).

@@ -197,6 +197,8 @@ fn engine(name: &'static str, cfg: &Config, gaps: Vec<u32>) -> Case {
             miss_cause: None,
             finish_reason: None,
             cached_input_tokens: None,
+            engine_parts: Default::default(),
+            miss_component: None,
         });
     })
 }

@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::{Problem, file::humantime_serde};
 pub use crate::slo::{
-    ApiMatch, DEFAULT_CLASS, LatencyMetric, MatchInput, Matcher, PercentileTarget, Slo, SloClass,
-    Targets, glob, tenant_hash,
+    ApiMatch, DEFAULT_CLASS, HeaderObjectives, LatencyMetric, MatchInput, Matcher,
+    PercentileTarget, Slo, SloClass, Targets, glob, tenant_hash,
 };
 use crate::slo::{DEFAULT_CLIENT_ERROR_STATUSES, MAX_TIMELINE_POINTS};
 
@@ -25,8 +25,13 @@ pub struct SloSection {
     /// Salt for tenant hashes; random per process when absent (hashes then can't be
     /// linked across restarts).
     pub tenant_salt: Option<String>,
-    /// Honour per-request `x-slo-ttft-ms` / `x-slo-tpot-ms` / `x-slo-e2e-ms` headers.
+    /// Honour per-request `x-slo-ttft-ms` / `x-slo-tpot-ms` / `x-slo-e2e-ms` headers
+    /// (the older spelling of `header_objectives = "override"`).
     pub override_headers: bool,
+    /// Per-request objectives from `x-llm-d-slo-ttft-ms` / `x-llm-d-slo-tpot-ms` (and the
+    /// deprecated `x-slo-ttft-ms` / `x-slo-tpot-ms`, and `x-slo-e2e-ms`): `off`, `tighten`
+    /// (a header may only make a class's target stricter) or `override` (trusted clients).
+    pub header_objectives: Option<HeaderObjectives>,
     /// Samples a concurrency level needs before it can count as stable.
     pub min_samples: u64,
     /// Upper bounds (tokens) of the input-length buckets TTFT is broken down by.
@@ -56,6 +61,7 @@ impl Default for SloSection {
             tenant_header: None,
             tenant_salt: None,
             override_headers: false,
+            header_objectives: None,
             min_samples: 20,
             input_buckets: vec![1024, 4096, 16384, 65536],
             history: Duration::from_secs(6 * 3600),
@@ -247,6 +253,26 @@ fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) ->
     }
 }
 
+/// `header_objectives`, or what the older `override_headers` says when it is not set.
+fn header_objectives(s: &SloSection, problems: &mut Vec<Problem>) -> HeaderObjectives {
+    match (s.header_objectives, s.override_headers) {
+        (None, true) => HeaderObjectives::Override,
+        (None, false) => HeaderObjectives::Off,
+        (Some(mode), true) if mode != HeaderObjectives::Override => {
+            problems.push(Problem::invalid(
+                "slo.override_headers",
+                format!(
+                    "`override_headers = true` contradicts `header_objectives = \"{}\"`; \
+                     keep only `header_objectives`",
+                    mode.as_str()
+                ),
+            ));
+            mode
+        }
+        (Some(mode), _) => mode,
+    }
+}
+
 /// Validates `[slo]`. `salt` is the process's tenant salt when none is configured, so a
 /// reload keeps tenant hashes stable.
 pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo {
@@ -336,7 +362,7 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
         windows,
         tenant_header,
         tenant_salt: salt,
-        override_headers: s.override_headers,
+        header_objectives: header_objectives(s, problems),
         min_samples: s.min_samples.max(1),
         input_buckets: s.input_buckets.clone(),
         history: s.history,

@@ -21,6 +21,7 @@
 
 mod anthropic;
 mod body;
+mod engine;
 mod llamacpp;
 pub mod ndjson;
 mod ollama;
@@ -41,6 +42,7 @@ mod robustness_tests;
 mod tests;
 
 pub use body::{BodyInfo, parse_response_body, response_body_text};
+pub use engine::EngineTiming;
 pub use ndjson::NdjsonFramer;
 pub use request::{RequestInfo, inspect_request};
 pub use sse::{SseEvent, SseFramer};
@@ -257,6 +259,9 @@ pub struct EventInfo {
     /// (OpenAI `usage.prompt_tokens_details.cached_tokens`, Responses
     /// `usage.input_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`).
     pub cached_input_tokens: Option<u64>,
+    /// The engine's own timing of the request, where this event carries it (vLLM's
+    /// `metrics` on the final usage chunk).
+    pub engine: Option<EngineTiming>,
 }
 
 impl EventInfo {

@@ -429,6 +429,9 @@ pub struct RequestCapture {
     /// The body failed on the client's side: broken framing, a length that does not
     /// match, the client gone mid-upload.
     pub failed: bool,
+    /// When the body was complete: the arrival of the client read that ended it (or, on
+    /// HTTP/2, the connection's latest read when its end was seen), for `upload_ms`.
+    pub completed_at: Option<Instant>,
 }
 
 pin_project! {
@@ -446,6 +449,8 @@ pin_project! {
         captured: usize,
         limit: usize,
         tx: Option<oneshot::Sender<RequestCapture>>,
+        // The client connection's reads, to time the body's end by.
+        reads: Option<Arc<ReadClock>>,
     }
 
     impl<B> PinnedDrop for RequestTap<B>
@@ -456,6 +461,9 @@ pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
             if this.inner.is_end_stream() {
+                if !this.capture.complete {
+                    this.capture.completed_at = Some(read_time(this.reads.as_deref()));
+                }
                 this.capture.complete = true;
             } else if this.tx.is_some() {
                 // Dropped unread: h2 may have reset the stream for the client's protocol
@@ -492,6 +500,23 @@ impl RequestCapture {
     }
 }
 
+/// The body has ended (the first time it is seen to, it is timed).
+fn complete(capture: &mut RequestCapture, reads: Option<&ReadClock>) {
+    if capture.completed_at.is_none() {
+        capture.completed_at = Some(read_time(reads));
+    }
+    capture.complete = true;
+}
+
+/// When the bytes just read arrived: the connection's latest read, or now.
+fn read_time(reads: Option<&ReadClock>) -> Instant {
+    let now = Instant::now();
+    reads
+        .and_then(ReadClock::latest)
+        .filter(|at| *at <= now)
+        .unwrap_or(now)
+}
+
 fn send(tx: &mut Option<oneshot::Sender<RequestCapture>>, capture: &mut RequestCapture) {
     if let Some(tx) = tx.take() {
         capture.compact();
@@ -520,14 +545,25 @@ where
     B: Body,
     B::Error: Into<BoxError>,
 {
-    pub fn new(inner: B, limit: usize) -> (RequestTap<B>, oneshot::Receiver<RequestCapture>) {
+    /// `reads`: the client connection's read clock, to time the end of the body by.
+    pub fn new(
+        inner: B,
+        limit: usize,
+        reads: Option<Arc<ReadClock>>,
+    ) -> (RequestTap<B>, oneshot::Receiver<RequestCapture>) {
         let (tx, rx) = oneshot::channel();
+        let mut capture = RequestCapture::default();
+        if inner.is_end_stream() {
+            // No body: complete with the head.
+            capture.completed_at = Some(read_time(reads.as_deref()));
+        }
         let tap = RequestTap {
             inner,
-            capture: RequestCapture::default(),
+            capture,
             captured: 0,
             limit,
             tx: Some(tx),
+            reads,
         };
         (tap, rx)
     }
@@ -563,7 +599,7 @@ where
                     }
                 }
                 if this.inner.is_end_stream() {
-                    this.capture.complete = true;
+                    complete(this.capture, this.reads.as_deref());
                     send(this.tx, this.capture);
                 }
             }
@@ -572,7 +608,7 @@ where
                 send(this.tx, this.capture);
             }
             None => {
-                this.capture.complete = true;
+                complete(this.capture, this.reads.as_deref());
                 send(this.tx, this.capture);
             }
         }

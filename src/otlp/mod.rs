@@ -86,10 +86,13 @@ impl Tasks {
 }
 
 /// Builds the exporters and spawns their tasks (call from within the runtime).
+/// `latest`: also export the GenAI conventions' latest client-inference instruments
+/// ([`semconv::latest_genai`]).
 pub fn start(
     cfg: &Otlp,
     upstream: &Upstream,
     counters: &OtlpMetrics,
+    latest: bool,
 ) -> Result<(Exporter, Tasks), OtlpError> {
     let resource = Resource::builder()
         .with_service_name(cfg.service_name.clone())
@@ -115,7 +118,7 @@ pub fn start(
                 signal: "metrics",
                 source,
             })?;
-        let (instruments, collection) = instruments::build(resource.clone(), scope.clone());
+        let (instruments, collection) = instruments::build(resource.clone(), scope.clone(), latest);
         handles.push(tokio::spawn(instruments::run(
             collection,
             exporter,

@@ -49,7 +49,7 @@ use tower::Service;
 use super::{
     client::StreamHold,
     error::ProxyError,
-    request_body::ClientBody,
+    request_body::{BodyFault, ClientBody},
     slots::{Got, Slot, Slots},
     wire::WireStream,
 };
@@ -374,22 +374,48 @@ impl Pool {
     pub async fn send(
         self: &Arc<Self>,
         req: Request<ForwardBody<ClientBody<RequestTap<Incoming>>>>,
+        fault: &BodyFault,
     ) -> Result<(Response<Incoming>, Lease), ProxyError> {
         let mut req = req.map(BodyExt::boxed_unsync);
         req.headers_mut()
             .entry(HOST)
             .or_insert_with(|| self.host.clone());
         *req.uri_mut() = origin_form(req.uri());
+        // Set by the first connect that failed for want of descriptors: the pool wait
+        // timeout from then on.
+        let mut out_of_files: Option<tokio::time::Instant> = None;
         loop {
             // An idle connection, else a new one; when the budget is spent, whichever
             // comes first: a connection back in the pool or a slot given back.
             let (mut conn, reused) = match self.slots.take_or(|| self.take()).await? {
                 Got::Other(conn) => (conn, true),
-                Got::Slot(slot) => (self.connect(slot).await?, false),
+                Got::Slot(slot) => match self.connect(slot).await {
+                    Ok(conn) => (conn, false),
+                    // Out of descriptors: a pool wait like any other, not a failure.
+                    Err(ProxyError::OutOfFiles(e)) => {
+                        let until = *out_of_files
+                            .get_or_insert_with(|| tokio::time::Instant::now() + self.slots.wait());
+                        if self.slots.wait_for_files(until).await {
+                            continue;
+                        }
+                        return Err(ProxyError::OutOfFiles(e));
+                    }
+                    Err(e) => return Err(e),
+                },
             };
+            let before = conn.reads.latest();
             let sent = conn.send.try_send_request(req);
             let mut sent = pin!(sent);
-            let result = poll_fn(|cx| conn.poll_with(cx, |cx| sent.as_mut().poll(cx))).await;
+            let result = poll_fn(|cx| {
+                let polled = conn.poll_with(cx, |cx| sent.as_mut().poll(cx));
+                if polled.is_pending() && conn.reads.latest() != before {
+                    // The upstream began to answer before the request body was complete:
+                    // its clock starts at its first byte (see `request_body`).
+                    fault.start_upstream_clock();
+                }
+                polled
+            })
+            .await;
             match result {
                 Ok(resp) => {
                     let lease = Lease(Held::Conn {

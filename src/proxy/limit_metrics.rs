@@ -6,7 +6,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::metrics::{LimitLabel, names};
+use crate::metrics::{LimitLabel, ShareLabel, WaitingLabel, names};
 
 /// What the proxy's resource bounds count (docs/CONFIG.md "Limits").
 #[derive(Clone, Debug, Default)]
@@ -16,6 +16,11 @@ pub struct LimitMetrics {
     pub accept_errors: Counter,
     /// Requests sent while every HTTP/2 upstream connection carried its most streams.
     pub http2_saturated: Counter,
+    /// How the open-files limit is divided (`proxy::fds`), by share.
+    pub file_budget: Family<ShareLabel, Gauge>,
+    /// Client connections closed at `server.max_connections` to admit new ones, by what
+    /// they were waiting for.
+    pub closed_for_room: Family<WaitingLabel, Counter>,
 }
 
 /// Every `limit` label value, exported from the start (at 0) so that a rate over them is
@@ -45,6 +50,11 @@ impl LimitMetrics {
         names::CLIENT_CONNECTIONS.register(registry, m.client_connections.clone());
         names::ACCEPT_ERRORS.register(registry, m.accept_errors.clone());
         names::UPSTREAM_HTTP2_SATURATED.register(registry, m.http2_saturated.clone());
+        names::FILE_BUDGET.register(registry, m.file_budget.clone());
+        for waiting in ["first_request", "next_request"] {
+            let _ = m.closed_for_room.get_or_create(&WaitingLabel { waiting });
+        }
+        names::CLOSED_FOR_ROOM.register(registry, m.closed_for_room.clone());
         m
     }
 }

@@ -60,6 +60,7 @@ mod headers;
 mod inline;
 mod limit_metrics;
 mod request_body;
+mod room;
 mod server;
 mod slots;
 mod tunnel;
@@ -70,7 +71,7 @@ use std::net::SocketAddr;
 
 pub use body::UpstreamBody;
 pub use error::ProxyError;
-pub use fds::ClientBudget;
+pub use fds::{Division, FileBudget};
 pub use forward::Forward;
 pub use limit_metrics::{LIMITS, LimitMetrics};
 pub use server::{Proxy, serve};

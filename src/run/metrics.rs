@@ -7,8 +7,8 @@ use prometheus_client::{metrics::counter::Counter, registry::Registry};
 
 use crate::{
     admin::AdminMetrics, calibrate::CalibrationMetrics, measure::RequestMetrics, metrics::names,
-    otlp::OtlpMetrics, profile::ProfileMetrics, proxy::LimitMetrics, stats::WindowMetrics,
-    tokenize::Fallbacks,
+    otlp::OtlpMetrics, profile::ProfileMetrics, proxy::LimitMetrics, stats::PhaseMetrics,
+    stats::WindowMetrics, tokenize::Fallbacks,
 };
 
 /// Configuration reloads (`run::Reloader`).
@@ -40,6 +40,7 @@ pub struct Metrics {
     pub profile: ProfileMetrics,
     pub calibration: CalibrationMetrics,
     pub limits: LimitMetrics,
+    pub phases: PhaseMetrics,
 }
 
 impl Metrics {
@@ -55,6 +56,7 @@ impl Metrics {
             profile: ProfileMetrics::register(registry),
             calibration: CalibrationMetrics::register(registry),
             limits: LimitMetrics::register(registry),
+            phases: PhaseMetrics::register(registry),
         }
     }
 }

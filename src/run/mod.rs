@@ -29,8 +29,8 @@ use crate::{
     calibrate::{CalibrationView, Calibrator, ProxyTotals},
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
-    proxy::{self, ClientBudget, Forward, Proxy},
-    stats::{Aggregator, AggregatorMetrics, DriftView, Live, Profiling, Recent},
+    proxy::{self, FileBudget, Forward, Proxy},
+    stats::{Aggregator, AggregatorMetrics, DriftView, InferenceMetrics, Live, Profiling, Recent},
     tokenize::{Stage, Tokenizers},
 };
 
@@ -180,9 +180,18 @@ fn start_on_from(
     let resources = Resources::load(&cfg)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let budget = ClientBudget::raise_open_files_limit();
+    let files = FileBudget::raise_open_files_limit();
+    let division = files.divide(
+        cfg.server.limits.max_connections,
+        cfg.upstream.max_connections,
+    );
+    division.publish(
+        cfg.server.limits.max_connections,
+        cfg.upstream.max_connections,
+        &metrics.limits,
+    );
     crate::proxy::kernel_timestamps(cfg.measure.kernel_timestamps);
-    let path = MeasurementPath::start(&cfg, resources, &metrics)?;
+    let path = MeasurementPath::start(&cfg, resources, &metrics, &mut registry)?;
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
     let layer = MeasureLayer::new(path.recorder.clone(), settings.clone());
     let limits = metrics.limits.clone();
@@ -190,6 +199,8 @@ fn start_on_from(
         &cfg.upstream,
         cfg.server.limits.request_body_timeout,
         limits.clone(),
+        files,
+        division,
     );
     let proxy = Proxy::new(
         &cfg.server,
@@ -197,7 +208,7 @@ fn start_on_from(
         layer,
         path.recorder.clone(),
         limits,
-        budget,
+        division.clients,
     );
     let reloader = source.map(|source| {
         Arc::new(Reloader {
@@ -260,10 +271,13 @@ struct MeasurementPath {
 
 impl MeasurementPath {
     /// Builds each part from its section, with the loaded files and its metrics.
+    /// `registry`: where the sinks registered only under an opt-in register (the latest
+    /// GenAI names, with `OTEL_SEMCONV_STABILITY_OPT_IN`).
     fn start(
         cfg: &Config,
         resources: Resources,
         metrics: &Metrics,
+        registry: &mut Registry,
     ) -> Result<MeasurementPath, StartError> {
         let m = &cfg.measure;
         let (recorder, rx) = Recorder::new(
@@ -309,10 +323,22 @@ impl MeasurementPath {
             slo_view.clone(),
             profiling,
         )
-        .with_calibration(proxy_totals);
+        .with_calibration(proxy_totals)
+        .with_sink(Box::new(metrics.phases.clone()));
+        let latest = crate::otlp::semconv::latest_genai(
+            std::env::var("OTEL_SEMCONV_STABILITY_OPT_IN")
+                .ok()
+                .as_deref(),
+        );
+        let aggregator = if latest {
+            aggregator.with_sink(Box::new(InferenceMetrics::register(registry)))
+        } else {
+            aggregator
+        };
         let (aggregator, otlp_tasks) = match &cfg.otlp {
             Some(o) => {
-                let (exporter, tasks) = crate::otlp::start(o, &cfg.upstream, &metrics.otlp)?;
+                let (exporter, tasks) =
+                    crate::otlp::start(o, &cfg.upstream, &metrics.otlp, latest)?;
                 (aggregator.with_sink(Box::new(exporter)), Some(tasks))
             }
             None => (aggregator, None),

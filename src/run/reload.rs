@@ -78,6 +78,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
         "server.max_connections",
     );
     check(
+        o.min_connection_age != n.min_connection_age,
+        "server.min_connection_age",
+    );
+    check(
         o.http2_max_concurrent_streams != n.http2_max_concurrent_streams,
         "server.http2_max_concurrent_streams",
     );

@@ -21,12 +21,36 @@ pub const DEFAULT_CLIENT_ERROR_STATUSES: [u16; 6] = [400, 401, 403, 404, 413, 42
 /// 5 s slices).
 pub const MAX_TIMELINE_POINTS: usize = 17_280;
 
+/// How per-request objective headers are honoured (`[slo] header_objectives`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HeaderObjectives {
+    /// Ignored.
+    #[default]
+    Off,
+    /// A header may only make a class's target stricter (or set one the class leaves open).
+    Tighten,
+    /// A header replaces the class's target.
+    Override,
+}
+
+impl HeaderObjectives {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeaderObjectives::Off => "off",
+            HeaderObjectives::Tighten => "tighten",
+            HeaderObjectives::Override => "override",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slo {
     pub windows: Vec<Duration>,
     pub tenant_header: Option<HeaderName>,
     pub tenant_salt: String,
-    pub override_headers: bool,
+    /// How per-request objective headers are honoured.
+    pub header_objectives: HeaderObjectives,
     pub min_samples: u64,
     pub input_buckets: Vec<u64>,
     pub history: Duration,

@@ -174,9 +174,11 @@ impl Aggregator {
             model: &model,
             outcome: record.outcome,
             slo_met: record.slo_met,
-            ttft_ms: record.ttft_ms,
+            // The SLO's figures: from the end of the request body (docs/DESIGN.md
+            // "Latencies"), equal to ttft_ms and e2e_ms when the body came with the head.
+            ttft_ms: record.ttft_after_upload_ms,
             tpot_ms: record.tpot_ms,
-            e2e_ms: record.e2e_ms,
+            e2e_ms: record.e2e_after_upload_ms,
             itl_us: &gaps,
             input_tokens: record.input_tokens,
             output_tokens: record.output_tokens,
@@ -185,6 +187,8 @@ impl Aggregator {
             miss_cause,
             finish_reason: record.finish_reason,
             cached_input_tokens: record.cached_input_tokens,
+            engine_parts: record.engine.parts().map(|(_, v)| v),
+            miss_component: record.slo_miss_component,
         });
         if config.calibration.enabled
             && let Some(totals) = &self.calibration
@@ -229,6 +233,7 @@ fn access_log(r: &RequestRecord) {
         ttfo_ms = r.ttfo_ms.map(round2),
         tpot_ms = r.tpot_ms.map(round2),
         e2e_ms = round2(r.e2e_ms),
+        upload_ms = r.upload_ms.map(round2),
         input_tokens = r.input_tokens,
         output_tokens = r.output_tokens,
         output_tokens_source = r.output_tokens_source.map(|s| s.as_str()),

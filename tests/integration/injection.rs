@@ -40,16 +40,7 @@ async fn send(proxy: &Running, path: &str, id: &str, body: &str) -> (u16, Bytes)
 }
 
 async fn record(proxy: &Running, id: &str) -> Value {
-    poll_loop!(deadline = tokio::time::Instant::now() + T, {
-        if let Some(r) = records(proxy.admin_addr)
-            .await
-            .into_iter()
-            .find(|r| r["id"] == id)
-        {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no record for {id}");
-    });
+    record_of(proxy.admin_addr, id, T).await
 }
 
 async fn last_request(fake: &FakeUpstream) -> Received {

@@ -10,6 +10,7 @@ mod calibration;
 mod capture;
 mod complete;
 mod dashboard;
+mod engine_timings;
 mod faults;
 mod forwarding;
 mod hostile;

@@ -154,16 +154,7 @@ async fn post_collect_id(url: &str, id: &str, body: String) -> (u16, bytes::Byte
 }
 
 async fn record(proxy: &Running, id: &str) -> Value {
-    poll_loop!(deadline = tokio::time::Instant::now() + T, {
-        if let Some(r) = records(proxy.admin_addr)
-            .await
-            .into_iter()
-            .find(|r| r["id"] == id)
-        {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no record for {id}");
-    });
+    record_of(proxy.admin_addr, id, T).await
 }
 
 #[tokio::test]

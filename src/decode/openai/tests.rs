@@ -232,6 +232,7 @@ fn chat_body_is_read() {
         content: true,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     };
     assert_eq!(parse_response_body(Api::ChatCompletions, body), Some(want));
 }

@@ -27,7 +27,7 @@ impl Body for Chunks {
 
 /// The capture of a body sent as `chunks` through a [`RequestTap`].
 async fn capture_of(chunks: Vec<Bytes>) -> RequestCapture {
-    let (tap, rx) = RequestTap::new(Chunks(chunks.into()), 1 << 20);
+    let (tap, rx) = RequestTap::new(Chunks(chunks.into()), 1 << 20, None);
     let forwarded = tap.collect().await.unwrap().to_bytes();
     let capture = rx.await.unwrap();
     let captured: Vec<u8> = capture.chunks.iter().flat_map(|c| c.to_vec()).collect();
@@ -151,7 +151,7 @@ where
         prometheus_client::metrics::counter::Counter::default(),
         prometheus_client::metrics::gauge::Gauge::default(),
     );
-    let (body, request) = RequestTap::new(request_body, 1024);
+    let (body, request) = RequestTap::new(request_body, 1024, None);
     let tap = Tap::new(
         recorder,
         "r".into(),

@@ -118,10 +118,12 @@ fn h2_post(addr: SocketAddr, body: &'static str) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
+mod authority;
 mod client_connections;
 mod control_floods;
 mod half_close;
 mod http2_settings;
 mod request_bodies;
 mod request_heads;
+mod slow_uploads;
 mod upstream_connections;

@@ -25,6 +25,7 @@ mod compare;
 pub mod dcgm;
 mod engines;
 mod exposition;
+mod metrics;
 mod proxy;
 mod scraper;
 
@@ -33,6 +34,7 @@ use serde::Serialize;
 pub use attribution::Attribution;
 pub use compare::{CalibrationView, Comparison, Status};
 pub use engines::{Engine, EngineKind, Extracted, Load};
+pub use metrics::CalibrationMetrics;
 pub use proxy::ProxyTotals;
 pub use scraper::{Calibrator, ScrapeError, Scraper};
 

@@ -23,7 +23,7 @@ use hyper_util::{
 use tokio::time::Instant;
 
 use super::{
-    CalibrationView, ProxyTotals, Quantity,
+    CalibrationMetrics, CalibrationView, ProxyTotals, Quantity,
     attribution::{self, Attribution},
     compare::{Status, Tracker, Update},
     engines::{self, EngineKind, ExtractError, Extracted},
@@ -31,8 +31,7 @@ use super::{
 use crate::{
     config::{Calibration, Config},
     metrics::{
-        CalibrationLabels, CalibrationSampleLabels, EngineModel, Metrics, ModelPhase,
-        ScrapeResultLabel,
+        CalibrationLabels, CalibrationSampleLabels, EngineModel, ModelPhase, ScrapeResultLabel,
     },
 };
 
@@ -114,7 +113,7 @@ impl ScrapeError {
 /// The calibration task. Spawn [`Calibrator::run`]; it never returns (abort it at shutdown).
 pub struct Calibrator {
     config: Arc<ArcSwap<Config>>,
-    metrics: Metrics,
+    metrics: CalibrationMetrics,
     proxy: Arc<ProxyTotals>,
     view: CalibrationView,
 }
@@ -139,7 +138,7 @@ struct State {
 impl Calibrator {
     pub fn new(
         config: Arc<ArcSwap<Config>>,
-        metrics: Metrics,
+        metrics: CalibrationMetrics,
         proxy: Arc<ProxyTotals>,
         view: CalibrationView,
     ) -> Calibrator {

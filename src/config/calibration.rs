@@ -10,7 +10,6 @@ use http::{Uri, uri::Scheme};
 use serde::Deserialize;
 
 use super::{Problem, Upstream, file::humantime_serde};
-use crate::calibrate::EngineKind;
 
 /// Shortest scrape interval accepted: engines render their whole registry per scrape.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
@@ -146,6 +145,25 @@ fn default_url(u: &Upstream, problems: &mut Vec<Problem>) -> Option<Uri> {
         Err(e) => {
             problems.push(Problem::invalid("calibration.url", format!("`{raw}`: {e}")));
             None
+        }
+    }
+}
+
+/// The engine the `[calibration] engine` key names; `auto` recognizes it per scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Auto,
+    Vllm,
+    Sglang,
+}
+
+impl EngineKind {
+    pub fn parse(s: &str) -> Option<EngineKind> {
+        match s {
+            "auto" => Some(EngineKind::Auto),
+            "vllm" => Some(EngineKind::Vllm),
+            "sglang" => Some(EngineKind::Sglang),
+            _ => None,
         }
     }
 }

@@ -68,6 +68,8 @@ pub fn capacity(
             miss_cause: s.miss_cause,
             finish_reason: s.finish_reason,
             cached_input_tokens: None,
+            engine_parts: Default::default(),
+            miss_component: None,
         });
         now = now.max(at(s.ended_s));
     }

@@ -129,14 +129,18 @@ impl SimProcess {
 
     /// Waits until the simulator accepts connections (it binds before answering).
     pub(super) async fn ready(&self) {
-        for _ in 0..3000 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let listening = async {
+            poll_until!("the simulator to listen", Duration::from_secs(30), {
+                tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                    .await
+                    .ok()
+            })
+        };
+        if tokio::time::timeout(Duration::from_secs(31), listening)
+            .await
+            .is_ok()
+        {
+            return;
         }
         panic!(
             "the simulator never listened: {}",

@@ -10,18 +10,21 @@ mod clock;
 mod delivery;
 pub mod finish;
 mod layer;
+mod metrics;
 mod mirror;
 pub mod record;
 mod request_id;
 mod sink;
 pub mod slo;
 mod tap;
+mod traceparent;
 mod upgrade;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
 pub use clock::{ClientReads, Clock, ReadClock};
 pub use delivery::{Delivery, Mark};
-pub use layer::{Measure, MeasureLayer, Settings};
+pub use layer::{Measure, MeasureLayer, Settings, header_targets};
+pub use metrics::RequestMetrics;
 pub use mirror::{Mirror, MirrorHead, MirrorTicket, Unmirrored};
 pub use record::{
     Fault, Outcome, Pairing, RequestRecord, RequestTrace, Target, TokenCount, TokenSource,
@@ -29,4 +32,5 @@ pub use record::{
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Recorder};
 pub use tap::{Delivered, Ending, HeadInfo, IdleTimeout, Pending, ProxyFailure, Tap, Timeline};
+pub use traceparent::TraceParent;
 pub use upgrade::{TunnelDone, Upgraded};

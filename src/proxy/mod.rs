@@ -58,7 +58,9 @@ mod forward;
 mod h2guard;
 mod headers;
 mod inline;
+mod limit_metrics;
 mod request_body;
+mod room;
 mod server;
 mod slots;
 mod tunnel;
@@ -71,8 +73,9 @@ use std::net::SocketAddr;
 
 pub use body::UpstreamBody;
 pub use error::ProxyError;
-pub use fds::ClientBudget;
+pub use fds::{Division, FileBudget};
 pub use forward::Forward;
+pub use limit_metrics::{LIMITS, LimitMetrics};
 pub use server::{Proxy, serve};
 
 /// What the forwarding service knows about the client connection.

@@ -78,21 +78,9 @@ impl ShadowMetrics {
         for r in DropReason::ALL {
             let _ = m.dropped.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
-        registry.register(
-            names::SHADOW_REQUESTS,
-            "Mirrored requests the candidate answered (or failed), by the outcome of their shadow record",
-            m.requests.clone(),
-        );
-        registry.register(
-            names::SHADOW_DROPPED,
-            "Mirrored copies not sent, or not read to their end, by reason; the client's request is never affected",
-            m.dropped.clone(),
-        );
-        registry.register(
-            names::SHADOW_IN_FLIGHT,
-            "Mirrored requests under way to the candidate now",
-            m.in_flight.clone(),
-        );
+        names::SHADOW_REQUESTS.register(registry, m.requests.clone());
+        names::SHADOW_DROPPED.register(registry, m.dropped.clone());
+        names::SHADOW_IN_FLIGHT.register(registry, m.in_flight.clone());
         m
     }
 

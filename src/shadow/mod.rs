@@ -219,23 +219,12 @@ impl Mirror for Shadow {
     }
 }
 
-/// The primary's per-request targets (`x-slo-*`), so the copy is held to the same ones.
+/// The primary's per-request objective headers, so the copy is held to the same targets.
 fn slo_overrides(headers: &HeaderMap, config: &Config) -> Targets {
-    if !config.slo.override_headers {
+    if config.slo.header_objectives == crate::slo::HeaderObjectives::Off {
         return Targets::default();
     }
-    let ms = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v > 0.0)
-    };
-    Targets {
-        ttft_ms: ms("x-slo-ttft-ms"),
-        tpot_ms: ms("x-slo-tpot-ms"),
-        e2e_ms: ms("x-slo-e2e-ms"),
-    }
+    crate::measure::header_targets(headers).0
 }
 
 /// One request's copy, holding its place in `max_in_flight` until the copy is done.

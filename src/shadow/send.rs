@@ -88,6 +88,7 @@ pub(super) async fn run(
             long_input: false,
             tenant: job.tenant,
             slo_overrides: job.slo_overrides,
+            slo_header_invalid: 0,
             traced: false,
             trace_parent: None,
         },
@@ -176,7 +177,7 @@ fn selected(shadow: &Inner, active: &Active, job: &Job, model: Option<&str>) -> 
     let config = shadow.config.load();
     let class = config.slo.class_for(&MatchInput {
         model,
-        api: job.api.as_str(),
+        api: Some(job.api),
         tenant: job.tenant,
         input_tokens: None,
     });

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use super::{
-    Live, ModelLabels, Recent,
+    Live, ModelLabels, Recent, Sink, WindowMetrics,
     engine::Observation,
     live::{engine_config, refresh_gauges, refresh_shadow_gauges},
     profiling::Profiling,
@@ -19,8 +19,7 @@ use super::{
 use crate::{
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestRecord, Target, slo},
-    metrics::Metrics,
+    measure::{Pending, RequestMetrics, RequestRecord, Target, slo},
 };
 
 /// How often in-flight concurrency is sampled for the mean/peak and capacity views.
@@ -28,21 +27,29 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// How often the windowed gauges are recomputed (a scrape interval is rarely shorter).
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
+/// The metrics the aggregator updates: per request, and the windowed gauges.
+#[derive(Clone, Debug)]
+pub struct AggregatorMetrics {
+    pub requests: RequestMetrics,
+    pub windows: WindowMetrics,
+}
+
 pub struct Aggregator {
     rx: mpsc::Receiver<Pending>,
     config: Arc<ArcSwap<Config>>,
     /// The configuration the engine was last built from.
     engine_built_from: Arc<Config>,
-    metrics: Metrics,
+    metrics: RequestMetrics,
+    windows: WindowMetrics,
     recent: Arc<Recent>,
     models: ModelLabels,
     live: Live,
     profiling: Profiling,
     /// The proxy's side of self-calibration, fed while `[calibration]` is enabled.
     calibration: Option<Arc<ProxyTotals>>,
-    /// OpenTelemetry export (`[otlp]`); dropped when the aggregator ends, which makes the
-    /// export tasks send what is left and stop.
-    otlp: Option<crate::otlp::Exporter>,
+    /// Exports handed over by the wiring (OpenTelemetry, `[otlp]`); dropped when the
+    /// aggregator ends, which makes their tasks send what is left and stop.
+    sinks: Vec<Box<dyn Sink>>,
     /// Pairs of mirrored primaries and shadow answers, and the shadow's counters.
     shadow: Option<(crate::shadow::Book, crate::shadow::ShadowMetrics)>,
 }
@@ -51,7 +58,7 @@ impl Aggregator {
     pub fn new(
         rx: mpsc::Receiver<Pending>,
         config: Arc<ArcSwap<Config>>,
-        metrics: Metrics,
+        metrics: AggregatorMetrics,
         recent: Arc<Recent>,
         max_models: usize,
         live: Live,
@@ -62,20 +69,21 @@ impl Aggregator {
             rx,
             config,
             engine_built_from,
-            metrics,
+            metrics: metrics.requests,
+            windows: metrics.windows,
             recent,
             models: ModelLabels::new(max_models),
             live,
             profiling,
             calibration: None,
-            otlp: None,
+            sinks: Vec::new(),
             shadow: None,
         }
     }
 
-    /// Also records every judged request into the OpenTelemetry export.
-    pub fn with_otlp(mut self, exporter: Option<crate::otlp::Exporter>) -> Aggregator {
-        self.otlp = exporter;
+    /// Also hands every judged request, and the gauges, to `sink`.
+    pub fn with_sink(mut self, sink: Box<dyn Sink>) -> Aggregator {
+        self.sinks.push(sink);
         self
     }
 
@@ -104,7 +112,7 @@ impl Aggregator {
         refresh_gauges(
             &self.live.lock(),
             &self.config.load(),
-            &self.metrics,
+            &self.windows,
             last_refresh,
         );
         loop {
@@ -122,20 +130,21 @@ impl Aggregator {
                     if now.duration_since(last_refresh) >= REFRESH_EVERY {
                         last_refresh = now;
                         engine.advance(now);
-                        refresh_gauges(&engine, &self.config.load(), &self.metrics, now);
+                        refresh_gauges(&engine, &self.config.load(), &self.windows, now);
                         if let Some((book, _)) = &self.shadow {
                             let windows: Vec<(String, Duration)> =
                                 engine.windows().map(|(l, d)| (l.to_owned(), d)).collect();
-                            refresh_shadow_gauges(book, &windows, &self.metrics, now);
+                            refresh_shadow_gauges(book, &windows, &self.windows, now);
                         }
-                        if let Some(otlp) = &self.otlp
-                            && otlp.exports_metrics()
-                        {
-                            otlp.refresh(&engine.gauges(now));
+                        if self.sinks.iter().any(|s| s.wants_gauges()) {
+                            let gauges = engine.gauges(now);
+                            for sink in self.sinks.iter().filter(|s| s.wants_gauges()) {
+                                sink.refresh(&gauges);
+                            }
                         }
                     }
                     drop(engine);
-                    self.profiling.tick(&self.config.load(), &self.metrics, now);
+                    self.profiling.tick(&self.config.load(), now);
                 }
             }
         }
@@ -149,7 +158,7 @@ impl Aggregator {
         if !Arc::ptr_eq(&current, &self.engine_built_from) {
             let mut engine = self.live.lock();
             let kept = engine.reconfigure(engine_config(&current));
-            refresh_gauges(&engine, &current, &self.metrics, Instant::now());
+            refresh_gauges(&engine, &current, &self.windows, Instant::now());
             tracing::info!(kept_windows = kept, "SLO view reconfigured");
             self.engine_built_from = current;
         }
@@ -188,9 +197,11 @@ impl Aggregator {
             model: &model,
             outcome: record.outcome,
             slo_met: record.slo_met,
-            ttft_ms: record.ttft_ms,
+            // The SLO's figures: from the end of the request body (docs/DESIGN.md
+            // "Latencies"), equal to ttft_ms and e2e_ms when the body came with the head.
+            ttft_ms: record.ttft_after_upload_ms,
             tpot_ms: record.tpot_ms,
-            e2e_ms: record.e2e_ms,
+            e2e_ms: record.e2e_after_upload_ms,
             itl_us: &gaps,
             input_tokens: record.input_tokens,
             output_tokens: record.output_tokens,
@@ -199,14 +210,16 @@ impl Aggregator {
             miss_cause,
             finish_reason: record.finish_reason,
             cached_input_tokens: record.cached_input_tokens,
+            engine_parts: record.engine.parts().map(|(_, v)| v),
+            miss_component: record.slo_miss_component,
         });
         if config.calibration.enabled
             && let Some(totals) = &self.calibration
         {
             totals.observe(&model, &record, &gaps);
         }
-        if let Some(otlp) = &self.otlp {
-            otlp.observe(&record, &model);
+        for sink in &self.sinks {
+            sink.observe(&record, &model);
         }
         if record.pairing.mirrored
             && let Some((book, _)) = &self.shadow
@@ -263,6 +276,7 @@ fn access_log(r: &RequestRecord) {
         ttfo_ms = r.ttfo_ms.map(round2),
         tpot_ms = r.tpot_ms.map(round2),
         e2e_ms = round2(r.e2e_ms),
+        upload_ms = r.upload_ms.map(round2),
         input_tokens = r.input_tokens,
         output_tokens = r.output_tokens,
         output_tokens_source = r.output_tokens_source.map(|s| s.as_str()),

@@ -7,10 +7,13 @@ use std::{
     time::Instant,
 };
 
-use super::engine::{self, Engine, EngineConfig};
+use super::{
+    WindowMetrics,
+    engine::{self, Engine, EngineConfig},
+};
 use crate::{
     config::Config,
-    metrics::{ClassLabel, ClassWindow, CurrencyLabel, Metrics, WindowCurrency},
+    metrics::{ClassLabel, ClassWindow, CurrencyLabel, WindowCurrency},
 };
 
 /// The engine, shared. Cheap to clone.
@@ -90,7 +93,7 @@ fn set_or_remove<L>(
 pub fn refresh_shadow_gauges(
     book: &crate::shadow::Book,
     windows: &[(String, std::time::Duration)],
-    m: &Metrics,
+    m: &WindowMetrics,
     now: Instant,
 ) {
     for (label, window) in windows {
@@ -115,7 +118,7 @@ pub fn refresh_shadow_gauges(
 }
 
 /// Refreshes every windowed gauge from the engine.
-pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &Metrics, now: Instant) {
+pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &WindowMetrics, now: Instant) {
     let g = engine.gauges(now);
     for w in &g.windows {
         for c in w.classes.iter().chain(std::iter::once(&w.overall)) {

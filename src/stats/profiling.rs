@@ -13,9 +13,8 @@ use crate::{
     config::Config,
     decode::{self, Api},
     measure::RequestRecord,
-    metrics::Metrics,
     profile::{
-        Anonymizer, ProfileLine, ProfileRecorder,
+        Anonymizer, Clock, Profile, ProfileLine, ProfileMetrics, ProfileRecorder,
         drift::{DriftStatus, Monitor, Webhook, write_snapshot},
     },
 };
@@ -29,6 +28,7 @@ pub struct Profiling {
     monitor: Option<Monitor>,
     webhook: Option<Webhook>,
     view: DriftView,
+    metrics: ProfileMetrics,
     last_evaluation: Instant,
     /// The shadow a fired trigger may switch on, and whose verdict a snapshot records.
     shadow: Option<crate::shadow::View>,
@@ -36,11 +36,17 @@ pub struct Profiling {
 
 impl Profiling {
     /// Starts recording (when `[profile] dir` is set) and drift detection (when
-    /// `[drift] baseline` is set). A recorder that cannot start is logged; traffic goes on.
-    pub fn start(cfg: &Config, metrics: &Metrics, view: DriftView) -> Profiling {
+    /// `[drift] baseline` is set; `baseline` is that profile, read). A recorder that cannot
+    /// start is logged; traffic goes on.
+    pub fn start(
+        cfg: &Config,
+        baseline: Option<&Profile>,
+        metrics: &ProfileMetrics,
+        view: DriftView,
+    ) -> Profiling {
         let anon = Anonymizer::new(&cfg.profile);
         let recorder = cfg.profile.dir.as_ref().and_then(|dir| {
-            match ProfileRecorder::start(&cfg.profile, anon.clone(), metrics) {
+            match ProfileRecorder::start(&cfg.profile, anon.clone(), metrics, Clock::of_runtime()) {
                 Ok(r) => {
                     tracing::info!(dir = %dir.display(), salt_id = anon.salt_id(), "recording profiles");
                     Some(r)
@@ -51,7 +57,11 @@ impl Profiling {
                 }
             }
         });
-        let monitor = cfg.drift.as_ref().map(|d| Monitor::new(d, &d.baseline));
+        let monitor = cfg
+            .drift
+            .as_ref()
+            .zip(baseline)
+            .map(|(d, b)| Monitor::new(d, b));
         let webhook = cfg
             .drift
             .as_ref()
@@ -63,6 +73,7 @@ impl Profiling {
             monitor,
             webhook,
             view,
+            metrics: metrics.clone(),
             last_evaluation: Instant::now(),
             shadow: None,
         }
@@ -102,7 +113,7 @@ impl Profiling {
     }
 
     /// Evaluates drift when `[drift] every` has passed.
-    pub fn tick(&mut self, cfg: &Config, metrics: &Metrics, now: Instant) {
+    pub fn tick(&mut self, cfg: &Config, now: Instant) {
         let (Some(monitor), Some(drift)) = (self.monitor.as_mut(), cfg.drift.as_ref()) else {
             return;
         };
@@ -111,7 +122,7 @@ impl Profiling {
         }
         self.last_evaluation = now;
         let status = monitor.evaluate(now);
-        status.publish(metrics);
+        status.publish(&self.metrics);
         status.log_transitions();
         if !status.transitions.is_empty()
             && let Some(w) = &self.webhook

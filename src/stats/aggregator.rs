@@ -21,12 +21,17 @@ use crate::{
     config::Config,
     measure::{Pending, RequestRecord, slo},
     metrics::Metrics,
+    telemetry,
 };
 
 /// How often in-flight concurrency is sampled for the mean/peak and capacity views.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// How often the windowed gauges are recomputed (a scrape interval is rarely shorter).
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Finished requests handled in a row before the access log is written out and the
+/// aggregator's clock gets a look in: a busy queue's lines go out in a few writes, and a
+/// backlog never holds the sampling off for long.
+const BATCH: usize = 256;
 
 pub struct Aggregator {
     rx: mpsc::Receiver<Pending>,
@@ -97,7 +102,7 @@ impl Aggregator {
         loop {
             tokio::select! {
                 pending = self.rx.recv() => match pending {
-                    Some(pending) => self.handle(pending),
+                    Some(pending) => self.handle_batch(pending),
                     None => break,
                 },
                 _ = sample.tick() => {
@@ -121,7 +126,21 @@ impl Aggregator {
                 }
             }
         }
+        telemetry::flush_access_log();
         self.profiling.shutdown().await;
+    }
+
+    /// `first` and whatever else is queued behind it (up to [`BATCH`]); their access
+    /// lines then go out in one write.
+    fn handle_batch(&mut self, first: Pending) {
+        self.handle(first);
+        for _ in 1..BATCH {
+            match self.rx.try_recv() {
+                Ok(pending) => self.handle(pending),
+                Err(_) => break,
+            }
+        }
+        telemetry::flush_access_log();
     }
 
     /// Rebuilds the engine's configuration after a reload (keeping its data when the
@@ -205,7 +224,7 @@ impl Aggregator {
 /// One line per request with the record's numbers; no header values, no content.
 fn access_log(r: &RequestRecord) {
     tracing::info!(
-        target: "goodput::access",
+        target: telemetry::ACCESS_TARGET,
         id = %r.id,
         model = r.model.as_deref().unwrap_or("-"),
         api = r.api,

@@ -163,13 +163,15 @@ impl Aggregator {
         } else {
             None
         };
-        let (mut record, gaps) = pending.finish();
+        let finished = pending.finish_all();
+        let (mut record, gaps) = (finished.record, finished.gaps);
         let config = self.config.load();
         if !slo::judge(&mut record, &config.slo) {
             self.passthrough(record, config.log.access_log);
             return;
         }
-        self.profiling.observe(&record, api, body.as_deref());
+        self.profiling
+            .observe(&record, api, body.as_deref(), finished.max_tokens);
         let model = self.models.label(record.model.as_deref());
         let class = record.slo_class.clone();
         let miss_cause = slo::MissCause::of(&record);

@@ -173,7 +173,6 @@ impl Aggregator {
         self.profiling
             .observe(&record, api, body.as_deref(), finished.max_tokens);
         let model = self.models.label(record.model.as_deref());
-        let class = record.slo_class.clone();
         let miss_cause = slo::MissCause::of(&record);
         self.metrics.observe(&record, &model, &gaps, miss_cause);
         self.live.lock().observe(&Observation {
@@ -182,7 +181,7 @@ impl Aggregator {
                     .unwrap_or(end)
             }),
             finished: record.finished_at.unwrap_or_else(Instant::now),
-            class: &class,
+            class: &record.slo_class,
             model: &model,
             outcome: record.outcome,
             slo_met: record.slo_met,

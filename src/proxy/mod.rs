@@ -55,6 +55,7 @@ mod error;
 mod fds;
 mod first_bytes;
 mod forward;
+mod framing;
 mod h2guard;
 mod headers;
 mod inline;
@@ -71,6 +72,7 @@ pub use body::UpstreamBody;
 pub use error::ProxyError;
 pub use fds::ClientBudget;
 pub use forward::Forward;
+pub use framing::{Broken, Delimiter, Fed, Framing, Violation};
 pub use server::{Proxy, serve};
 
 /// What the forwarding service knows about the client connection.

@@ -252,14 +252,14 @@ mod tests {
     fn the_subscriber_batches_the_access_target_only() {
         let batcher: &'static Mutex<Batcher<Writes>> =
             Box::leak(Box::new(Mutex::new(Batcher::new(Writes::default()))));
-        let subscriber = fmt()
-            .with_writer(Logs(batcher))
-            .with_ansi(false)
-            .finish();
+        let subscriber = fmt().with_writer(Logs(batcher)).with_ansi(false).finish();
         tracing::subscriber::with_default(subscriber, || {
             tracing::info!(target: ACCESS_TARGET, id = "r1", "request");
             tracing::info!(target: ACCESS_TARGET, id = "r2", "request");
-            assert!(lock(batcher).out.0.is_empty(), "access lines wait for the batch");
+            assert!(
+                lock(batcher).out.0.is_empty(),
+                "access lines wait for the batch"
+            );
             tracing::warn!("something else");
         });
         let writes = std::mem::take(&mut lock(batcher).out.0);

@@ -245,14 +245,14 @@ impl Framing {
             i += 1;
         }
         if self.state == Chunk::End {
-            if let Some(trailers) = self.trailers.take() {
-                if !trailers_parse(&trailers, self.trailer_fields) {
-                    // The section is only known bad at its last byte.
-                    return Err(Broken {
-                        at: i - 1,
-                        violation: Violation::Trailers,
-                    });
-                }
+            if let Some(trailers) = self.trailers.take()
+                && !trailers_parse(&trailers, self.trailer_fields)
+            {
+                // The section is only known bad at its last byte.
+                return Err(Broken {
+                    at: i - 1,
+                    violation: Violation::Trailers,
+                });
             }
             self.done = true;
         }

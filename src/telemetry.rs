@@ -2,12 +2,12 @@
 //! Nothing in goodput logs header values or content; the access log carries numbers only.
 //!
 //! The access log (target [`ACCESS_TARGET`], one line per request, written by the
-//! aggregator) is batched: its lines gather in a buffer that the aggregator writes out in
-//! one `write(2)` at the end of each batch of finished requests ([`flush_access_log`]),
-//! instead of one unbuffered write per line. A batch is what the aggregator finds queued
-//! when it wakes, so at a low rate every line still goes out as its request finishes, and
-//! nothing waits in the buffer while the aggregator is idle. Every other line goes out at
-//! once, after the access lines before it, so the order of lines is kept.
+//! aggregator) is buffered: its lines gather and go out in one `write(2)`
+//! ([`flush_access_log`]) at each of the aggregator's samples (every 100 ms), once 64 KiB
+//! have gathered, and when the aggregator stops, instead of one unbuffered write per line
+//! (nginx's `access_log ... buffer= flush=` does the same). A line waits about 100 ms at
+//! most. Every other line goes out at once, after the access lines before it, so the
+//! order of lines is kept.
 
 use std::{
     io::{self, Write},
@@ -22,8 +22,8 @@ use crate::config::LogFormat;
 /// The `tracing` target of the access log's lines.
 pub const ACCESS_TARGET: &str = "goodput::access";
 
-/// Access lines kept before they are written even though the batch goes on: a burst of
-/// thousands of finished requests is written in pieces of this size, not held whole.
+/// Access lines kept before they are written without waiting for the next sample: a burst
+/// of thousands of finished requests is written in pieces of this size, not held whole.
 const ACCESS_BUFFER_LIMIT: usize = 64 * 1024;
 
 /// Installs the global subscriber once; later calls (tests) are ignored.
@@ -45,7 +45,7 @@ pub fn init(format: LogFormat, level: &str) {
 }
 
 /// Writes out the access lines gathered since the last call, in one write. The aggregator
-/// calls it at the end of each batch; it costs nothing when there are none.
+/// calls it at each sample; it costs nothing when there are none.
 pub fn flush_access_log() {
     // A log line that cannot be written has nowhere to be reported.
     let _ = log().flush_pending();

@@ -1,6 +1,7 @@
 //! The single consumer of finished measurements. Besides the records it keeps the clock
 //! of the live views: in-flight concurrency is sampled every [`SAMPLE_EVERY`], and the
-//! windowed gauges are refreshed every [`REFRESH_EVERY`].
+//! windowed gauges are refreshed every [`REFRESH_EVERY`]. The access log's lines gathered
+//! meanwhile are written out at each sample, in one write (see [`crate::telemetry`]).
 
 use std::{
     sync::Arc,
@@ -28,9 +29,8 @@ use crate::{
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// How often the windowed gauges are recomputed (a scrape interval is rarely shorter).
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
-/// Finished requests handled in a row before the access log is written out and the
-/// aggregator's clock gets a look in: a busy queue's lines go out in a few writes, and a
-/// backlog never holds the sampling off for long.
+/// Finished requests handled in a row before the aggregator's clock gets a look in: a
+/// backlog never holds the sampling (and the access log's writes) off for long.
 const BATCH: usize = 256;
 
 pub struct Aggregator {
@@ -123,6 +123,8 @@ impl Aggregator {
                     }
                     drop(engine);
                     self.profiling.tick(&self.config.load(), &self.metrics, now);
+                    // The access log's lines of the last tick, in one write.
+                    telemetry::flush_access_log();
                 }
             }
         }
@@ -130,8 +132,7 @@ impl Aggregator {
         self.profiling.shutdown().await;
     }
 
-    /// `first` and whatever else is queued behind it (up to [`BATCH`]); their access
-    /// lines then go out in one write.
+    /// `first` and whatever else is queued behind it (up to [`BATCH`]).
     fn handle_batch(&mut self, first: Pending) {
         self.handle(first);
         for _ in 1..BATCH {
@@ -140,7 +141,6 @@ impl Aggregator {
                 Err(_) => break,
             }
         }
-        telemetry::flush_access_log();
     }
 
     /// Rebuilds the engine's configuration after a reload (keeping its data when the

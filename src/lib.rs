@@ -4,21 +4,31 @@
 //! `docs/LIFECYCLE.md` for where each timestamp is taken.
 //!
 //! # Layout
-//! - [`config`]: the TOML schema, flag overrides and validation into a runtime snapshot.
-//! - [`proxy`]: the data path: listener, TLS, HTTP/1.1 + HTTP/2, forwarding, tunnels.
-//! - [`decode`]: SSE framing and per-dialect token events; request/body inspection.
-//! - [`measure`]: the tower layer and body wrappers that time each request into a record.
-//! - [`tokenize`]: token counts where the upstream reports no usage, on a worker pool.
-//! - [`profile`]: anonymized traffic profiles: recording, drift detection, exports.
-//! - [`replay`]: `goodput replay`: a profile against a candidate system, acceptance report.
-//! - [`stats`]: the aggregator that finishes records, updates metrics, keeps recent ones.
-//! - [`admin`]: `/metrics`, the JSON API, health and readiness, on their own address.
-//! - [`calibrate`]: the engine's own latency metrics, scraped, beside the proxy's.
-//! - [`otlp`]: OpenTelemetry export (GenAI metrics, request spans) to a collector.
-//! - [`sim`]: an OpenAI-compatible upstream simulator for the demo, tests and benchmarks.
-//! - [`run`]: wiring of all of the above into a running server with graceful shutdown.
+//! Listed from the top of the house down: a module imports only modules listed after it
+//! (`scripts/layers-check.py` keeps it so; docs/DESIGN.md "Layers").
 //! - [`demo`]: simulator + proxy + synthetic load, with a live summary line.
+//! - [`replay`]: `goodput replay`: a profile against a candidate system, acceptance report.
+//! - [`run`]: wiring of all of the above into a running server with graceful shutdown:
+//!   builds each subsystem from its configuration section, loads the files the
+//!   configuration names, registers every subsystem's metrics in one registry.
+//! - [`admin`]: `/metrics`, the JSON API, health and readiness, on their own address.
+//! - [`proxy`]: the data path: listener, TLS, HTTP/1.1 + HTTP/2, forwarding, tunnels.
+//! - [`otlp`]: OpenTelemetry export (GenAI metrics, request spans) to a collector.
+//! - [`stats`]: the aggregator that finishes records, updates metrics, keeps recent ones,
+//!   and hands them to the sinks it is given.
+//! - [`calibrate`]: the engine's own latency metrics, scraped, beside the proxy's.
+//! - [`profile`]: anonymized traffic profiles: recording, drift detection, exports.
+//! - [`tokenize`]: token counts where the upstream reports no usage, on a worker pool.
+//! - [`measure`]: the tower layer and body wrappers that time each request into a record.
+//! - [`usage_injection`]: asking a streaming upstream for usage, and hiding its answer.
 //! - [`telemetry`]: logging set-up.
+//! - [`config`]: plain data: the TOML schema, flag overrides and validation into a runtime
+//!   snapshot.
+//! - [`slo`]: SLO classes, matching a request to its class, globs, tenant hashes.
+//! - [`decode`]: SSE framing and per-dialect token events; request/body inspection.
+//! - [`metrics`]: every exported metric's name, help text and unit, and the label sets.
+//! - [`quantile`]: the nearest-rank percentile of the exact views.
+//! - [`sim`]: an OpenAI-compatible upstream simulator for the demo, tests and benchmarks.
 
 #![forbid(unsafe_code)]
 
@@ -36,6 +46,7 @@ pub mod quantile;
 pub mod replay;
 pub mod run;
 pub mod sim;
+pub mod slo;
 pub mod stats;
 pub mod telemetry;
 pub mod tokenize;

@@ -69,7 +69,7 @@ struct ServeArgs {
 }
 
 fn check_config(file: &std::path::Path) -> ExitCode {
-    match config::check(file) {
+    match run::check(file) {
         Ok(cfg) => {
             // Warnings never fail the check: the configuration is usable as written.
             for warning in cfg.warnings() {

@@ -31,7 +31,7 @@ use serde_json::value::RawValue;
 
 pub use strip::UsageFilter;
 
-use crate::config::slo::glob;
+use crate::slo::glob;
 
 /// Put in a request's extensions by the measurement layer: this request may get usage
 /// injected, if its body says it streams without usage and names a configured model.

@@ -21,8 +21,8 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use goodput::{
     config::{self, Config, Overrides},
-    measure::{MeasureLayer, Outcome, Pending, Recorder, Settings},
-    metrics::{LatencyLabels, Metrics},
+    measure::{MeasureLayer, Outcome, Pending, Recorder, RequestMetrics, Settings},
+    metrics::LatencyLabels,
     stats::{
         engine::{Engine, Observation},
         engine_config,
@@ -159,7 +159,7 @@ fn hdr(name: &'static str, gaps: Vec<u32>) -> Case {
 
 fn prometheus(name: &'static str, gaps: Vec<u32>) -> Case {
     let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
+    let metrics = RequestMetrics::register(&mut registry);
     let key = LatencyLabels {
         model: "meta-llama/Llama-3.1-8B-Instruct".to_owned(),
         api: "chat_completions",
@@ -197,6 +197,8 @@ fn engine(name: &'static str, cfg: &Config, gaps: Vec<u32>) -> Case {
             miss_cause: None,
             finish_reason: None,
             cached_input_tokens: None,
+            engine_parts: Default::default(),
+            miss_component: None,
         });
     })
 }

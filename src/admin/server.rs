@@ -142,12 +142,25 @@ impl Admin {
     }
 }
 
-/// The summary document with the calibration's `attribution` beside its keys.
+/// The summary document with `attribution` beside its keys: the calibration's scraped
+/// entries (`source: scrape`, one per engine model) first, then the engine's own
+/// per-request timings (`source: requests`, one per class and model).
 #[derive(serde::Serialize)]
 struct WithAttribution<'a> {
     #[serde(flatten)]
     summary: &'a crate::stats::engine::Summary,
-    attribution: Vec<crate::calibrate::Attribution>,
+    attribution: Vec<AttributionEntry>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum AttributionEntry {
+    Scrape {
+        source: &'static str,
+        #[serde(flatten)]
+        scraped: crate::calibrate::Attribution,
+    },
+    Requests(crate::stats::engine::RequestAttribution),
 }
 
 impl Admin {
@@ -169,6 +182,7 @@ impl Admin {
         };
         match engine.summary(window, Instant::now()) {
             Some(summary) => {
+                let per_request = engine.request_attribution(window, Instant::now());
                 drop(engine);
                 // Where time went over the window, from the calibration scrapes (`[]`
                 // without any).
@@ -176,7 +190,14 @@ impl Admin {
                     .calibration
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .attribution_over(window, std::time::Instant::now());
+                    .attribution_over(window, std::time::Instant::now())
+                    .into_iter()
+                    .map(|scraped| AttributionEntry::Scrape {
+                        source: "scrape",
+                        scraped,
+                    })
+                    .chain(per_request.into_iter().map(AttributionEntry::Requests))
+                    .collect();
                 json(
                     StatusCode::OK,
                     &WithAttribution {

@@ -51,6 +51,8 @@ pub struct Status {
     /// Where time goes per engine model, with the engine's load, over the latest interval
     /// (see `attribution`).
     pub attribution: Vec<super::Attribution>,
+    /// `[calibration] gpu_metrics`: the GPUs at the last scrape (`null` without exporters).
+    pub gpus: Option<super::dcgm::GpuNow>,
     /// Each scrape's attribution, for means over a window ([`Status::attribution_over`]).
     #[serde(skip)]
     pub history: super::attribution::History,

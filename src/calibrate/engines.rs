@@ -31,24 +31,7 @@ use serde::Serialize;
 
 use super::{Cumulative, Quantity, exposition};
 
-/// The engine the `[calibration] engine` key names; `auto` recognizes it per scrape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EngineKind {
-    Auto,
-    Vllm,
-    Sglang,
-}
-
-impl EngineKind {
-    pub fn parse(s: &str) -> Option<EngineKind> {
-        match s {
-            "auto" => Some(EngineKind::Auto),
-            "vllm" => Some(EngineKind::Vllm),
-            "sglang" => Some(EngineKind::Sglang),
-            _ => None,
-        }
-    }
-}
+pub use crate::config::calibration::EngineKind;
 
 /// An engine whose metrics were recognized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -10,6 +10,7 @@
 //! a slow, failing or absent endpoint costs a counter and a log line on each change of state.
 //!
 //! # Layout
+//! - [`dcgm`]: NVIDIA dcgm-exporter's text, per GPU (GPU utilization beside KV-cache use).
 //! - `exposition`: a reader of the Prometheus text format, one sample line at a time.
 //! - `engines`: which engine families mean which quantity (vLLM, SGLang), and the
 //!   extraction of their cumulative sums and counts per model.
@@ -21,8 +22,10 @@
 
 mod attribution;
 mod compare;
+pub mod dcgm;
 mod engines;
 mod exposition;
+mod metrics;
 mod proxy;
 mod scraper;
 
@@ -31,6 +34,7 @@ use serde::Serialize;
 pub use attribution::Attribution;
 pub use compare::{CalibrationView, Comparison, Status};
 pub use engines::{Engine, EngineKind, Extracted, Load};
+pub use metrics::CalibrationMetrics;
 pub use proxy::ProxyTotals;
 pub use scraper::{Calibrator, ScrapeError, Scraper};
 

@@ -84,13 +84,16 @@ mod tests {
             ttft_ms: ttft,
             tpot_ms: tpot,
             e2e_ms: e2e,
+            upload_ms: None,
+            ttft_after_upload_ms: ttft,
+            e2e_after_upload_ms: e2e,
             input_tokens: None,
             output_tokens: None,
             events: 0,
             slo_class: "default".into(),
             slo_met: None,
             tenant: None,
-            ..crate::profile::line::tests::record()
+            ..crate::measure::record::example::record()
         }
     }
 

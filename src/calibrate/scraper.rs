@@ -23,7 +23,7 @@ use hyper_util::{
 use tokio::time::Instant;
 
 use super::{
-    CalibrationView, ProxyTotals, Quantity,
+    CalibrationMetrics, CalibrationView, ProxyTotals, Quantity,
     attribution::{self, Attribution},
     compare::{Status, Tracker, Update},
     engines::{self, EngineKind, ExtractError, Extracted},
@@ -31,8 +31,7 @@ use super::{
 use crate::{
     config::{Calibration, Config},
     metrics::{
-        CalibrationLabels, CalibrationSampleLabels, EngineModel, Metrics, ModelPhase,
-        ScrapeResultLabel,
+        CalibrationLabels, CalibrationSampleLabels, EngineModel, ModelPhase, ScrapeResultLabel,
     },
 };
 
@@ -114,7 +113,7 @@ impl ScrapeError {
 /// The calibration task. Spawn [`Calibrator::run`]; it never returns (abort it at shutdown).
 pub struct Calibrator {
     config: Arc<ArcSwap<Config>>,
-    metrics: Metrics,
+    metrics: CalibrationMetrics,
     proxy: Arc<ProxyTotals>,
     view: CalibrationView,
 }
@@ -132,12 +131,14 @@ struct State {
     preemptions_total: std::collections::BTreeMap<String, f64>,
     attribution: Vec<Attribution>,
     history: attribution::History,
+    /// The GPU exporters at the last scrape.
+    gpus: Option<super::dcgm::GpuNow>,
 }
 
 impl Calibrator {
     pub fn new(
         config: Arc<ArcSwap<Config>>,
-        metrics: Metrics,
+        metrics: CalibrationMetrics,
         proxy: Arc<ProxyTotals>,
         view: CalibrationView,
     ) -> Calibrator {
@@ -159,6 +160,7 @@ impl Calibrator {
             preemptions_total: std::collections::BTreeMap::new(),
             attribution: Vec::new(),
             history: attribution::History::default(),
+            gpus: None,
         };
         loop {
             let config = self.config.load_full();
@@ -194,6 +196,11 @@ impl Calibrator {
             // Right after the engine answered, so both sides cover the same interval.
             let proxy = self.proxy.snapshot();
             let engine = self.settle(c, &mut state, scraped, proxy);
+            state.gpus = if c.gpu_metrics.is_empty() {
+                None
+            } else {
+                Some(scrape_gpus(&client, &c.gpu_metrics, c.timeout).await)
+            };
             self.publish(c, &state, engine);
             tokio::time::sleep_until(started + c.interval).await;
         }
@@ -396,6 +403,7 @@ impl Calibrator {
                 .map(ScrapeResult::as_str),
             comparisons: state.tracker.comparisons(),
             attribution: state.attribution.clone(),
+            gpus: state.gpus.clone().filter(|_| c.enabled),
             history: state.history.clone(),
         };
     }
@@ -433,6 +441,27 @@ async fn scrape_url(
         .await
         .map_err(|_| ScrapeError::Timeout)??;
     Ok(engines::extract(&text, engine)?)
+}
+
+/// Every dcgm-exporter of `urls`, each within `timeout`, as the dashboard shows them.
+async fn scrape_gpus(
+    client: &ScrapeClient,
+    urls: &[Uri],
+    timeout: Duration,
+) -> super::dcgm::GpuNow {
+    let mut readings = Vec::new();
+    let (mut up, mut error) = (0, None);
+    for (node, url) in urls.iter().enumerate() {
+        match tokio::time::timeout(timeout, fetch(client, url)).await {
+            Ok(Ok(text)) => {
+                up += 1;
+                readings.extend(super::dcgm::parse(&text, node, 0.0));
+            }
+            Ok(Err(e)) => error = Some(format!("{}: {e}", shown(url))),
+            Err(_) => error = Some(format!("{}: {}", shown(url), ScrapeError::Timeout)),
+        }
+    }
+    super::dcgm::GpuNow::of(&readings, urls.len(), up, error)
 }
 
 /// Scrapes for callers other than the calibration task (a replay watching its target's

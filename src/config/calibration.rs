@@ -10,7 +10,6 @@ use http::{Uri, uri::Scheme};
 use serde::Deserialize;
 
 use super::{Problem, Upstream, file::humantime_serde};
-use crate::calibrate::EngineKind;
 
 /// Shortest scrape interval accepted: engines render their whole registry per scrape.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
@@ -28,6 +27,8 @@ pub struct CalibrationSection {
     pub timeout: Duration,
     /// `auto`, `vllm` or `sglang`.
     pub engine: String,
+    /// NVIDIA dcgm-exporter endpoints (one per node), scraped with the engine.
+    pub gpu_metrics: Vec<String>,
 }
 
 impl Default for CalibrationSection {
@@ -38,6 +39,7 @@ impl Default for CalibrationSection {
             interval: Duration::from_secs(15),
             timeout: Duration::from_secs(5),
             engine: "auto".into(),
+            gpu_metrics: Vec::new(),
         }
     }
 }
@@ -51,6 +53,8 @@ pub struct Calibration {
     pub interval: Duration,
     pub timeout: Duration,
     pub engine: EngineKind,
+    /// dcgm-exporter endpoints scraped beside the engine (GPU utilization and memory).
+    pub gpu_metrics: Vec<Uri>,
 }
 
 /// Validates `[calibration]`; `upstream` (when valid) gives the default URL. `None` when a
@@ -89,9 +93,14 @@ pub fn validate_calibration(
         }
     };
     let url = match &s.url {
-        Some(raw) => explicit_url(raw, problems),
+        Some(raw) => explicit_url(raw, problems, "calibration.url"),
         None => upstream.and_then(|u| default_url(u, problems)),
     };
+    let gpu_metrics: Vec<Uri> = s
+        .gpu_metrics
+        .iter()
+        .filter_map(|raw| explicit_url(raw, problems, "calibration.gpu_metrics"))
+        .collect();
     match (url, engine) {
         (Some(url), Some(engine)) if problems.len() == before => Some(Calibration {
             enabled: s.enabled,
@@ -99,16 +108,17 @@ pub fn validate_calibration(
             interval: s.interval,
             timeout: s.timeout,
             engine,
+            gpu_metrics,
         }),
         _ => None,
     }
 }
 
-fn explicit_url(raw: &str, problems: &mut Vec<Problem>) -> Option<Uri> {
+fn explicit_url(raw: &str, problems: &mut Vec<Problem>, key: &'static str) -> Option<Uri> {
     let uri: Uri = match raw.parse() {
         Ok(u) => u,
         Err(e) => {
-            problems.push(Problem::invalid("calibration.url", format!("`{raw}`: {e}")));
+            problems.push(Problem::invalid(key, format!("`{raw}`: {e}")));
             return None;
         }
     };
@@ -118,7 +128,7 @@ fn explicit_url(raw: &str, problems: &mut Vec<Problem>) -> Option<Uri> {
     );
     if !http || uri.authority().is_none() {
         problems.push(Problem::invalid(
-            "calibration.url",
+            key,
             format!("`{raw}` must be an absolute http:// or https:// URL"),
         ));
         return None;
@@ -135,6 +145,25 @@ fn default_url(u: &Upstream, problems: &mut Vec<Problem>) -> Option<Uri> {
         Err(e) => {
             problems.push(Problem::invalid("calibration.url", format!("`{raw}`: {e}")));
             None
+        }
+    }
+}
+
+/// The engine the `[calibration] engine` key names; `auto` recognizes it per scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Auto,
+    Vllm,
+    Sglang,
+}
+
+impl EngineKind {
+    pub fn parse(s: &str) -> Option<EngineKind> {
+        match s {
+            "auto" => Some(EngineKind::Auto),
+            "vllm" => Some(EngineKind::Vllm),
+            "sglang" => Some(EngineKind::Sglang),
+            _ => None,
         }
     }
 }
@@ -175,6 +204,20 @@ mod tests {
         assert_eq!(c.url.to_string(), "http://10.0.0.7:8001/metrics");
         assert_eq!((c.interval.as_secs(), c.timeout.as_secs()), (30, 2));
         assert_eq!(c.engine, EngineKind::Sglang);
+        assert!(c.gpu_metrics.is_empty());
+    }
+
+    #[test]
+    fn gpu_exporters_are_urls() {
+        let c = load(
+            "[calibration]\ngpu_metrics = [\"http://node-1:9400/metrics\", \"http://node-2:9400/metrics\"]\n",
+        )
+        .unwrap()
+        .calibration;
+        assert_eq!(c.gpu_metrics.len(), 2);
+        assert_eq!(c.gpu_metrics[1].to_string(), "http://node-2:9400/metrics");
+        let err = load("[calibration]\ngpu_metrics = [\"node-1:9400\"]\n").unwrap_err();
+        assert!(err.to_string().contains("calibration.gpu_metrics"), "{err}");
     }
 
     #[test]

@@ -2,19 +2,73 @@
 //! section, its validation and the runtime value. Key names are a contract with users'
 //! configs; every key is documented in `config/goodput.example.toml` and `docs/PROFILE.md`.
 //!
-//! The baseline is read here, once per configuration build, so a missing or unreadable
-//! baseline is a configuration problem naming its path; a reload reads it again.
+//! The baseline is named here and read by `profile::drift::read_baseline` when the server
+//! starts and when `check-config` runs, so a missing or unreadable baseline is still a
+//! configuration problem naming its path (key `drift.baseline`).
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
     time::Duration,
 };
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Problem, file::humantime_serde, validate::positive};
-use crate::profile::{Profile, drift::Thresholds};
+
+/// `[drift.thresholds]`: when a statistic counts as drifted. Documented defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    pub psi: f64,
+    pub ks: f64,
+    pub tvd: f64,
+    pub rate_ratio: f64,
+    pub burstiness_change: f64,
+    pub reuse_change: f64,
+    pub concurrency_ratio: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            psi: 0.2,
+            ks: 0.1,
+            tvd: 0.1,
+            rate_ratio: 2.0,
+            burstiness_change: 0.5,
+            reuse_change: 0.2,
+            concurrency_ratio: 2.0,
+        }
+    }
+}
+
+impl Thresholds {
+    /// Each unusable value as (key, why).
+    pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out = Vec::new();
+        let positive = [
+            ("psi", self.psi),
+            ("ks", self.ks),
+            ("tvd", self.tvd),
+            ("burstiness_change", self.burstiness_change),
+            ("reuse_change", self.reuse_change),
+        ];
+        for (k, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                out.push((k, "must be a number greater than zero"));
+            }
+        }
+        for (k, v) in [
+            ("rate_ratio", self.rate_ratio),
+            ("concurrency_ratio", self.concurrency_ratio),
+        ] {
+            if !(v.is_finite() && v > 1.0) {
+                out.push((k, "must be a ratio greater than 1"));
+            }
+        }
+        out
+    }
+}
 
 /// `[drift]` as written.
 #[derive(Debug, Deserialize)]
@@ -55,9 +109,8 @@ impl Default for DriftSection {
 /// Live drift detection against an accepted baseline.
 #[derive(Debug, Clone)]
 pub struct DriftConfig {
+    /// The profile the deployment was accepted on (read when the server starts).
     pub baseline_path: PathBuf,
-    /// The baseline, read and checked when the configuration was built.
-    pub baseline: Arc<Profile>,
     pub every: Duration,
     pub window: Duration,
     /// Requests kept for the drift snapshot at most (the newest of the window); the
@@ -73,11 +126,10 @@ pub struct DriftConfig {
 
 impl DriftConfig {
     /// A configuration for tests and tools, with the defaults of `[drift]`.
-    pub fn with_baseline(baseline: Profile) -> DriftConfig {
+    pub fn with_defaults(baseline_path: PathBuf) -> DriftConfig {
         let d = DriftSection::default();
         DriftConfig {
-            baseline_path: PathBuf::new(),
-            baseline: Arc::new(baseline),
+            baseline_path,
             every: d.every,
             window: d.window,
             window_max_requests: d.window_max_requests,
@@ -124,20 +176,6 @@ pub fn validate_drift(s: &DriftSection, problems: &mut Vec<Problem>) -> Option<D
             }
         });
     let path = PathBuf::from(raw);
-    let baseline = match Profile::read(std::slice::from_ref(&path)) {
-        Ok(p) if p.entries.is_empty() => {
-            problems.push(Problem::invalid(
-                "drift.baseline",
-                format!("`{raw}` holds no requests"),
-            ));
-            return None;
-        }
-        Ok(p) => p,
-        Err(e) => {
-            problems.push(Problem::invalid("drift.baseline", e.to_string()));
-            return None;
-        }
-    };
     let snapshot_dir = s.snapshot_dir.as_deref().map_or_else(
         || {
             path.parent()
@@ -149,7 +187,6 @@ pub fn validate_drift(s: &DriftSection, problems: &mut Vec<Problem>) -> Option<D
     );
     Some(DriftConfig {
         baseline_path: path,
-        baseline: Arc::new(baseline),
         every: s.every,
         window: s.window,
         window_max_requests: s.window_max_requests,
@@ -167,13 +204,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn drift_needs_a_readable_baseline() {
-        let s: DriftSection = toml::from_str("baseline = \"/nonexistent/base.jsonl\"").unwrap();
+    fn drift_is_on_with_a_baseline_and_its_snapshots_go_beside_it() {
+        let s: DriftSection = toml::from_str("baseline = \"/data/base.jsonl\"").unwrap();
         let mut problems = Vec::new();
-        assert!(validate_drift(&s, &mut problems).is_none());
-        assert!(problems[0].to_string().contains("/nonexistent/base.jsonl"));
+        let d = validate_drift(&s, &mut problems).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(d.baseline_path, PathBuf::from("/data/base.jsonl"));
+        assert_eq!(d.snapshot_dir, PathBuf::from("/data"));
         let off: DriftSection = toml::from_str("").unwrap();
         assert!(validate_drift(&off, &mut problems).is_none());
-        assert_eq!(problems.len(), 1);
+        let bad: DriftSection =
+            toml::from_str("baseline = \"b.jsonl\"\nevery = \"0s\"\n[thresholds]\npsi = 0\n")
+                .unwrap();
+        validate_drift(&bad, &mut problems);
+        let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert!(all.iter().any(|p| p.starts_with("drift.every")), "{all:?}");
+        assert!(
+            all.iter().any(|p| p.starts_with("drift.thresholds.psi")),
+            "{all:?}"
+        );
     }
 }

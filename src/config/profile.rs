@@ -4,16 +4,34 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Problem, file::humantime_serde, validate::positive};
-use crate::profile::Contract;
 
 /// Default size at which a profile file is closed and a new one started.
 pub const DEFAULT_ROTATE_BYTES: u64 = 64 << 20;
 /// Default bytes per prompt block when hashing without a tokenizer: ≈ 512 tokens at the
 /// usual ~4 bytes per token of English text, the block size Mooncake traces use.
 pub const DEFAULT_BLOCK_BYTES: usize = 2048;
+
+/// Test-contract metadata from `[profile.contract]`: what the traffic was served by. All
+/// free-form and optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contract {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_revision: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+}
 
 /// `[profile]` as written.
 #[derive(Debug, Deserialize)]

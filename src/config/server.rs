@@ -22,8 +22,14 @@ pub struct ServerSection {
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
     pub http2: bool,
-    /// Client connections served at once; more are closed at once on accept.
+    /// Client connections served at once; at the cap, the longest-waiting connection
+    /// without a request (older than `min_connection_age`) is closed to admit a new one,
+    /// and if there is none the new one is closed at once.
     pub max_connections: usize,
+    /// How long a connection may wait for its first (or next) request head before it may
+    /// be closed to make room at `max_connections`.
+    #[serde(with = "humantime_serde")]
+    pub min_connection_age: Duration,
     /// HTTP/2 streams a client may have open on one connection (SETTINGS).
     pub http2_max_concurrent_streams: u32,
     /// Largest request head (start line and header fields) accepted; more -> 431.
@@ -46,6 +52,8 @@ impl Default for ServerSection {
             drain_timeout: Duration::from_secs(30),
             http2: true,
             max_connections: 10_000,
+            // A slow but honest client has sent its request head well within this.
+            min_connection_age: Duration::from_secs(3),
             // nginx's http2_max_concurrent_streams.
             http2_max_concurrent_streams: 128,
             // Envoy's max_request_headers_kb is 60 KiB; nginx's large_client_header_buffers 32.
@@ -77,6 +85,7 @@ pub struct Server {
 #[derive(Debug, Clone, Copy)]
 pub struct ServerLimits {
     pub max_connections: usize,
+    pub min_connection_age: Duration,
     pub http2_max_concurrent_streams: u32,
     pub max_request_header_bytes: usize,
     pub request_body_timeout: Duration,
@@ -138,6 +147,7 @@ pub(super) fn validate(
         http2: s.http2,
         limits: ServerLimits {
             max_connections: s.max_connections,
+            min_connection_age: s.min_connection_age,
             http2_max_concurrent_streams: s.http2_max_concurrent_streams,
             max_request_header_bytes: s.max_request_header_bytes,
             request_body_timeout: s.request_body_timeout,

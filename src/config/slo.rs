@@ -1,18 +1,19 @@
 //! `[slo]`: the classes a request is held to, their targets and how requests are matched
-//! to them. The file's section (key names are a contract with users' configs), its
-//! validation and the runtime value. Matching is evaluated off the data path (by the
-//! aggregator), first match wins, and the default class takes the rest.
+//! to them. The file's section (key names are a contract with users' configs) and its
+//! validation into the runtime value, [`crate::slo::Slo`], which holds the behaviour.
 
-use std::{hash::Hasher, time::Duration};
+use std::time::Duration;
 
 use http::HeaderName;
 
 use serde::Deserialize;
 
 use super::{Problem, file::humantime_serde};
-
-/// Name of the class that takes every request no configured class matched.
-pub const DEFAULT_CLASS: &str = "default";
+pub use crate::slo::{
+    ApiMatch, DEFAULT_CLASS, HeaderObjectives, LatencyMetric, MatchInput, Matcher,
+    PercentileTarget, Slo, SloClass, Targets, glob, tenant_hash,
+};
+use crate::slo::{DEFAULT_CLIENT_ERROR_STATUSES, MAX_TIMELINE_POINTS};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -24,8 +25,13 @@ pub struct SloSection {
     /// Salt for tenant hashes; random per process when absent (hashes then can't be
     /// linked across restarts).
     pub tenant_salt: Option<String>,
-    /// Honour per-request `x-slo-ttft-ms` / `x-slo-tpot-ms` / `x-slo-e2e-ms` headers.
+    /// Honour per-request `x-slo-ttft-ms` / `x-slo-tpot-ms` / `x-slo-e2e-ms` headers
+    /// (the older spelling of `header_objectives = "override"`).
     pub override_headers: bool,
+    /// Per-request objectives from `x-llm-d-slo-ttft-ms` / `x-llm-d-slo-tpot-ms` (and the
+    /// deprecated `x-slo-ttft-ms` / `x-slo-tpot-ms`, and `x-slo-e2e-ms`): `off`, `tighten`
+    /// (a header may only make a class's target stricter) or `override` (trusted clients).
+    pub header_objectives: Option<HeaderObjectives>,
     /// Samples a concurrency level needs before it can count as stable.
     pub min_samples: u64,
     /// Upper bounds (tokens) of the input-length buckets TTFT is broken down by.
@@ -55,12 +61,13 @@ impl Default for SloSection {
             tenant_header: None,
             tenant_salt: None,
             override_headers: false,
+            header_objectives: None,
             min_samples: 20,
             input_buckets: vec![1024, 4096, 16384, 65536],
             history: Duration::from_secs(6 * 3600),
             timeline_points: 720,
             long_input_bytes: 64 * 1024,
-            client_error_statuses: crate::measure::record::DEFAULT_CLIENT_ERROR_STATUSES.to_vec(),
+            client_error_statuses: DEFAULT_CLIENT_ERROR_STATUSES.to_vec(),
             class: Vec::new(),
             default: TargetsSection::default(),
         }
@@ -125,179 +132,6 @@ pub struct PercentileSection {
     pub metric: String,
     pub quantile: f64,
     pub max_ms: f64,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Slo {
-    pub windows: Vec<Duration>,
-    pub tenant_header: Option<HeaderName>,
-    pub tenant_salt: String,
-    pub override_headers: bool,
-    pub min_samples: u64,
-    pub input_buckets: Vec<u64>,
-    pub history: Duration,
-    pub timeline_points: usize,
-    pub long_input_bytes: u64,
-    /// Upstream 4xx statuses that are the request's own fault (`client_error`).
-    pub client_error_statuses: Vec<u16>,
-    /// Configured classes in order.
-    pub classes: Vec<SloClass>,
-    /// The class of every request no configured class matched.
-    pub default: SloClass,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct SloClass {
-    pub name: String,
-    pub matcher: Matcher,
-    pub targets: Targets,
-    pub attainment: f64,
-    /// Largest error rate the class tolerates (errors / requests), if set.
-    pub error_rate_max: Option<f64>,
-    pub percentiles: Vec<PercentileTarget>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Targets {
-    pub ttft_ms: Option<f64>,
-    pub tpot_ms: Option<f64>,
-    pub e2e_ms: Option<f64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LatencyMetric {
-    Ttft,
-    Tpot,
-    Itl,
-    E2e,
-}
-
-impl LatencyMetric {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LatencyMetric::Ttft => "ttft",
-            LatencyMetric::Tpot => "tpot",
-            LatencyMetric::Itl => "itl",
-            LatencyMetric::E2e => "e2e",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PercentileTarget {
-    pub metric: LatencyMetric,
-    pub quantile: f64,
-    pub max_ms: f64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Matcher {
-    pub model: Option<String>,
-    pub api: Option<String>,
-    pub tenant: Option<u64>,
-    pub input_tokens_max: Option<u64>,
-}
-
-/// What a finished request offers for class matching.
-#[derive(Debug, Clone, Copy)]
-pub struct MatchInput<'a> {
-    pub model: Option<&'a str>,
-    pub api: &'a str,
-    pub tenant: Option<u64>,
-    pub input_tokens: Option<u64>,
-}
-
-impl Matcher {
-    pub fn matches(&self, r: &MatchInput<'_>) -> bool {
-        self.model
-            .as_deref()
-            .is_none_or(|g| r.model.is_some_and(|m| glob(g, m)))
-            && self.api.as_deref().is_none_or(|a| api_matches(a, r.api))
-            && self.tenant.is_none_or(|t| r.tenant == Some(t))
-            && self
-                .input_tokens_max
-                .is_none_or(|max| r.input_tokens.is_some_and(|n| n <= max))
-    }
-}
-
-impl Slo {
-    /// The class a request belongs to: the first that matches, else the default. A request
-    /// that is no generation (`unknown`, `embeddings`, `upgrade`) belongs to no class
-    /// (`None`: it passes through unjudged) unless a class names its API explicitly
-    /// (`match = { api = "unknown" }`).
-    pub fn class_for(&self, r: &MatchInput<'_>) -> Option<&SloClass> {
-        if crate::decode::is_generation_label(r.api) {
-            return Some(
-                self.classes
-                    .iter()
-                    .find(|c| c.matcher.matches(r))
-                    .unwrap_or(&self.default),
-            );
-        }
-        self.classes
-            .iter()
-            .find(|c| c.matcher.api.as_deref() == Some(r.api) && c.matcher.matches(r))
-    }
-
-    /// Every class, the default last.
-    pub fn all_classes(&self) -> impl Iterator<Item = &SloClass> {
-        self.classes.iter().chain(std::iter::once(&self.default))
-    }
-
-    /// The salted hash a tenant header value is kept as.
-    pub fn tenant_hash(&self, value: &[u8]) -> u64 {
-        tenant_hash(&self.tenant_salt, value)
-    }
-}
-
-pub fn tenant_hash(salt: &str, value: &[u8]) -> u64 {
-    // SipHash keyed by the salt: a tenant value can't be recovered by a dictionary lookup
-    // without the salt, which is never written anywhere.
-    let mut key = std::hash::DefaultHasher::new();
-    key.write(salt.as_bytes());
-    let k0 = key.finish();
-    key.write_u8(0xff);
-    let k1 = key.finish();
-    let mut h = std::hash::DefaultHasher::new();
-    h.write_u64(k0);
-    h.write_u64(k1);
-    h.write(value);
-    h.finish()
-}
-
-/// `api` match: an exact API label, or `chat` for every chat-style API.
-fn api_matches(want: &str, api: &str) -> bool {
-    want == api
-        || (want == "chat" && matches!(api, "chat_completions" | "messages" | "ollama_chat"))
-        || (want == "completion"
-            && matches!(
-                api,
-                "completions" | "llamacpp_completion" | "ollama_generate" | "tgi_generate"
-            ))
-}
-
-/// `*` matches any run of characters, `?` one character; everything else literally.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
 }
 
 fn targets(
@@ -393,7 +227,18 @@ fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) ->
         name: c.name.clone(),
         matcher: Matcher {
             model: c.matches.model.clone(),
-            api: c.matches.api.clone(),
+            api: c.matches.api.as_deref().and_then(|a| {
+                let parsed = ApiMatch::parse(a);
+                if parsed.is_none() {
+                    problems.push(Problem::invalid(
+                        format!("{key}.match.api"),
+                        format!(
+                            "`{a}` is not an API label (chat_completions, completions, responses, messages, tgi_generate, llamacpp_completion, ollama_chat, ollama_generate, embeddings, unknown, upgrade) nor `chat` or `completion`"
+                        ),
+                    ));
+                }
+                parsed
+            }),
             tenant: c
                 .matches
                 .tenant
@@ -405,6 +250,26 @@ fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) ->
         attainment: c.targets.attainment,
         error_rate_max: c.targets.error_rate_max,
         percentiles,
+    }
+}
+
+/// `header_objectives`, or what the older `override_headers` says when it is not set.
+fn header_objectives(s: &SloSection, problems: &mut Vec<Problem>) -> HeaderObjectives {
+    match (s.header_objectives, s.override_headers) {
+        (None, true) => HeaderObjectives::Override,
+        (None, false) => HeaderObjectives::Off,
+        (Some(mode), true) if mode != HeaderObjectives::Override => {
+            problems.push(Problem::invalid(
+                "slo.override_headers",
+                format!(
+                    "`override_headers = true` contradicts `header_objectives = \"{}\"`; \
+                     keep only `header_objectives`",
+                    mode.as_str()
+                ),
+            ));
+            mode
+        }
+        (Some(mode), _) => mode,
     }
 }
 
@@ -446,13 +311,12 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
             "must be a non-empty ascending list",
         ));
     }
-    if s.timeline_points > crate::stats::engine::MAX_TIMELINE_POINTS {
+    if s.timeline_points > MAX_TIMELINE_POINTS {
         problems.push(Problem::invalid(
             "slo.timeline_points",
             format!(
                 "{} is more than the {} points the timeline keeps at most",
-                s.timeline_points,
-                crate::stats::engine::MAX_TIMELINE_POINTS
+                s.timeline_points, MAX_TIMELINE_POINTS
             ),
         ));
     }
@@ -498,7 +362,7 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
         windows,
         tenant_header,
         tenant_salt: salt,
-        override_headers: s.override_headers,
+        header_objectives: header_objectives(s, problems),
         min_samples: s.min_samples.max(1),
         input_buckets: s.input_buckets.clone(),
         history: s.history,
@@ -514,20 +378,10 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
 mod tests {
     use super::*;
 
-    #[test]
-    fn globs() {
-        assert!(glob("llama-*", "llama-3-70b"));
-        assert!(glob("*", ""));
-        assert!(glob("l?ama*b", "llama-70b"));
-        assert!(!glob("llama-*", "mistral"));
-        assert!(glob("*-instruct", "qwen-2-instruct"));
-        assert!(!glob("a*b", "acbd"));
-    }
-
-    fn input<'a>(model: &'a str, api: &'a str, tokens: Option<u64>) -> MatchInput<'a> {
+    fn input<'a>(model: &'a str, api: &str, tokens: Option<u64>) -> MatchInput<'a> {
         MatchInput {
             model: Some(model),
-            api,
+            api: crate::decode::Api::from_label(api),
             tenant: None,
             input_tokens: tokens,
         }
@@ -623,7 +477,7 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         let acme = MatchInput {
             model: None,
-            api: "chat_completions",
+            api: Some(crate::decode::Api::ChatCompletions),
             tenant: Some(slo.tenant_hash(b"acme")),
             input_tokens: None,
         };
@@ -643,7 +497,7 @@ mod tests {
             error_rate_max = 1.5
             [[class]]
             name = "t"
-            match = { tenant = "x" }
+            match = { tenant = "x", api = "chats" }
         "#;
         let section: SloSection = toml::from_str(text).unwrap();
         let mut problems = Vec::new();
@@ -659,6 +513,7 @@ mod tests {
             "tenant_header",
             "error_rate_max",
             "client_error_statuses",
+            "match.api",
         ] {
             assert!(all.contains(needle), "{needle} missing in:\n{all}");
         }

@@ -1,17 +1,17 @@
 //! `[tokenizer]`: counting tokens when the upstream reports no usage. The file's section,
 //! its validation and the runtime value.
 //!
-//! Tokenizer files are loaded here, once per configuration build, so a missing or broken
-//! `tokenizer.json` is a configuration problem naming its path, never a runtime surprise;
-//! a reload loads them again.
+//! The tokenizer files are named here and loaded by `tokenize::Tokenizers::from_config`
+//! when the server starts, when `check-config` runs and on every reload, so a missing or
+//! broken `tokenizer.json` is still a configuration problem naming its path (key
+//! `tokenizer.models[i].path`), never a runtime surprise.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::{Problem, slo::glob};
+use super::Problem;
 use crate::decode::text::DEFAULT_TEXT_LIMIT;
-use crate::tokenize::{Counter, Tokenizer};
 
 /// `[tokenizer]` as written.
 #[derive(Debug, Deserialize)]
@@ -58,28 +58,17 @@ pub struct Counting {
     pub text_limit: usize,
 }
 
-#[derive(Debug, Clone)]
+/// A model glob and the `tokenizer.json` that counts its tokens.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelTokenizer {
     pub pattern: String,
-    pub tokenizer: Tokenizer,
+    pub path: PathBuf,
 }
 
 impl Counting {
     /// Whether any request can be counted at all.
     pub fn enabled(&self) -> bool {
         self.estimate || !self.models.is_empty()
-    }
-
-    /// What counts this model's tokens: its configured tokenizer (first matching glob),
-    /// else the estimate when enabled. An unknown model matches only a pattern that
-    /// matches the empty name (`*`).
-    pub fn counter_for(&self, model: Option<&str>) -> Option<Counter> {
-        let name = model.unwrap_or("");
-        self.models
-            .iter()
-            .find(|m| glob(&m.pattern, name))
-            .map(|m| Counter::Model(m.tokenizer.clone()))
-            .or(self.estimate.then_some(Counter::Estimate))
     }
 }
 
@@ -96,9 +85,9 @@ impl Default for Counting {
     }
 }
 
-/// Validates `[tokenizer]`, loading every tokenizer file (each path once).
+/// Validates `[tokenizer]` (the files are loaded by `tokenize::Tokenizers`).
 pub fn validate_tokenizer(s: &TokenizerSection, problems: &mut Vec<Problem>) -> Counting {
-    let mut models: Vec<ModelTokenizer> = Vec::new();
+    let mut models = Vec::new();
     for (i, m) in s.models.iter().enumerate() {
         let key = format!("tokenizer.models[{i}]");
         if m.model.is_empty() {
@@ -107,26 +96,10 @@ pub fn validate_tokenizer(s: &TokenizerSection, problems: &mut Vec<Problem>) -> 
                 "must be a model glob, e.g. \"llama-*\"",
             ));
         }
-        let loaded = models
-            .iter()
-            .find(|l| l.tokenizer.path() == m.path)
-            .map(|l| l.tokenizer.clone());
-        let tokenizer = match loaded {
-            Some(t) => Some(t),
-            None => match Tokenizer::load(Path::new(&m.path)) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    problems.push(Problem::invalid(format!("{key}.path"), e.to_string()));
-                    None
-                }
-            },
-        };
-        if let Some(tokenizer) = tokenizer {
-            models.push(ModelTokenizer {
-                pattern: m.model.clone(),
-                tokenizer,
-            });
-        }
+        models.push(ModelTokenizer {
+            pattern: m.model.clone(),
+            path: PathBuf::from(&m.path),
+        });
     }
     for (name, value) in [
         ("workers", s.workers as u64),
@@ -169,10 +142,7 @@ mod tests {
         let counting = validate_tokenizer(&t, &mut problems);
         assert!(problems.is_empty(), "{problems:?}");
         assert!(counting.enabled());
-        assert!(matches!(
-            counting.counter_for(Some("any")),
-            Some(Counter::Estimate)
-        ));
+        assert!(counting.models.is_empty());
         assert_eq!(
             (counting.workers, counting.queue, counting.text_limit),
             (1, 256, 1 << 20)
@@ -184,8 +154,6 @@ mod tests {
         let t = section("[tokenizer]\nestimate = false\n");
         let counting = validate_tokenizer(&t, &mut Vec::new());
         assert!(!counting.enabled());
-        assert!(counting.counter_for(Some("m")).is_none());
-        assert!(counting.counter_for(None).is_none());
     }
 
     #[test]
@@ -194,11 +162,10 @@ mod tests {
             "[tokenizer]\nworkers = 0\nqueue = 0\nmodels = [{ model = \"\", path = \"/nonexistent/t.json\" }]\n",
         );
         let mut problems = Vec::new();
-        validate_tokenizer(&t, &mut problems);
+        let counting = validate_tokenizer(&t, &mut problems);
         let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
         for key in [
             "tokenizer.models[0].model",
-            "tokenizer.models[0].path",
             "tokenizer.workers",
             "tokenizer.queue",
         ] {
@@ -207,9 +174,9 @@ mod tests {
                 "{key} missing from {all:?}"
             );
         }
-        assert!(
-            all.iter().any(|p| p.contains("/nonexistent/t.json")),
-            "{all:?}"
+        assert_eq!(
+            counting.models[0].path,
+            PathBuf::from("/nonexistent/t.json")
         );
     }
 }

@@ -4,7 +4,8 @@
 
 use serde::Deserialize;
 
-use super::{Problem, slo::glob};
+use super::Problem;
+use crate::slo::glob;
 
 /// `[usage_injection]` as written.
 #[derive(Debug, Deserialize)]

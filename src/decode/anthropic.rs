@@ -71,6 +71,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         content: blocks.content,
         error: wire.error.is_some() || wire.kind.is_some_and(|k| k.0 == Kind::Error),
         cached_input_tokens: cache_read(wire.usage),
+        engine: None,
     })
 }
 

@@ -19,6 +19,8 @@ pub struct BodyInfo {
     pub error: bool,
     /// Input tokens served from the upstream's prefix cache, as in [`super::EventInfo`].
     pub cached_input_tokens: Option<u64>,
+    /// The engine's own timing of the request, where the body carries it.
+    pub engine: Option<super::EngineTiming>,
 }
 
 /// Reads a non-streaming response body; `None` when the API has no dialect here or the body

@@ -59,6 +59,7 @@ const E: Ev = Ev(EventInfo {
     terminal: false,
     error: false,
     cached_input_tokens: None,
+    engine: None,
 });
 
 fn times(ev: Ev, n: usize) -> impl Iterator<Item = Ev> {

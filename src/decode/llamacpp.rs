@@ -44,6 +44,7 @@ pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serd
         terminal: stop,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     })
 }
 
@@ -127,6 +128,7 @@ impl Wire<'_> {
             content: non_empty(self.content),
             error: self.error.is_some(),
             cached_input_tokens: None,
+            engine: None,
         }
     }
 }

@@ -21,6 +21,7 @@
 
 mod anthropic;
 mod body;
+mod engine;
 mod llamacpp;
 pub mod ndjson;
 mod ollama;
@@ -41,6 +42,7 @@ mod robustness_tests;
 mod tests;
 
 pub use body::{BodyInfo, parse_response_body, response_body_text};
+pub use engine::EngineTiming;
 pub use ndjson::NdjsonFramer;
 pub use request::{RequestInfo, inspect_request};
 pub use sse::{SseEvent, SseFramer};
@@ -129,6 +131,27 @@ impl Api {
             Api::Embeddings => "embeddings",
             Api::Unknown => "unknown",
         }
+    }
+
+    /// The API a label ([`Api::as_str`]) names; `None` for any other text (such as
+    /// `upgrade`, the label of tunnelled connections). Both TGI endpoints share one label,
+    /// read back as `/generate`.
+    pub fn from_label(label: &str) -> Option<Api> {
+        const ALL: [Api; 10] = [
+            Api::ChatCompletions,
+            Api::Completions,
+            Api::Responses,
+            Api::Messages,
+            Api::TgiGenerate {
+                stream_endpoint: false,
+            },
+            Api::LlamaCppCompletion,
+            Api::OllamaChat,
+            Api::OllamaGenerate,
+            Api::Embeddings,
+            Api::Unknown,
+        ];
+        ALL.into_iter().find(|a| a.as_str() == label)
     }
 
     /// Whether the API generates output. Only generation traffic is judged against SLO
@@ -236,6 +259,9 @@ pub struct EventInfo {
     /// (OpenAI `usage.prompt_tokens_details.cached_tokens`, Responses
     /// `usage.input_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`).
     pub cached_input_tokens: Option<u64>,
+    /// The engine's own timing of the request, where this event carries it (vLLM's
+    /// `metrics` on the final usage chunk).
+    pub engine: Option<EngineTiming>,
 }
 
 impl EventInfo {

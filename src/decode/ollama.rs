@@ -41,6 +41,7 @@ pub(crate) fn classify_line(line: &[u8]) -> Result<EventInfo, serde_json::Error>
         terminal: done,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     })
 }
 
@@ -60,6 +61,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         content: wire.output().0,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     })
 }
 

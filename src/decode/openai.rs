@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 use crate::decode::wire::{Accumulate, Folded, Tag, lenient_object, non_empty_raw, parse_object};
-use crate::decode::{EventInfo, FinishReason, Usage};
+use crate::decode::{EngineTiming, EventInfo, FinishReason, Usage};
 
 /// Kept at their old paths: the body reader now covers every dialect.
 pub use crate::decode::body::{BodyInfo, parse_response_body};
@@ -96,6 +96,7 @@ fn classify_with_serde(trimmed: &[u8]) -> Result<(EventInfo, EventText<'_>), ser
         terminal: false,
         error: wire.is_error(),
         cached_input_tokens: wire.cached_input_tokens(),
+        engine: wire.engine(),
     };
     Ok((info, choices.text))
 }
@@ -110,6 +111,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         content: choices.content,
         error: wire.is_error(),
         cached_input_tokens: wire.cached_input_tokens(),
+        engine: wire.engine(),
     })
 }
 
@@ -126,6 +128,12 @@ struct Wire<'a> {
     /// Older vLLM error bodies are `{"object": "error", "message": ...}`.
     #[serde(borrow, default)]
     object: Option<&'a RawValue>,
+    /// vLLM's per-request timings (`--enable-per-request-metrics`).
+    #[serde(borrow, default)]
+    metrics: Option<&'a RawValue>,
+    /// SGLang's request metadata, timings included.
+    #[serde(borrow, default)]
+    meta_info: Option<&'a RawValue>,
 }
 
 impl<'a> Wire<'a> {
@@ -144,6 +152,11 @@ impl<'a> Wire<'a> {
             output_tokens: wire.completion_tokens,
         };
         (usage != Usage::default()).then_some(usage)
+    }
+
+    /// The engine's own timings: vLLM's `metrics`, else SGLang's `meta_info`.
+    fn engine(&self) -> Option<EngineTiming> {
+        EngineTiming::from_vllm(self.metrics).or_else(|| EngineTiming::from_sglang(self.meta_info))
     }
 
     /// `usage.prompt_tokens_details.cached_tokens` (vLLM with prefix caching, OpenAI).

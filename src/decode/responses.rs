@@ -78,6 +78,7 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
         content: output.content,
         error: wire.error.is_some() || status == Some(Status::Failed),
         cached_input_tokens: wire.cached_input_tokens(),
+        engine: None,
     })
 }
 

@@ -12,9 +12,9 @@ use serde_json::value::RawValue;
 
 use crate::decode::body::BodyInfo;
 use crate::decode::wire::{
-    Count, Folded, Opening, Tag, foreign, non_empty, open_event, parse_object,
+    Count, Folded, Opening, Tag, foreign, lenient_object, non_empty, open_event, parse_object,
 };
-use crate::decode::{EventInfo, FinishReason, Usage};
+use crate::decode::{EngineTiming, EventInfo, FinishReason, Usage};
 
 /// Classifies one SSE event of a `generate_stream` response.
 pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serde_json::Error> {
@@ -38,6 +38,7 @@ pub(crate) fn classify_event(event: &str, data: &[u8]) -> Result<EventInfo, serd
         terminal: wire.generated_text.is_some() || wire.details.is_some(),
         error: false,
         cached_input_tokens: None,
+        engine: None,
     })
 }
 
@@ -50,14 +51,56 @@ pub(crate) fn parse_body(body: &[u8]) -> Option<BodyInfo> {
             ..BodyInfo::default()
         });
     }
-    let text = wire.generated_text?;
+    let Some(text) = wire.generated_text else {
+        return sglang_body(&wire);
+    };
     Some(BodyInfo {
         usage: wire.details.as_ref().and_then(Details::usage),
         finish_reason: wire.details.as_ref().and_then(Details::finish_reason),
         content: non_empty(Some(text)),
         error: false,
         cached_input_tokens: None,
+        engine: None,
     })
+}
+
+/// SGLang's native `/generate` body, which shares TGI's path: `{"text": ..., "meta_info":
+/// {...}}`, with the counts and the engine's own timings in `meta_info`.
+fn sglang_body(wire: &Wire<'_>) -> Option<BodyInfo> {
+    let (text, meta) = (wire.text?, wire.meta_info?);
+    let counts: SglangCounts = lenient_object(Some(meta)).unwrap_or_default();
+    let usage = Usage {
+        input_tokens: counts.prompt_tokens,
+        output_tokens: counts.completion_tokens,
+    };
+    Some(BodyInfo {
+        usage: (usage != Usage::default()).then_some(usage),
+        finish_reason: counts.finish_reason.and_then(|f| f.kind).map(|t| t.0),
+        content: non_empty(Some(text)),
+        error: false,
+        cached_input_tokens: counts.cached_tokens,
+        engine: EngineTiming::from_sglang(Some(meta)),
+    })
+}
+
+/// The counts in SGLang's `meta_info`.
+#[derive(Default, Deserialize)]
+struct SglangCounts {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+    #[serde(default)]
+    finish_reason: Option<SglangFinish>,
+}
+
+/// `meta_info.finish_reason`: `{"type": "stop", ...}`.
+#[derive(Deserialize)]
+struct SglangFinish {
+    #[serde(rename = "type", default)]
+    kind: Option<Tag<FinishReason>>,
 }
 
 /// A streamed event or a `/generate` body.
@@ -72,6 +115,11 @@ struct Wire<'a> {
     details: Option<Details>,
     #[serde(default)]
     error: Option<IgnoredAny>,
+    /// SGLang's `/generate` body: its text and its `meta_info`.
+    #[serde(borrow, default)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    meta_info: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]

@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{
-    record::{ItlSummary, Outcome, RequestRecord, TokenCount, TokenSource},
+    record::{
+        EngineSplit, EngineTimingSource, ItlSummary, Outcome, RequestRecord, TokenCount,
+        TokenSource,
+    },
     tap::{Ending, Pending, Timeline},
 };
-use crate::decode::{self, Api, RequestInfo, StreamKind, Usage};
+use crate::decode::{self, Api, BodyInfo, RequestInfo, StreamKind, Usage};
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -182,6 +185,7 @@ impl Pending {
             (None, None) => return (None, 0),
         };
         self.request_failed = capture.failed;
+        self.uploaded_at = capture.completed_at;
         let info = (capture.complete && !capture.overflow && !capture.chunks.is_empty())
             .then(|| decode::inspect_request(self.api, &joined(&capture.chunks)))
             .flatten();
@@ -229,6 +233,25 @@ impl Pending {
         }
     }
 
+    /// The engine's own timing: from the response (stream event or body) first, else from
+    /// its headers.
+    fn engine_split(
+        &self,
+        body: Option<&BodyInfo>,
+        ttft_ms: Option<f64>,
+        e2e_ms: f64,
+    ) -> EngineSplit {
+        let (timing, source) = match (
+            self.timeline.engine.or(body.and_then(|b| b.engine)),
+            self.engine_headers,
+        ) {
+            (Some(t), _) => (Some(t), EngineTimingSource::Response),
+            (None, Some(t)) => (Some(t), EngineTimingSource::Headers),
+            (None, None) => (None, EngineTimingSource::Response),
+        };
+        EngineSplit::new(timing, source, ttft_ms, e2e_ms)
+    }
+
     /// Builds the record; also returns the inter-token gaps (µs) for the ITL histogram.
     pub fn finish(self) -> (RequestRecord, Vec<u32>) {
         let f = self.finish_all();
@@ -262,8 +285,26 @@ impl Pending {
             input_tokens,
             input_tokens_source,
         } = d;
+        // The upload is the client's: the SLO judges from the end of the request body
+        // (docs/DESIGN.md "Latencies"); a body that never completed is judged from the head.
+        let upload = self
+            .uploaded_at
+            .map(|at| at.saturating_duration_since(self.t_arrival));
+        let t_sent = self.t_arrival + upload.unwrap_or_default();
+        let ttft_after_upload = self
+            .timeline
+            .first
+            .map(|first| first.saturating_duration_since(t_sent));
         let mut gaps = std::mem::take(&mut self.timeline.gaps_us);
         let itl_ms = ItlSummary::from_gaps_us(&mut gaps);
+        let e2e_ms = ms(self.client_end().saturating_duration_since(self.t_arrival));
+        let e2e_after_upload_ms = ms(self.client_end().saturating_duration_since(t_sent));
+        // The engine's parts explain the judged figures: from the end of the upload.
+        let engine = self.engine_split(
+            body.as_ref(),
+            ttft_after_upload.map(ms),
+            e2e_after_upload_ms,
+        );
         let stream = self.kind == StreamKind::Sse
             || self.kind == StreamKind::Ndjson
             || request.as_ref().is_some_and(|r| r.stream);
@@ -283,7 +324,10 @@ impl Pending {
             ttft_ms: ttft.map(ms),
             ttfo_ms: ttfo.map(ms),
             tpot_ms: tpot.map(ms),
-            e2e_ms: ms(self.client_end().saturating_duration_since(self.t_arrival)),
+            e2e_ms,
+            upload_ms: upload.map(ms),
+            ttft_after_upload_ms: ttft_after_upload.map(ms),
+            e2e_after_upload_ms,
             itl_ms,
             input_tokens,
             input_tokens_source,
@@ -299,6 +343,8 @@ impl Pending {
             slo_class: String::new(),
             slo_met: None,
             slo_miss_reason: None,
+            slo_miss_component: None,
+            engine,
             clock: if self.kernel_clock {
                 super::Clock::Kernel
             } else {
@@ -314,6 +360,8 @@ impl Pending {
             arrival: self.arrival,
             tenant: self.tenant,
             slo_overrides: self.slo_overrides,
+            slo_header_invalid: self.slo_header_invalid,
+            slo_source: None,
             trace: self.traced.then_some(super::RequestTrace {
                 started: self.started_at,
                 parent: self.trace_parent,

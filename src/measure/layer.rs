@@ -26,14 +26,12 @@ use super::{
     Upgraded, request_id,
     tap::{HeadInfo, ProxyFailure},
 };
-use crate::config::{
-    UsageInjection,
-    slo::{Targets, tenant_hash},
-};
+use crate::config::UsageInjection;
+use crate::slo::{HeaderObjectives, Targets, tenant_hash};
 use crate::usage_injection::{InjectPlan, UsageFilter, UsageRequest};
 use crate::{
     BoxError,
-    decode::{Api, StreamKind},
+    decode::{Api, EngineTiming, StreamKind},
 };
 
 /// The W3C Trace Context header a request's span joins.
@@ -47,7 +45,8 @@ pub struct Settings {
     pub response_inspect_limit: usize,
     pub tenant_header: Option<HeaderName>,
     pub tenant_salt: String,
-    pub override_headers: bool,
+    /// Per-request objective headers are read unless this is `off`.
+    pub header_objectives: HeaderObjectives,
     pub long_input_bytes: u64,
     /// Generated text kept per request for token counting; `None` when counting is off.
     pub text_limit: Option<usize>,
@@ -65,7 +64,7 @@ impl Settings {
             response_inspect_limit: cfg.measure.response_inspect_limit,
             tenant_header: cfg.slo.tenant_header.clone(),
             tenant_salt: cfg.slo.tenant_salt.clone(),
-            override_headers: cfg.slo.override_headers,
+            header_objectives: cfg.slo.header_objectives,
             long_input_bytes: cfg.slo.long_input_bytes,
             text_limit: cfg.tokenizer.enabled().then_some(cfg.tokenizer.text_limit),
             usage_injection: cfg.usage_injection.clone(),
@@ -97,26 +96,16 @@ impl Settings {
             .as_ref()
             .and_then(|h| headers.get(h))
             .map(|v| tenant_hash(&self.tenant_salt, v.as_bytes()));
-        let slo_overrides = if self.override_headers {
-            let ms = |name: &str| {
-                headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .filter(|v| v.is_finite() && *v > 0.0)
-            };
-            Targets {
-                ttft_ms: ms("x-slo-ttft-ms"),
-                tpot_ms: ms("x-slo-tpot-ms"),
-                e2e_ms: ms("x-slo-e2e-ms"),
-            }
+        let (slo_overrides, slo_header_invalid) = if self.header_objectives == HeaderObjectives::Off
+        {
+            (Targets::default(), 0)
         } else {
-            Targets::default()
+            header_targets(headers)
         };
         let trace_parent = if self.traced {
             headers
                 .get(TRACEPARENT)
-                .and_then(|v| crate::otlp::TraceParent::parse(v.as_bytes()))
+                .and_then(|v| super::TraceParent::parse(v.as_bytes()))
         } else {
             None
         };
@@ -124,10 +113,36 @@ impl Settings {
             long_input,
             tenant,
             slo_overrides,
+            slo_header_invalid,
             traced: self.traced,
             trace_parent,
         }
     }
+}
+
+/// Per-request objectives, each from the first of its headers present: llm-d's names, then
+/// their deprecated aliases (and `x-slo-e2e-ms`, which has no llm-d name). Also returns how
+/// many headers were present with a value that is not a positive number (ignored).
+fn header_targets(headers: &HeaderMap) -> (Targets, u8) {
+    let mut invalid = 0u8;
+    let mut ms = |names: &[&str]| {
+        let value = names.iter().find_map(|n| headers.get(*n))?;
+        let parsed = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v > 0.0);
+        if parsed.is_none() {
+            invalid = invalid.saturating_add(1);
+        }
+        parsed
+    };
+    let targets = Targets {
+        ttft_ms: ms(&["x-llm-d-slo-ttft-ms", "x-slo-ttft-ms"]),
+        tpot_ms: ms(&["x-llm-d-slo-tpot-ms", "x-slo-tpot-ms"]),
+        e2e_ms: ms(&["x-slo-e2e-ms"]),
+    };
+    (targets, invalid)
 }
 
 #[derive(Clone, Debug)]
@@ -179,10 +194,13 @@ where
         let now = Instant::now();
         let (mut parts, body) = req.into_parts();
         // The read that completed the head, as the kernel stamped its packet, if it did.
-        let (t_arrival, clock) = parts
+        let reads = parts
             .extensions
             .get::<ClientReads>()
-            .and_then(|r| r.0.latest_read())
+            .map(|r| Arc::clone(&r.0));
+        let (t_arrival, clock) = reads
+            .as_deref()
+            .and_then(ReadClock::latest_read)
             .filter(|(at, _)| *at <= now)
             .unwrap_or((now, Clock::User));
         let settings = self.layer.settings.load();
@@ -192,7 +210,7 @@ where
         if let Some(plan) = settings.inject_plan(api, parts.uri.path()) {
             parts.extensions.insert(plan);
         }
-        let (body, request) = RequestTap::new(body, settings.request_inspect_limit);
+        let (body, request) = RequestTap::new(body, settings.request_inspect_limit, reads);
         let mut tap = Tap::new(
             self.layer.recorder.clone(),
             id,
@@ -263,6 +281,7 @@ where
                     && resp.status().is_success()
                     && StreamKind::from_content_type(content_type) == StreamKind::Sse;
                 tap.on_head(resp.status().as_u16(), content_type, failure);
+                tap.on_engine_headers(EngineTiming::from_headers(resp.headers()));
                 if let Some(tunnel) = resp.extensions_mut().remove::<Upgraded>() {
                     // The body of a 101 is empty; the exchange lives on in the tunnel, so the
                     // measurement follows it there.

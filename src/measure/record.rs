@@ -24,10 +24,7 @@ pub enum Outcome {
     Rejected,
 }
 
-/// Upstream statuses caused by the request itself (bad request, unauthenticated,
-/// forbidden, no such model or route, too large, unprocessable): the default of
-/// `[slo] client_error_statuses`.
-pub const DEFAULT_CLIENT_ERROR_STATUSES: [u16; 6] = [400, 401, 403, 404, 413, 422];
+pub use crate::slo::DEFAULT_CLIENT_ERROR_STATUSES;
 
 /// Who a failed outcome is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +104,7 @@ pub fn status_class(status: Option<u16>) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestTrace {
     pub started: std::time::SystemTime,
-    pub parent: Option<crate::otlp::TraceParent>,
+    pub parent: Option<super::TraceParent>,
 }
 
 /// Where a token count came from; the record always says. In order of preference.
@@ -167,6 +164,138 @@ impl ItlSummary {
     }
 }
 
+/// Whose targets a request was judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SloSource {
+    Class,
+    Header,
+}
+
+/// Where an engine's own per-request timing came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineTimingSource {
+    /// The response itself: vLLM's `metrics` object (final usage chunk or body), SGLang's
+    /// `meta_info`.
+    Response,
+    /// The response headers (TGI's `x-queue-time`, `x-inference-time`).
+    Headers,
+}
+
+/// A request's time split by the engine's own clock (docs/DESIGN.md, "Where the time
+/// went"). Every part is `null` where the engine did not say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct EngineSplit {
+    /// Waiting in the engine's queue before being scheduled.
+    pub engine_queue_ms: Option<f64>,
+    /// Scheduled to first token.
+    pub engine_prefill_ms: Option<f64>,
+    /// First token to last.
+    pub engine_decode_ms: Option<f64>,
+    /// Prefill and decode together (all an engine like TGI reports).
+    pub engine_inference_ms: Option<f64>,
+    /// The part of the recorded TTFT spent outside the engine's queue and prefill:
+    /// network, API server, tokenization, gateways. For a response without TTFT (not
+    /// streamed), the part of e2e outside the engine's queue and inference. Can be
+    /// slightly negative where the engine's clock runs ahead of the proxy's.
+    pub outside_engine_ms: Option<f64>,
+    pub engine_timing_source: Option<EngineTimingSource>,
+}
+
+/// A part of a request's time, as [`EngineSplit`] divides it: what a miss is attributed
+/// to (`slo_miss_component`). Closed set: safe as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Component {
+    Queue,
+    Prefill,
+    Decode,
+    /// Prefill and decode together, where the engine does not split them.
+    Inference,
+    OutsideEngine,
+}
+
+impl Component {
+    pub const ALL: [Component; 5] = [
+        Component::Queue,
+        Component::Prefill,
+        Component::Decode,
+        Component::Inference,
+        Component::OutsideEngine,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::Queue => "queue",
+            Component::Prefill => "prefill",
+            Component::Decode => "decode",
+            Component::Inference => "inference",
+            Component::OutsideEngine => "outside_engine",
+        }
+    }
+}
+
+impl EngineSplit {
+    /// The split of a response whose engine said `timing`, given the proxy's TTFT and e2e.
+    pub fn new(
+        timing: Option<crate::decode::EngineTiming>,
+        source: EngineTimingSource,
+        ttft_ms: Option<f64>,
+        e2e_ms: f64,
+    ) -> EngineSplit {
+        let Some(t) = timing else {
+            return EngineSplit::default();
+        };
+        let ms = |us: Option<u64>| us.map(|us| us as f64 / 1000.0);
+        let (queue, prefill, decode, inference) = (
+            ms(t.queue_us),
+            ms(t.prefill_us),
+            ms(t.decode_us),
+            ms(t.inference_us),
+        );
+        let outside_engine_ms = match (ttft_ms, queue, prefill, inference) {
+            (Some(ttft), Some(q), Some(p), _) => Some(ttft - q - p),
+            (None, Some(q), _, Some(i)) => Some(e2e_ms - q - i),
+            _ => None,
+        };
+        EngineSplit {
+            engine_queue_ms: queue,
+            engine_prefill_ms: prefill,
+            engine_decode_ms: decode,
+            engine_inference_ms: inference,
+            outside_engine_ms,
+            engine_timing_source: Some(source),
+        }
+    }
+
+    /// Whether the engine said anything about this request.
+    pub fn is_known(&self) -> bool {
+        self.engine_timing_source.is_some()
+    }
+
+    /// Each known part, in [`Component::ALL`]'s order.
+    pub fn parts(&self) -> [(Component, Option<f64>); 5] {
+        [
+            (Component::Queue, self.engine_queue_ms),
+            (Component::Prefill, self.engine_prefill_ms),
+            (Component::Decode, self.engine_decode_ms),
+            (Component::Inference, self.engine_inference_ms),
+            (Component::OutsideEngine, self.outside_engine_ms),
+        ]
+    }
+
+    /// The part that took the most time among `candidates` (a miss's component).
+    pub fn largest(&self, candidates: &[Component]) -> Option<Component> {
+        self.parts()
+            .into_iter()
+            .filter(|(c, _)| candidates.contains(c))
+            .filter_map(|(c, v)| v.map(|v| (c, v)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(c, _)| c)
+    }
+}
+
 /// One finished request. The serialized field set is a contract with users' tooling.
 #[derive(Debug, Clone, Serialize)]
 pub struct RequestRecord {
@@ -184,6 +313,14 @@ pub struct RequestRecord {
     pub ttfo_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
     pub e2e_ms: f64,
+    /// From `t_arrival` to the end of the request body (the client's upload); `null`
+    /// when the body never completed.
+    pub upload_ms: Option<f64>,
+    /// TTFT from the end of the request body: what the SLO judges, so that a slow upload
+    /// is never counted against the upstream (docs/DESIGN.md "Latencies").
+    pub ttft_after_upload_ms: Option<f64>,
+    /// e2e from the end of the request body: what the SLO judges, likewise.
+    pub e2e_after_upload_ms: f64,
     pub itl_ms: Option<ItlSummary>,
     pub input_tokens: Option<u64>,
     pub input_tokens_source: Option<TokenSource>,
@@ -207,6 +344,13 @@ pub struct RequestRecord {
     pub slo_met: Option<bool>,
     /// Why it missed: `ttft`, `tpot`, `e2e` or `error`.
     pub slo_miss_reason: Option<&'static str>,
+    /// Where the time of a latency miss went, by the engine's own timings: the part that
+    /// took the most time among those the broken target covers. `null` without engine
+    /// timings and for error misses.
+    pub slo_miss_component: Option<Component>,
+    /// Where the request's time went by the engine's own clock.
+    #[serde(flatten)]
+    pub engine: EngineSplit,
     /// `kernel` when the arrival and every upstream read were timed by the kernel's
     /// receive stamps of their packets, `user` when any came from the process clock.
     pub clock: super::Clock,
@@ -228,12 +372,28 @@ pub struct RequestRecord {
     /// Salted hash of the tenant header value.
     #[serde(skip)]
     pub tenant: Option<u64>,
-    /// Per-request targets from `x-slo-*` headers.
+    /// Per-request targets from objective headers (`[slo] header_objectives`).
     #[serde(skip)]
-    pub slo_overrides: crate::config::slo::Targets,
+    pub slo_overrides: crate::slo::Targets,
+    /// Objective headers present with a value that is not a positive number (ignored).
+    #[serde(skip)]
+    pub slo_header_invalid: u8,
+    /// Whose targets the verdict applied: `class`, or `header` when a per-request objective
+    /// header set or changed one; `null` without a verdict class.
+    pub slo_source: Option<SloSource>,
     /// Set when request spans are exported (`[otlp] traces`).
     #[serde(skip)]
     pub trace: Option<RequestTrace>,
+}
+
+impl RequestRecord {
+    /// Time per output chunk after the first, in ms: (last chunk − first chunk) / (chunks −
+    /// 1), from TPOT's own span of time (t_last − t_first = TPOT × (output tokens − 1)).
+    pub fn per_output_chunk_ms(&self) -> Option<f64> {
+        let (tpot, tokens) = (self.tpot_ms?, self.output_tokens?);
+        (self.events >= 2 && tokens >= 2)
+            .then(|| tpot * (tokens - 1) as f64 / (self.events - 1) as f64)
+    }
 }
 
 #[cfg(test)]
@@ -310,6 +470,57 @@ mod tests {
         for o in Outcome::ALL {
             let json = serde_json::to_string(&o).unwrap();
             assert_eq!(json, format!("\"{}\"", o.as_str()));
+        }
+    }
+}
+
+/// A typical finished record, for tests across the crate.
+#[cfg(test)]
+pub(crate) mod example {
+    use super::{Outcome, RequestRecord, TokenSource};
+
+    /// A record as the aggregator would hand it over.
+    pub(crate) fn record() -> RequestRecord {
+        RequestRecord {
+            id: "req-CANARY-ID".into(),
+            started_at: "2026-01-02T03:04:05.678Z".into(),
+            model: Some("llama".into()),
+            api: "chat_completions",
+            stream: true,
+            status: Some(200),
+            outcome: Outcome::Ok,
+            ttft_ms: Some(12.345),
+            ttfo_ms: None,
+            tpot_ms: Some(3.21),
+            e2e_ms: 100.06,
+            upload_ms: Some(0.0),
+            ttft_after_upload_ms: Some(12.345),
+            e2e_after_upload_ms: 100.06,
+            itl_ms: None,
+            input_tokens: Some(40),
+            input_tokens_source: Some(TokenSource::Usage),
+            cached_input_tokens: None,
+            output_tokens: Some(9),
+            output_tokens_source: Some(TokenSource::Events),
+            events: 9,
+            bytes_out: 1000,
+            terminal_event: false,
+            slo_class: "interactive".into(),
+            slo_met: Some(true),
+            slo_miss_reason: None,
+            slo_miss_component: None,
+            engine: Default::default(),
+            clock: super::super::Clock::User,
+            finished_at: None,
+            bytes_in: 10,
+            finish_reason: None,
+            decode_failed: false,
+            arrival: Default::default(),
+            tenant: Some(5),
+            slo_overrides: Default::default(),
+            slo_header_invalid: 0,
+            slo_source: None,
+            trace: None,
         }
     }
 }

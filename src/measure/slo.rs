@@ -3,8 +3,12 @@
 //! request has no value for, is not checked). Client aborts and client errors are excluded
 //! from attainment.
 
+use super::record::{Component, EngineSplit, SloSource};
 use super::{Outcome, RequestRecord};
-use crate::config::slo::{MatchInput, Slo, Targets};
+use crate::{
+    decode::Api,
+    slo::{HeaderObjectives, MatchInput, Slo, Targets},
+};
 
 /// Why a request missed its SLO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,13 +113,15 @@ pub fn verdict(r: &RequestRecord, targets: &Targets) -> (Option<bool>, Option<Mi
         (Some(v), Some(t)) => v > t,
         _ => false,
     };
-    if over(r.ttft_ms, targets.ttft_ms) {
+    // Latencies from the end of the request body: the client's upload is not the
+    // upstream's time (docs/DESIGN.md "Latencies").
+    if over(r.ttft_after_upload_ms, targets.ttft_ms) {
         return (Some(false), Some(MissReason::Ttft));
     }
     if over(r.tpot_ms, targets.tpot_ms) {
         return (Some(false), Some(MissReason::Tpot));
     }
-    if over(Some(r.e2e_ms), targets.e2e_ms) {
+    if over(Some(r.e2e_after_upload_ms), targets.e2e_ms) {
         return (Some(false), Some(MissReason::E2e));
     }
     (Some(true), None)
@@ -143,6 +149,53 @@ fn reclassify_status(r: &mut RequestRecord, client_statuses: &[u16]) {
     }
 }
 
+/// The targets a request is held to: its class's, with the per-request objective headers
+/// applied as `mode` says; and whether a header set or changed one.
+pub fn targets_for(
+    class: &Targets,
+    headers: Targets,
+    mode: HeaderObjectives,
+) -> (Targets, SloSource) {
+    let pick = |class: Option<f64>, header: Option<f64>| match (mode, class, header) {
+        (HeaderObjectives::Off, c, _) | (_, c, None) => c,
+        (HeaderObjectives::Override, _, h) => h,
+        // Tighten: the stricter of the two; a header may set a target the class leaves open.
+        (HeaderObjectives::Tighten, Some(c), Some(h)) => Some(c.min(h)),
+        (HeaderObjectives::Tighten, None, h) => h,
+    };
+    let targets = Targets {
+        ttft_ms: pick(class.ttft_ms, headers.ttft_ms),
+        tpot_ms: pick(class.tpot_ms, headers.tpot_ms),
+        e2e_ms: pick(class.e2e_ms, headers.e2e_ms),
+    };
+    let source = if targets == *class {
+        SloSource::Class
+    } else {
+        SloSource::Header
+    };
+    (targets, source)
+}
+
+/// Where the time of a latency miss went, by the engine's own timings: the largest of the
+/// parts the broken target covers (TTFT: queue, prefill, outside the engine; TPOT: decode;
+/// e2e: every part, with inference standing for prefill and decode where the engine does
+/// not split them). `None` for error misses and without engine timings.
+pub fn component_of(reason: MissReason, split: &EngineSplit) -> Option<Component> {
+    use Component::*;
+    if !split.is_known() {
+        return None;
+    }
+    let split_known = split.engine_prefill_ms.is_some() || split.engine_decode_ms.is_some();
+    let candidates: &[Component] = match reason {
+        MissReason::Ttft => &[Queue, Prefill, OutsideEngine],
+        MissReason::Tpot => &[Decode],
+        MissReason::E2e if split_known => &[Queue, Prefill, Decode, OutsideEngine],
+        MissReason::E2e => &[Queue, Inference, OutsideEngine],
+        MissReason::Error => return None,
+    };
+    split.largest(candidates)
+}
+
 /// Assigns the record its class and verdict. Per-request override headers (when enabled)
 /// replace the class's targets one by one. Returns `false` for a request that belongs to no
 /// class (traffic that is no generation and no class opted in to): it passes through with
@@ -151,24 +204,23 @@ pub fn judge(r: &mut RequestRecord, slo: &Slo) -> bool {
     reclassify_status(r, &slo.client_error_statuses);
     let Some(class) = slo.class_for(&MatchInput {
         model: r.model.as_deref(),
-        api: r.api,
+        api: Api::from_label(r.api),
         tenant: r.tenant,
         input_tokens: r.input_tokens,
     }) else {
         r.slo_class = String::new();
         r.slo_met = None;
         r.slo_miss_reason = None;
+        r.slo_miss_component = None;
+        r.slo_source = None;
         return false;
     };
-    let o = r.slo_overrides;
-    let targets = Targets {
-        ttft_ms: o.ttft_ms.or(class.targets.ttft_ms),
-        tpot_ms: o.tpot_ms.or(class.targets.tpot_ms),
-        e2e_ms: o.e2e_ms.or(class.targets.e2e_ms),
-    };
+    let (targets, source) = targets_for(&class.targets, r.slo_overrides, slo.header_objectives);
     let (met, reason) = verdict(r, &targets);
     r.slo_class = class.name.clone();
     r.slo_met = met;
+    r.slo_source = Some(source);
+    r.slo_miss_component = reason.and_then(|m| component_of(m, &r.engine));
     r.slo_miss_reason = reason.map(MissReason::as_str);
     true
 }
@@ -184,13 +236,16 @@ mod tests {
             ttft_ms: ttft,
             tpot_ms: tpot,
             e2e_ms: e2e,
+            upload_ms: None,
+            ttft_after_upload_ms: ttft,
+            e2e_after_upload_ms: e2e,
             input_tokens: None,
             output_tokens: Some(10),
             events: 10,
             slo_class: String::new(),
             slo_met: None,
             tenant: None,
-            ..crate::profile::line::tests::record()
+            ..crate::measure::record::example::record()
         }
     }
 
@@ -306,7 +361,7 @@ mod tests {
 
     #[test]
     fn overrides_replace_class_targets() {
-        let slo = crate::config::load(
+        let mut slo = crate::config::load(
             None,
             &crate::config::Overrides {
                 upstream: Some("http://a".into()),
@@ -315,14 +370,102 @@ mod tests {
         )
         .unwrap()
         .slo;
+        slo.header_objectives = HeaderObjectives::Override;
         let mut r = record(Outcome::Ok, Some(150.0), None, 10.0);
         judge(&mut r, &slo);
         assert_eq!((r.slo_class.as_str(), r.slo_met), ("default", Some(true)));
         r.slo_overrides.ttft_ms = Some(100.0);
         judge(&mut r, &slo);
         assert_eq!((r.slo_met, r.slo_miss_reason), (Some(false), Some("ttft")));
+        assert_eq!(r.slo_source, Some(SloSource::Header));
+        // Off: a header never counts, whatever the record carries.
+        slo.header_objectives = HeaderObjectives::Off;
+        judge(&mut r, &slo);
+        assert_eq!(
+            (r.slo_met, r.slo_source),
+            (Some(true), Some(SloSource::Class))
+        );
         r.api = "unknown";
         assert!(!judge(&mut r, &slo));
         assert_eq!((r.slo_class.as_str(), r.slo_met), ("", None));
+    }
+
+    #[test]
+    fn tighten_takes_the_stricter_and_override_the_header() {
+        let class = Targets {
+            ttft_ms: Some(1000.0),
+            tpot_ms: None,
+            e2e_ms: Some(5000.0),
+        };
+        let header = Targets {
+            ttft_ms: Some(5000.0),
+            tpot_ms: Some(20.0),
+            e2e_ms: Some(100.0),
+        };
+        use HeaderObjectives::*;
+        let (t, src) = targets_for(&class, header, Tighten);
+        assert_eq!(
+            (t.ttft_ms, t.tpot_ms, t.e2e_ms, src),
+            (Some(1000.0), Some(20.0), Some(100.0), SloSource::Header)
+        );
+        let looser = Targets {
+            ttft_ms: Some(5000.0),
+            ..Targets::default()
+        };
+        assert_eq!(
+            targets_for(&class, looser, Tighten),
+            (class, SloSource::Class)
+        );
+        let (t, src) = targets_for(&class, looser, Override);
+        assert_eq!((t.ttft_ms, src), (Some(5000.0), SloSource::Header));
+        assert_eq!(targets_for(&class, header, Off), (class, SloSource::Class));
+    }
+
+    #[test]
+    fn a_miss_goes_to_the_largest_part_its_target_covers() {
+        use crate::decode::EngineTiming;
+        use crate::measure::record::EngineTimingSource;
+        let timing = EngineTiming {
+            queue_us: Some(40_000),
+            prefill_us: Some(75_000),
+            decode_us: Some(900_000),
+            inference_us: Some(975_000),
+        };
+        let split = EngineSplit::new(
+            Some(timing),
+            EngineTimingSource::Response,
+            Some(300.0),
+            1400.0,
+        );
+        assert_eq!(split.outside_engine_ms, Some(185.0));
+        assert_eq!(
+            component_of(MissReason::Ttft, &split),
+            Some(Component::OutsideEngine)
+        );
+        assert_eq!(
+            component_of(MissReason::Tpot, &split),
+            Some(Component::Decode)
+        );
+        assert_eq!(
+            component_of(MissReason::E2e, &split),
+            Some(Component::Decode)
+        );
+        assert_eq!(component_of(MissReason::Error, &split), None);
+        assert_eq!(
+            component_of(MissReason::Ttft, &EngineSplit::default()),
+            None
+        );
+        // TGI: queue and inference only; e2e misses weigh inference.
+        let tgi = EngineTiming {
+            queue_us: Some(500_000),
+            inference_us: Some(200_000),
+            ..EngineTiming::default()
+        };
+        let split = EngineSplit::new(Some(tgi), EngineTimingSource::Headers, None, 800.0);
+        assert_eq!(split.outside_engine_ms, Some(100.0));
+        assert_eq!(
+            component_of(MissReason::E2e, &split),
+            Some(Component::Queue)
+        );
     }
 }

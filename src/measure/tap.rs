@@ -14,8 +14,10 @@ use super::{
     record::{Outcome, TokenCount},
     sink::Arrival,
 };
-use crate::config::slo::Targets;
-use crate::decode::{Api, EventInfo, FinishReason, StreamDecoder, StreamKind, TextBuf, Usage};
+use crate::decode::{
+    Api, EngineTiming, EventInfo, FinishReason, StreamDecoder, StreamKind, TextBuf, Usage,
+};
+use crate::slo::Targets;
 
 /// The error a response body gives when no bytes arrived from the upstream within the
 /// idle timeout (`upstream.idle_timeout`); the measurement books it as [`Ending::IdleTimeout`].
@@ -56,6 +58,8 @@ pub struct Timeline {
     /// When the dialect's terminal event was read.
     pub terminal_at: Option<Instant>,
     pub error: bool,
+    /// The engine's own timing of the request, where an event carried it.
+    pub engine: Option<EngineTiming>,
 }
 
 impl Timeline {
@@ -87,6 +91,9 @@ impl Timeline {
         }
         if ev.finish_reason.is_some() {
             self.finish_reason = ev.finish_reason;
+        }
+        if ev.engine.is_some() {
+            self.engine = ev.engine;
         }
         if ev.terminal && self.terminal_at.is_none() {
             self.terminal_at = Some(now);
@@ -128,18 +135,23 @@ pub struct Pending {
     pub tenant: Option<u64>,
     /// Per-request SLO targets from `x-slo-*` headers (when enabled).
     pub slo_overrides: Targets,
+    pub slo_header_invalid: u8,
     /// Whether the request's span is exported, and the caller's `traceparent`.
     pub traced: bool,
-    pub trace_parent: Option<crate::otlp::TraceParent>,
+    pub trace_parent: Option<super::TraceParent>,
     /// The generated text, kept for counting because no usage was expected or came.
     pub output_text: Option<TextBuf>,
     /// The request body capture, once the tokenizer stage has taken it off its channel.
     pub request_capture: Option<RequestCapture>,
     /// The client's request body failed (read from the capture when the record is built).
     pub request_failed: bool,
+    /// When the request body was complete (read from the capture likewise).
+    pub uploaded_at: Option<Instant>,
     /// Counts made by the tokenizer stage, used where the upstream reported none.
     pub counted_input: Option<TokenCount>,
     pub counted_output: Option<TokenCount>,
+    /// The engine's own timing of the request from its response headers (TGI).
+    pub engine_headers: Option<EngineTiming>,
     /// Every time that went into the record (arrival, upstream reads) is a kernel receive
     /// stamp; false once one came from the process clock.
     pub kernel_clock: bool,
@@ -151,10 +163,12 @@ pub struct HeadInfo {
     pub long_input: bool,
     pub tenant: Option<u64>,
     pub slo_overrides: Targets,
+    /// Objective headers present with a value that is not a positive number.
+    pub slo_header_invalid: u8,
     /// Request spans are exported (`[otlp] traces`).
     pub traced: bool,
     /// A valid incoming `traceparent`, read only when `traced`.
-    pub trace_parent: Option<crate::otlp::TraceParent>,
+    pub trace_parent: Option<super::TraceParent>,
 }
 
 /// Marks a response the proxy produced itself, with the outcome it stands for.
@@ -221,13 +235,16 @@ impl Tap {
             long_input: head.long_input,
             tenant: head.tenant,
             slo_overrides: head.slo_overrides,
+            slo_header_invalid: head.slo_header_invalid,
             traced: head.traced,
             trace_parent: head.trace_parent,
             output_text: None,
             request_capture: None,
             request_failed: false,
+            uploaded_at: None,
             counted_input: None,
             counted_output: None,
+            engine_headers: None,
             kernel_clock: true,
         };
         Tap {
@@ -280,6 +297,13 @@ impl Tap {
             && matches!(p.api, Api::ChatCompletions | Api::Completions)
         {
             decoder.collect_text(limit);
+        }
+    }
+
+    /// The engine's own timing of the request, from the response head (TGI's headers).
+    pub fn on_engine_headers(&mut self, timing: Option<EngineTiming>) {
+        if let Some(p) = self.pending.as_mut() {
+            p.engine_headers = timing;
         }
     }
 

@@ -39,6 +39,24 @@ pub struct Instruments {
     effective_tps: Gauge<f64>,
     raw_tps: Gauge<f64>,
     request_goodput: Gauge<f64>,
+    /// The latest GenAI client-inference instruments, when opted in.
+    latest: Option<Latest>,
+}
+
+/// `gen_ai.client.inference.*` (OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental).
+struct Latest {
+    duration: Histogram<f64>,
+    time_to_first_chunk: Histogram<f64>,
+    time_per_output_chunk: Histogram<f64>,
+    input_tokens: Counter<u64>,
+    output_tokens: Counter<u64>,
+    cache_read_input_tokens: Counter<u64>,
+    /// Cost per request: its output tokens at the shortest window's cost per raw token.
+    cost: Histogram<f64>,
+    /// That cost per million raw tokens (f64 bits; NaN until a window has one) and its
+    /// currency, from the latest refresh.
+    cost_per_million: std::sync::atomic::AtomicU64,
+    currency: std::sync::Mutex<Option<String>>,
 }
 
 /// What the export task owns: the provider (the instruments record into its pipeline while
@@ -70,7 +88,11 @@ impl MetricReader for SharedReader {
     }
 }
 
-pub fn build(resource: Resource, scope: InstrumentationScope) -> (Instruments, Collection) {
+pub fn build(
+    resource: Resource,
+    scope: InstrumentationScope,
+    latest: bool,
+) -> (Instruments, Collection) {
     let reader = SharedReader(Arc::new(
         ManualReader::builder()
             .with_temporality(Temporality::Cumulative)
@@ -81,12 +103,12 @@ pub fn build(resource: Resource, scope: InstrumentationScope) -> (Instruments, C
         .with_reader(reader.clone())
         .build();
     let meter = provider.meter_with_scope(scope);
-    let instruments = Instruments::new(&meter);
+    let instruments = Instruments::new(&meter, latest);
     (instruments, Collection { provider, reader })
 }
 
 impl Instruments {
-    fn new(m: &Meter) -> Instruments {
+    fn new(m: &Meter, latest: bool) -> Instruments {
         let seconds = |name: &'static str, what: &'static str, buckets: &[f64]| {
             m.f64_histogram(name)
                 .with_unit("s")
@@ -159,6 +181,7 @@ impl Instruments {
                 "{request}/s",
                 "Requests that met their SLO, per second",
             ),
+            latest: latest.then(|| Latest::new(m)),
         }
     }
 
@@ -207,6 +230,9 @@ impl Instruments {
         if let Some(n) = r.output_tokens {
             self.output_tokens.add(n, &[class, verdict]);
         }
+        if let Some(latest) = &self.latest {
+            latest.record(r, &attrs);
+        }
     }
 
     /// The windowed SLO and goodput figures, as `/metrics` has them.
@@ -225,6 +251,108 @@ impl Instruments {
                 self.raw_tps.record(c.raw_tokens_per_s, &attrs);
                 self.request_goodput.record(c.request_goodput_per_s, &attrs);
             }
+        }
+        if let Some(latest) = &self.latest {
+            latest.refresh(g);
+        }
+    }
+}
+
+impl Latest {
+    fn new(m: &Meter) -> Latest {
+        let seconds = |name: &'static str, what: &'static str| {
+            m.f64_histogram(name)
+                .with_unit("s")
+                .with_description(what)
+                .with_boundaries(crate::metrics::INFERENCE_BUCKETS.to_vec())
+                .build()
+        };
+        let tokens = |name: &'static str, what: &'static str| {
+            m.u64_counter(name)
+                .with_unit("{token}")
+                .with_description(what)
+                .build()
+        };
+        Latest {
+            duration: seconds(
+                sc::INFERENCE_DURATION,
+                "GenAI client inference duration (arrival to the end of the response)",
+            ),
+            time_to_first_chunk: seconds(
+                sc::INFERENCE_TTFC,
+                "Time to the first output chunk of a streamed, successful response",
+            ),
+            time_per_output_chunk: seconds(
+                sc::INFERENCE_TPOC,
+                "Time per output chunk after the first, of a streamed, successful response",
+            ),
+            input_tokens: tokens(sc::INFERENCE_INPUT_TOKENS, "Input tokens"),
+            output_tokens: tokens(sc::INFERENCE_OUTPUT_TOKENS, "Output tokens"),
+            cache_read_input_tokens: tokens(
+                sc::INFERENCE_CACHE_READ_TOKENS,
+                "Input tokens served from the engine's prefix cache",
+            ),
+            cost: m
+                .f64_histogram(sc::OPERATION_COST)
+                .with_unit("{currency}")
+                .with_description(
+                    "Cost of a request: its output tokens at the serving system's configured cost per raw output token over the shortest window ([cost])",
+                )
+                .build(),
+            cost_per_million: std::sync::atomic::AtomicU64::new(f64::NAN.to_bits()),
+            currency: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Keeps the shortest window's cost per million raw tokens for the requests to come.
+    fn refresh(&self, g: &Gauges<'_>) {
+        let per_million = g
+            .windows
+            .first()
+            .and_then(|w| w.cost_per_million_raw_tokens)
+            .filter(|c| c.is_finite());
+        self.cost_per_million.store(
+            per_million.unwrap_or(f64::NAN).to_bits(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        if let Ok(mut c) = self.currency.lock() {
+            *c = g.currency.map(str::to_owned);
+        }
+    }
+
+    /// `attrs`: the common GenAI attributes, the class, and `error.type` for a failure.
+    fn record(&self, r: &RequestRecord, attrs: &[KeyValue]) {
+        self.duration.record(r.e2e_ms / 1000.0, attrs);
+        if r.outcome == crate::measure::Outcome::Ok {
+            if let Some(ttft) = r.ttft_ms {
+                self.time_to_first_chunk.record(ttft / 1000.0, attrs);
+            }
+            if let Some(chunk) = r.per_output_chunk_ms() {
+                self.time_per_output_chunk.record(chunk / 1000.0, attrs);
+            }
+        }
+        for (counter, n) in [
+            (&self.input_tokens, r.input_tokens),
+            (&self.output_tokens, r.output_tokens),
+            (&self.cache_read_input_tokens, r.cached_input_tokens),
+        ] {
+            if let Some(n) = n {
+                counter.add(n, attrs);
+            }
+        }
+        let per_million = f64::from_bits(
+            self.cost_per_million
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        if let (Some(n), true) = (r.output_tokens, per_million.is_finite()) {
+            let mut with = attrs.to_vec();
+            with.push(KeyValue::new(sc::USAGE_COST_SOURCE, "local"));
+            if let Ok(c) = self.currency.lock()
+                && let Some(c) = c.as_ref()
+            {
+                with.push(KeyValue::new(sc::G_COST_CURRENCY, c.clone()));
+            }
+            self.cost.record(n as f64 * per_million / 1e6, &with);
         }
     }
 }

@@ -13,9 +13,9 @@
 
 mod client;
 pub mod instruments;
+mod metrics;
 pub mod semconv;
 pub mod spans;
-mod traceparent;
 
 use std::time::Duration;
 
@@ -28,12 +28,12 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
 pub use client::CollectorClient;
-pub use traceparent::TraceParent;
+pub use metrics::OtlpMetrics;
 
 use crate::{
     config::{Otlp, Upstream},
     measure::RequestRecord,
-    metrics::{OtlpMetrics, SignalLabel},
+    metrics::SignalLabel,
     stats::engine::Gauges,
 };
 
@@ -86,10 +86,13 @@ impl Tasks {
 }
 
 /// Builds the exporters and spawns their tasks (call from within the runtime).
+/// `latest`: also export the GenAI conventions' latest client-inference instruments
+/// ([`semconv::latest_genai`]).
 pub fn start(
     cfg: &Otlp,
     upstream: &Upstream,
     counters: &OtlpMetrics,
+    latest: bool,
 ) -> Result<(Exporter, Tasks), OtlpError> {
     let resource = Resource::builder()
         .with_service_name(cfg.service_name.clone())
@@ -115,7 +118,7 @@ pub fn start(
                 signal: "metrics",
                 source,
             })?;
-        let (instruments, collection) = instruments::build(resource.clone(), scope.clone());
+        let (instruments, collection) = instruments::build(resource.clone(), scope.clone(), latest);
         handles.push(tokio::spawn(instruments::run(
             collection,
             exporter,
@@ -232,6 +235,22 @@ impl Exporter {
 
     pub fn exports_metrics(&self) -> bool {
         self.instruments.is_some()
+    }
+}
+
+/// The aggregator hands the exporter every judged record and, when metrics are exported,
+/// the windowed gauges.
+impl crate::stats::Sink for Exporter {
+    fn observe(&self, record: &RequestRecord, model: &str) {
+        Exporter::observe(self, record, model);
+    }
+
+    fn wants_gauges(&self) -> bool {
+        self.exports_metrics()
+    }
+
+    fn refresh(&self, gauges: &Gauges<'_>) {
+        Exporter::refresh(self, gauges);
     }
 }
 

@@ -11,6 +11,15 @@ pub const CLIENT_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
 pub const SERVER_REQUEST_DURATION: &str = "gen_ai.server.request.duration";
 pub const SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
 pub const SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
+// The latest experimental client-inference names (OTEL_SEMCONV_STABILITY_OPT_IN).
+pub const INFERENCE_DURATION: &str = "gen_ai.client.inference.duration";
+pub const INFERENCE_TTFC: &str = "gen_ai.client.inference.time_to_first_chunk";
+pub const INFERENCE_TPOC: &str = "gen_ai.client.inference.time_per_output_chunk";
+pub const INFERENCE_INPUT_TOKENS: &str = "gen_ai.client.inference.usage.input_tokens";
+pub const INFERENCE_OUTPUT_TOKENS: &str = "gen_ai.client.inference.usage.output_tokens";
+pub const INFERENCE_CACHE_READ_TOKENS: &str =
+    "gen_ai.client.inference.usage.cache_read.input_tokens";
+pub const OPERATION_COST: &str = "gen_ai.client.operation.cost";
 pub const REQUESTS: &str = "goodput.requests";
 pub const OUTPUT_TOKENS: &str = "goodput.output_tokens";
 pub const ATTAINMENT: &str = "goodput.slo.attainment";
@@ -27,6 +36,9 @@ pub const USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
 pub const USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
 pub const USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
 pub const RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+pub const RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
+pub const USAGE_COST_SOURCE: &str = "gen_ai.usage.cost.source";
+pub const G_COST_CURRENCY: &str = "goodput.cost.currency";
 pub const SERVER_ADDRESS: &str = "server.address";
 pub const SERVER_PORT: &str = "server.port";
 pub const ERROR_TYPE: &str = "error.type";
@@ -49,6 +61,10 @@ pub const G_INPUT_SOURCE: &str = "goodput.input_tokens.source";
 pub const G_OUTPUT_SOURCE: &str = "goodput.output_tokens.source";
 pub const G_EVENTS: &str = "goodput.events";
 pub const G_BYTES_OUT: &str = "goodput.bytes_out";
+pub const G_ENGINE_QUEUE_MS: &str = "goodput.engine.queue_ms";
+pub const G_ENGINE_PREFILL_MS: &str = "goodput.engine.prefill_ms";
+pub const G_ENGINE_DECODE_MS: &str = "goodput.engine.decode_ms";
+pub const G_OUTSIDE_ENGINE_MS: &str = "goodput.engine.outside_ms";
 
 /// The conventions' recommended boundaries, as they are: collectors and dashboards built
 /// for the conventions expect them (the Prometheus histograms on `/metrics` extend them
@@ -66,6 +82,15 @@ pub const TTFT_BUCKETS: [f64; 16] = [
 pub const TPOT_BUCKETS: [f64; 13] = [
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 ];
+
+/// Whether `OTEL_SEMCONV_STABILITY_OPT_IN` (comma-separated) asks for the latest
+/// experimental GenAI conventions.
+pub fn latest_genai(opt_in: Option<&str>) -> bool {
+    opt_in.is_some_and(|v| {
+        v.split(',')
+            .any(|s| s.trim() == "gen_ai_latest_experimental")
+    })
+}
 
 /// `gen_ai.operation.name` of a record's `api` label (the conventions' well-known values;
 /// the API label itself for anything else).
@@ -129,5 +154,19 @@ mod tests {
         ] {
             assert!(b.windows(2).all(|w| w[0] < w[1]));
         }
+    }
+}
+
+#[cfg(test)]
+mod latest_tests {
+    use super::latest_genai;
+
+    #[test]
+    fn the_opt_in_is_one_of_a_comma_separated_list() {
+        assert!(latest_genai(Some("gen_ai_latest_experimental")));
+        assert!(latest_genai(Some("http, gen_ai_latest_experimental")));
+        assert!(!latest_genai(Some("http")));
+        assert!(!latest_genai(Some("gen_ai_latest_experimental_not")));
+        assert!(!latest_genai(None));
     }
 }

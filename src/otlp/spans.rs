@@ -163,6 +163,15 @@ fn attributes(r: &RequestRecord, common: &[KeyValue], verdict: &'static str) -> 
         (sc::G_E2E_MS, Some(r.e2e_ms)),
         (sc::G_ITL_P50_MS, r.itl_ms.map(|i| i.p50)),
         (sc::G_ITL_P95_MS, r.itl_ms.map(|i| i.p95)),
+        // The conventions' own name, in seconds.
+        (
+            sc::RESPONSE_TIME_TO_FIRST_CHUNK,
+            r.ttft_ms.map(|ms| ms / 1000.0),
+        ),
+        (sc::G_ENGINE_QUEUE_MS, r.engine.engine_queue_ms),
+        (sc::G_ENGINE_PREFILL_MS, r.engine.engine_prefill_ms),
+        (sc::G_ENGINE_DECODE_MS, r.engine.engine_decode_ms),
+        (sc::G_OUTSIDE_ENGINE_MS, r.engine.outside_engine_ms),
     ] {
         if let Some(v) = v {
             a.push(KeyValue::new(key, v));
@@ -258,17 +267,14 @@ mod tests {
     use std::time::SystemTime;
 
     use super::*;
-    use crate::{
-        measure::{Outcome, RequestTrace},
-        otlp::TraceParent,
-    };
+    use crate::measure::{Outcome, RequestTrace, TraceParent};
 
     fn scope() -> InstrumentationScope {
         InstrumentationScope::builder("test").build()
     }
 
     fn traced(parent: Option<TraceParent>) -> RequestRecord {
-        let mut r = crate::profile::line::tests::record();
+        let mut r = crate::measure::record::example::record();
         r.trace = Some(RequestTrace {
             started: SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
             parent,

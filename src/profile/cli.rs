@@ -174,18 +174,7 @@ fn sink(output: Option<&Path>) -> Result<Box<dyn Write + Send>> {
 
 fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
     match cmd {
-        ProfileCommand::Summarize { json, files } => {
-            let summary = Summary::of_sorted(&read_sorted(&files)?)?;
-            let mut out = sink(None)?;
-            if json {
-                serde_json::to_writer_pretty(&mut out, &summary)?;
-                writeln!(out)?;
-            } else {
-                write!(out, "{}", summary.render())?;
-            }
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
+        ProfileCommand::Summarize { json, files } => summarize(json, &files),
         ProfileCommand::Diff {
             json,
             base,
@@ -201,74 +190,20 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
             tokenizer,
             files,
         } => {
-            if format == ExportFormat::Parquet
-                && output.is_none()
-                && !commands
-                && io::stdout().is_terminal()
-            {
-                return Err(
-                    "Parquet is binary: redirect stdout to a file or name one with --out".into(),
-                );
-            }
-            let sorted = read_sorted(&files)?;
-            let model = model.unwrap_or_else(|| top_model(sorted.models()));
-            let shown = output.as_ref().map_or_else(
-                || format!("out.{}", format.extension()),
-                |p| p.display().to_string(),
-            );
-            let lines =
-                replay_commands(format, &shown, sorted.requests(), &model, &url, &tokenizer);
-            if commands {
-                for (_, line) in &lines {
-                    println!("{line}");
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            let mut out = sink(output.as_deref())?;
-            let stats = export_sorted(&sorted, format, &mut out)?;
-            if format == ExportFormat::Parquet {
-                eprintln!("exported {} requests", stats.written);
-            } else {
-                eprintln!(
-                    "exported {} requests ({} skipped without token counts; hash_ids padded on {}, cut on {})",
-                    stats.written, stats.skipped, stats.padded, stats.truncated
-                );
-            }
-            if !lines.is_empty() {
-                eprintln!(
-                    "replay with{}:",
-                    if output.is_none() {
-                        " (out.* = where you redirected stdout)"
-                    } else {
-                        ""
-                    }
-                );
-                for (_, line) in &lines {
-                    eprintln!("  {line}");
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+            let target = ExportTarget {
+                format,
+                output,
+                model,
+                url,
+                tokenizer,
+            };
+            export_files(&target, commands, &files)
         }
         ProfileCommand::Merge {
             keep_separate,
             output,
             files,
-        } => {
-            let sorted = read_sorted(&files)?;
-            let mut out = sink(output.as_deref())?;
-            let stats = merge_sorted(&sorted, keep_separate, &mut out)?;
-            eprintln!(
-                "merged {} requests from {} files; block ids {}",
-                stats.requests,
-                stats.files,
-                if stats.linked {
-                    "linked across files (one salt)"
-                } else {
-                    "kept per file (different salts)"
-                }
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        } => merge_files(keep_separate, output.as_deref(), &files),
         ProfileCommand::Filter {
             input_tokens,
             output_tokens,
@@ -285,45 +220,167 @@ fn dispatch(cmd: ProfileCommand) -> Result<ExitCode> {
                 apis: api,
                 tenants: tenant,
             };
-            let input = io::BufReader::new(File::open(&file).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot open `{}`: {e}", file.display()))
-            })?);
-            let mut out = sink(output.as_deref())?;
-            let r = filter
-                .run(input, &mut out)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-            eprintln!(
-                "kept {} of {} requests ({} blocks lines)",
-                r.kept, r.requests, r.blocks_lines
-            );
-            Ok(ExitCode::SUCCESS)
+            filter_file(&filter, output.as_deref(), &file)
         }
         ProfileCommand::Sample {
             k,
             max_drop,
             output,
             files,
-        } => {
-            let sorted = read_sorted(&files)?;
-            let mut out = sink(output.as_deref())?;
-            let k = usize::try_from(k).unwrap_or(usize::MAX);
-            let r = k_anonymize_sorted(&sorted, k, max_drop.clamp(0.0, 1.0), &mut out)?;
-            let lengths = match r.length_bucket_factor {
-                0.0 => "one bucket".to_owned(),
-                f => format!("×{f:.2} per bucket"),
-            };
-            let times = match r.time_bucket_ms {
-                0 => "one bucket".to_owned(),
-                ms => humantime::format_duration(std::time::Duration::from_millis(ms as u64))
-                    .to_string(),
-            };
-            eprintln!(
-                "k={}: lengths coarsened to {lengths}, times to {times}; kept {}, dropped {} request(s) in groups smaller than k; hash_ids and tenants removed",
-                r.k, r.kept, r.dropped
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        } => sample_files(k, max_drop, output.as_deref(), &files),
     }
+}
+
+/// `goodput profile summarize`.
+fn summarize(json: bool, files: &[PathBuf]) -> Result<ExitCode> {
+    let summary = Summary::of_sorted(&read_sorted(files)?)?;
+    let mut out = sink(None)?;
+    if json {
+        serde_json::to_writer_pretty(&mut out, &summary)?;
+        writeln!(out)?;
+    } else {
+        write!(out, "{}", summary.render())?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where and how `goodput profile export` writes, and what its replay commands name.
+struct ExportTarget {
+    format: ExportFormat,
+    output: Option<PathBuf>,
+    model: Option<String>,
+    url: String,
+    tokenizer: String,
+}
+
+/// `goodput profile export`: the file (or, with `commands`, only the replay command lines).
+fn export_files(t: &ExportTarget, commands: bool, files: &[PathBuf]) -> Result<ExitCode> {
+    if t.format == ExportFormat::Parquet
+        && t.output.is_none()
+        && !commands
+        && io::stdout().is_terminal()
+    {
+        return Err("Parquet is binary: redirect stdout to a file or name one with --out".into());
+    }
+    let sorted = read_sorted(files)?;
+    let model = t
+        .model
+        .clone()
+        .unwrap_or_else(|| top_model(sorted.models()));
+    let shown = t.output.as_ref().map_or_else(
+        || format!("out.{}", t.format.extension()),
+        |p| p.display().to_string(),
+    );
+    let lines = replay_commands(
+        t.format,
+        &shown,
+        sorted.requests(),
+        &model,
+        &t.url,
+        &t.tokenizer,
+    );
+    if commands {
+        for (_, line) in &lines {
+            println!("{line}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = sink(t.output.as_deref())?;
+    let stats = export_sorted(&sorted, t.format, &mut out)?;
+    if t.format == ExportFormat::Parquet {
+        eprintln!("exported {} requests", stats.written);
+    } else {
+        eprintln!(
+            "exported {} requests ({} skipped without token counts; hash_ids padded on {}, cut on {})",
+            stats.written, stats.skipped, stats.padded, stats.truncated
+        );
+    }
+    print_replay_commands(&lines, t.output.is_none());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The replay command lines after an export, on stderr.
+fn print_replay_commands<T>(lines: &[(T, String)], to_stdout: bool) {
+    if lines.is_empty() {
+        return;
+    }
+    eprintln!(
+        "replay with{}:",
+        if to_stdout {
+            " (out.* = where you redirected stdout)"
+        } else {
+            ""
+        }
+    );
+    for (_, line) in lines {
+        eprintln!("  {line}");
+    }
+}
+
+/// `goodput profile merge`.
+fn merge_files(keep_separate: bool, output: Option<&Path>, files: &[PathBuf]) -> Result<ExitCode> {
+    let sorted = read_sorted(files)?;
+    let mut out = sink(output)?;
+    let stats = merge_sorted(&sorted, keep_separate, &mut out)?;
+    eprintln!(
+        "merged {} requests from {} files; block ids {}",
+        stats.requests,
+        stats.files,
+        if stats.linked {
+            "linked across files (one salt)"
+        } else {
+            "kept per file (different salts)"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `goodput profile filter`.
+fn filter_file(
+    filter: &super::filter::Filter,
+    output: Option<&Path>,
+    file: &Path,
+) -> Result<ExitCode> {
+    let input =
+        io::BufReader::new(File::open(file).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot open `{}`: {e}", file.display()))
+        })?);
+    let mut out = sink(output)?;
+    let r = filter
+        .run(input, &mut out)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    eprintln!(
+        "kept {} of {} requests ({} blocks lines)",
+        r.kept, r.requests, r.blocks_lines
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `goodput profile sample`: the k-anonymity guard.
+fn sample_files(
+    k: u64,
+    max_drop: f64,
+    output: Option<&Path>,
+    files: &[PathBuf],
+) -> Result<ExitCode> {
+    let sorted = read_sorted(files)?;
+    let mut out = sink(output)?;
+    let k = usize::try_from(k).unwrap_or(usize::MAX);
+    let r = k_anonymize_sorted(&sorted, k, max_drop.clamp(0.0, 1.0), &mut out)?;
+    let lengths = match r.length_bucket_factor {
+        0.0 => "one bucket".to_owned(),
+        f => format!("×{f:.2} per bucket"),
+    };
+    let times = match r.time_bucket_ms {
+        0 => "one bucket".to_owned(),
+        ms => humantime::format_duration(std::time::Duration::from_millis(ms as u64)).to_string(),
+    };
+    eprintln!(
+        "k={}: lengths coarsened to {lengths}, times to {times}; kept {}, dropped {} request(s) in groups smaller than k; hash_ids and tenants removed",
+        r.k, r.kept, r.dropped
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn diff(json: bool, base: &Path, live: &Path, o: &DiffOpts) -> Result<ExitCode> {

@@ -21,24 +21,7 @@ pub const VERSION: u32 = 1;
 /// Tokens per block in Mooncake traces and in exports.
 pub const MOONCAKE_BLOCK_TOKENS: u64 = 512;
 
-/// Test-contract metadata from `[profile.contract]`: what the traffic was served by. All
-/// free-form and optional.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Contract {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model_revision: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub engine: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub engine_version: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hardware: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub precision: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub notes: Option<String>,
-}
+pub use crate::config::profile::Contract;
 
 /// What one `hash_ids` block covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

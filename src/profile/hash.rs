@@ -157,7 +157,7 @@ impl Anonymizer {
     /// `hash_ids_skip`, or the body has no prompt text.
     pub fn blocks(&self, api: Api, model: Option<&str>, body: &[u8]) -> Vec<u64> {
         let k = &self.inner;
-        let skipped = model.is_some_and(|m| k.skip.iter().any(|g| crate::config::slo::glob(g, m)));
+        let skipped = model.is_some_and(|m| k.skip.iter().any(|g| crate::slo::glob(g, m)));
         if !k.hash_ids || skipped {
             return Vec::new();
         }

@@ -163,45 +163,8 @@ impl LineEncoder {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::measure::{Outcome, TokenSource};
 
-    /// A record as the aggregator would hand it over.
-    pub(crate) fn record() -> RequestRecord {
-        RequestRecord {
-            id: "req-CANARY-ID".into(),
-            started_at: "2026-01-02T03:04:05.678Z".into(),
-            model: Some("llama".into()),
-            api: "chat_completions",
-            stream: true,
-            status: Some(200),
-            outcome: Outcome::Ok,
-            ttft_ms: Some(12.345),
-            ttfo_ms: None,
-            tpot_ms: Some(3.21),
-            e2e_ms: 100.06,
-            itl_ms: None,
-            input_tokens: Some(40),
-            input_tokens_source: Some(TokenSource::Usage),
-            cached_input_tokens: None,
-            output_tokens: Some(9),
-            output_tokens_source: Some(TokenSource::Events),
-            events: 9,
-            bytes_out: 1000,
-            terminal_event: false,
-            slo_class: "interactive".into(),
-            slo_met: Some(true),
-            slo_miss_reason: None,
-            clock: crate::measure::Clock::User,
-            finished_at: None,
-            bytes_in: 10,
-            finish_reason: None,
-            decode_failed: false,
-            arrival: Default::default(),
-            tenant: Some(5),
-            slo_overrides: Default::default(),
-            trace: None,
-        }
-    }
+    pub(crate) use crate::measure::record::example::record;
 
     #[test]
     fn maps_only_the_listed_fields() {

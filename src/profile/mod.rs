@@ -36,6 +36,7 @@ mod format;
 mod hash;
 pub(crate) mod line;
 mod merge;
+mod metrics;
 mod read;
 mod recorder;
 mod sample;
@@ -54,13 +55,11 @@ pub use format::{
 pub use hash::{Anonymizer, block_hashes, prompt_bytes, salt_id, token_block_hashes};
 pub use line::ProfileLine;
 pub use merge::{MergeError, MergeStats, merge, merge_sorted};
+pub use metrics::ProfileMetrics;
 pub use read::{BlockId, FileReport, Loaded, Profile, ProfileFile, ReadError, RequestSink};
-pub use recorder::{DropReason, ProfileRecorder, StartError};
+pub use recorder::{Clock, DropReason, ProfileRecorder, StartError};
 pub use sample::{SampleReport, k_anonymize, k_anonymize_sorted};
 pub use shape::{Sample, Shape, sample_of, samples_of, shape_of_sorted};
 pub use sorted::{RUN_BYTES, SortError, Sorted, Span};
 pub use summary::Summary;
 pub use table::{BlockMap, BlockSet, IdTable};
-
-/// The recording component under its role name: `profile::Recorder::start(...)`.
-pub use recorder::ProfileRecorder as Recorder;

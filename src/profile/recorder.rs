@@ -23,10 +23,7 @@ use super::{
     Anonymizer, ProfileLine,
     writer::{Counters, Writer, WriterSettings},
 };
-use crate::{
-    config::ProfileConfig,
-    metrics::{DropReasonLabel, Metrics},
-};
+use crate::{config::ProfileConfig, metrics::DropReasonLabel, profile::ProfileMetrics};
 
 /// How often the writer thread wakes up without traffic (age-based rotation).
 const TICK: Duration = Duration::from_millis(250);
@@ -64,6 +61,34 @@ pub enum StartError {
     Thread(#[source] std::io::Error),
 }
 
+/// Where the writer thread reads the time it rotates files by and retries the disk after
+/// an error. Passed in, so that tests can run the writer on paused time.
+#[derive(Clone, Debug)]
+pub struct Clock(Option<tokio::runtime::Handle>);
+
+impl Clock {
+    /// The process's monotonic clock.
+    pub fn system() -> Clock {
+        Clock(None)
+    }
+
+    /// The clock of the tokio runtime this is called on: the process's clock, unless the
+    /// runtime's time is paused (tests), when it moves only as the runtime advances it.
+    pub fn of_runtime() -> Clock {
+        Clock(tokio::runtime::Handle::try_current().ok())
+    }
+
+    pub fn now(&self) -> Instant {
+        match &self.0 {
+            None => Instant::now(),
+            Some(handle) => {
+                let _entered = handle.enter();
+                tokio::time::Instant::now().into_std()
+            }
+        }
+    }
+}
+
 enum Msg {
     Line(Box<ProfileLine>),
     Flush(oneshot::Sender<()>),
@@ -86,13 +111,14 @@ struct Inner {
 }
 
 impl ProfileRecorder {
-    /// Starts the writer thread for `cfg.dir`. Files are opened on the first line, so an
-    /// unwritable directory is not an error here: it is a disk episode, counted and
-    /// retried like any other.
+    /// Starts the writer thread for `cfg.dir`, reading the time from `clock`. Files are
+    /// opened on the first line, so an unwritable directory is not an error here: it is a
+    /// disk episode, counted and retried like any other.
     pub fn start(
         cfg: &ProfileConfig,
         anon: Anonymizer,
-        metrics: &Metrics,
+        metrics: &ProfileMetrics,
+        clock: Clock,
     ) -> Result<ProfileRecorder, StartError> {
         let dir = cfg.dir.clone().ok_or(StartError::NoDir)?;
         let settings = WriterSettings {
@@ -121,6 +147,7 @@ impl ProfileRecorder {
             anon,
             counters,
             metrics.profile_dropped.clone(),
+            clock,
         )
     }
 
@@ -131,13 +158,14 @@ impl ProfileRecorder {
         anon: Anonymizer,
         counters: Counters,
         dropped: Family<DropReasonLabel, Counter>,
+        clock: Clock,
     ) -> Result<ProfileRecorder, StartError> {
         let (tx, rx) = mpsc::sync_channel(queue.max(1));
         let dir = settings.dir.clone();
         let writer = Writer::new(settings, anon.clone(), counters);
         let thread = std::thread::Builder::new()
             .name("goodput-profile".into())
-            .spawn(move || run(writer, rx))
+            .spawn(move || run(writer, rx, &clock))
             .map_err(StartError::Thread)?;
         Ok(ProfileRecorder {
             inner: Arc::new(Inner {
@@ -174,7 +202,8 @@ impl ProfileRecorder {
         &self.inner.dir
     }
 
-    /// Waits until every line queued before this call has been handed to the OS.
+    /// Waits until every line queued before this call has been handed to the OS, and the
+    /// file has been rotated if it is due by age (at the clock's time now).
     pub async fn flush(&self) {
         let (ack, done) = oneshot::channel();
         let tx = self.inner.tx.clone();
@@ -202,7 +231,7 @@ impl ProfileRecorder {
 }
 
 /// The writer thread: write what comes, flush when the queue is idle, rotate on time.
-fn run(mut writer: Writer, rx: mpsc::Receiver<Msg>) {
+fn run(mut writer: Writer, rx: mpsc::Receiver<Msg>, clock: &Clock) {
     let mut since_flush = 0usize;
     loop {
         let msg = match rx.recv_timeout(TICK) {
@@ -212,7 +241,7 @@ fn run(mut writer: Writer, rx: mpsc::Receiver<Msg>) {
         };
         let mut next = msg;
         while let Some(msg) = next.take() {
-            let now = Instant::now();
+            let now = clock.now();
             match msg {
                 Msg::Line(line) => {
                     writer.write(&line, now);
@@ -224,6 +253,7 @@ fn run(mut writer: Writer, rx: mpsc::Receiver<Msg>) {
                 }
                 Msg::Flush(ack) => {
                     writer.flush(now);
+                    writer.tick(now);
                     since_flush = 0;
                     let _ = ack.send(());
                 }
@@ -235,7 +265,7 @@ fn run(mut writer: Writer, rx: mpsc::Receiver<Msg>) {
             }
             next = rx.try_recv().ok();
         }
-        let now = Instant::now();
+        let now = clock.now();
         if since_flush > 0 {
             writer.flush(now);
             since_flush = 0;

@@ -28,16 +28,17 @@ use super::{
     body::UpstreamBody,
     client::Clients,
     error::ProxyError,
+    fds::{Division, FileBudget},
     headers,
     inline::{self, Lease},
-    request_body::ClientBody,
+    request_body::{BodyFault, ClientBody},
     slots::Slots,
     tunnel,
 };
 use crate::{
     config::Upstream,
     measure::RequestTap,
-    metrics::LimitMetrics,
+    proxy::LimitMetrics,
     usage_injection::{self, ForwardBody, InjectPlan},
 };
 
@@ -54,6 +55,9 @@ struct Fixed {
     /// `server.request_body_timeout`.
     body_timeout: Duration,
     limits: LimitMetrics,
+    /// The open-files budget, and its division at start (a reload redivides it).
+    files: FileBudget,
+    division: Division,
 }
 
 struct Inner {
@@ -68,20 +72,34 @@ struct Inner {
 }
 
 impl Forward {
-    pub fn new(upstream: &Upstream, body_timeout: Duration, limits: LimitMetrics) -> Forward {
-        let inner = Inner::new(upstream, &limits);
+    /// `division`: the open-files budget's division at start (see [`super::fds`]); the
+    /// upstream gets its share of connections.
+    pub fn new(
+        upstream: &Upstream,
+        body_timeout: Duration,
+        limits: LimitMetrics,
+        files: FileBudget,
+        division: Division,
+    ) -> Forward {
+        let inner = Inner::new(upstream, &limits, division.upstream);
         Forward {
             inner: Arc::new(ArcSwap::from_pointee(inner)),
             fixed: Arc::new(Fixed {
                 body_timeout,
                 limits,
+                files,
+                division,
             }),
         }
     }
 
-    /// Switches new requests to a freshly built client for `upstream`.
+    /// Switches new requests to a freshly built client for `upstream`, with the
+    /// open-files budget divided anew for its `max_connections`.
     pub fn replace(&self, upstream: &Upstream) {
-        let inner = Inner::new(upstream, &self.fixed.limits);
+        let f = &self.fixed;
+        let division = f.files.redivide(f.division, upstream.max_connections);
+        division.publish(f.division.clients, upstream.max_connections, &f.limits);
+        let inner = Inner::new(upstream, &f.limits, division.upstream);
         self.inner.store(Arc::new(inner));
     }
 }
@@ -113,9 +131,10 @@ impl Service<Request<RequestTap<Incoming>>> for Forward {
 }
 
 impl Inner {
-    fn new(upstream: &Upstream, limits: &LimitMetrics) -> Inner {
+    /// `max_connections`: `upstream.max_connections` as the open-files budget allows.
+    fn new(upstream: &Upstream, limits: &LimitMetrics, max_connections: usize) -> Inner {
         let slots = Arc::new(Slots::new(
-            upstream.max_connections,
+            max_connections,
             upstream.pool_wait_timeout,
             limits.clone(),
         ));
@@ -146,9 +165,12 @@ impl Inner {
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         // Before anything reaches the upstream (RFC 9112 §3.2).
         headers::check_host(&req).map_err(ProxyError::BadHost)?;
+        headers::check_authority(&req, self.upstream.preserve_host).map_err(ProxyError::BadHost)?;
         let upgrade = headers::is_upgrade(&req);
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
+        // `server.request_body_timeout` runs from the head, like the body's own timer.
+        let body_deadline = tokio::time::Instant::now() + fixed.body_timeout;
         let (body, fault) = ClientBody::new(body, fixed.body_timeout);
         let conn = parts.extensions.get::<ConnInfo>().cloned();
         let client_authority = parts.uri.authority().map(|a| a.as_str().to_owned());
@@ -179,7 +201,7 @@ impl Inner {
         let sent = async {
             match &self.inline {
                 Some(pool) if !upgrade && request.method() != Method::CONNECT => pool
-                    .send(request)
+                    .send(request, &fault)
                     .await
                     .map(|(resp, lease)| (resp, Some(lease))),
                 _ => {
@@ -192,12 +214,16 @@ impl Inner {
                 }
             }
         };
-        let (resp, mut lease) = match tokio::time::timeout(timeout, sent).await {
-            // A body that failed or timed out fails the upstream request with it: the
-            // client's doing, whatever the upstream client made of it.
-            Err(_) => return Err(fault.take().unwrap_or(ProxyError::HeaderTimeout(timeout))),
-            Ok(Err(e)) => return Err(fault.take().unwrap_or(e)),
-            Ok(Ok(sent)) => sent,
+        let deadline = head_deadline(&fault, body_deadline, fixed.body_timeout, timeout);
+        // A body that failed or timed out fails the upstream request with it: the
+        // client's doing, whatever the upstream client made of it.
+        let (resp, mut lease) = tokio::select! {
+            biased;
+            sent = sent => match sent {
+                Ok(sent) => sent,
+                Err(e) => return Err(fault.take().unwrap_or(e)),
+            },
+            e = deadline => return Err(fault.take().unwrap_or(e)),
         };
 
         let (mut parts, body) = resp.into_parts();
@@ -244,5 +270,133 @@ impl Inner {
             .await
             .map_err(|e| ProxyError::UpstreamFailed(Box::new(e)))?;
         Ok(Response::from_parts(parts, body))
+    }
+}
+
+/// Resolves with the error for a request whose response head is overdue: the upload
+/// outlived `server.request_body_timeout` (the client's fault, whatever the other timers
+/// say), or `upstream.response_header_timeout` passed since the upstream's clock started:
+/// at the end of the request body, or at the upstream's first response byte if earlier.
+///
+/// A body nobody has asked for yet at its deadline (the request still waits for an
+/// upstream connection, bounded by the pool wait and connect timeouts) may well be in the
+/// socket buffer: the body's own timer decides once it is read (at once, its deadline
+/// being past), and the upstream's clock starts at the deadline meanwhile.
+async fn head_deadline(
+    fault: &BodyFault,
+    body_deadline: tokio::time::Instant,
+    body_timeout: Duration,
+    header_timeout: Duration,
+) -> ProxyError {
+    tokio::select! {
+        biased;
+        () = fault.upstream_clock_started() => {}
+        () = tokio::time::sleep_until(body_deadline) => {
+            if fault.being_read() {
+                return ProxyError::BodyTimeout(body_timeout);
+            }
+        }
+    }
+    tokio::time::sleep(header_timeout).await;
+    ProxyError::HeaderTimeout(header_timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BODY: Duration = Duration::from_secs(8);
+    const HEAD: Duration = Duration::from_secs(3);
+
+    #[tokio::test(start_paused = true)]
+    async fn the_head_deadline_runs_from_the_end_of_the_body() {
+        let fault = BodyFault::default();
+        let start = tokio::time::Instant::now();
+        let starter = fault.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            starter.start_upstream_clock();
+        });
+        let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
+        assert!(matches!(e, ProxyError::HeaderTimeout(_)), "{e}");
+        assert_eq!(start.elapsed(), Duration::from_secs(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upload_past_the_body_deadline_is_the_clients_whatever_else() {
+        let (mut body, fault) = ClientBody::new(Pending, BODY);
+        // The upstream asks for the body; the client sends nothing.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
+        let start = tokio::time::Instant::now();
+        let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
+        assert!(matches!(e, ProxyError::BodyTimeout(_)), "{e}");
+        assert_eq!(start.elapsed(), BODY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_not_yet_asked_for_at_its_deadline_is_not_blamed_on_the_client() {
+        // Still waiting for an upstream connection: the upstream's clock starts at the
+        // body deadline, and the body's own timer decides once it is read.
+        let fault = BodyFault::default();
+        let start = tokio::time::Instant::now();
+        let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
+        assert!(matches!(e, ProxyError::HeaderTimeout(_)), "{e}");
+        assert_eq!(start.elapsed(), BODY + HEAD);
+    }
+
+    #[tokio::test]
+    async fn a_reload_divides_the_open_files_budget_again() {
+        let upstream = |max: usize| {
+            let toml =
+                format!("[upstream]\nurl = \"http://127.0.0.1:9\"\nmax_connections = {max}\n");
+            match crate::config::load_str(&toml, "test", &crate::config::Overrides::default()) {
+                Ok(c) => c.upstream,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let limits = LimitMetrics::default();
+        let files = FileBudget::of(1024);
+        let division = files.divide(10_000, 1_024);
+        division.publish(10_000, 1_024, &limits);
+        let forward = Forward::new(&upstream(1_024), BODY, limits.clone(), files, division);
+        let share = |share| {
+            limits
+                .file_budget
+                .get_or_create(&crate::metrics::ShareLabel { share })
+                .get()
+        };
+        assert_eq!(share("upstream_connections"), 448);
+        forward.replace(&upstream(100));
+        assert_eq!(share("upstream_connections"), 100);
+        assert_eq!(share("client_connections"), 448, "fixed until a restart");
+        // More than the clients leave: held to the rest.
+        forward.replace(&upstream(5_000));
+        assert_eq!(share("upstream_connections"), 448);
+    }
+
+    /// A body whose client never sends it.
+    struct Pending;
+
+    impl http_body::Body for Pending {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_complete_with_its_head_has_the_whole_head_timeout() {
+        let fault = BodyFault::default();
+        fault.start_upstream_clock();
+        let start = tokio::time::Instant::now();
+        let e = head_deadline(&fault, start + BODY, BODY, HEAD).await;
+        assert!(matches!(e, ProxyError::HeaderTimeout(_)), "{e}");
+        assert_eq!(start.elapsed(), HEAD);
     }
 }

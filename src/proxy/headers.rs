@@ -91,7 +91,31 @@ pub fn check_host<B>(req: &Request<B>) -> Result<(), &'static str> {
     }
 }
 
-/// Prepares the request head for the upstream.
+/// With `preserve_host`, the `Host` the upstream sees is the client's, so it must be
+/// the one the request was for: an HTTP/2 request whose `host` names another authority
+/// than its `:authority` is malformed (RFC 9113 §8.3.1) and refused. (HTTP/1's
+/// absolute-form, where the request target wins over `Host`, is settled in
+/// [`prepare_request`].)
+pub fn check_authority<B>(req: &Request<B>, preserve_host: bool) -> Result<(), &'static str> {
+    if !preserve_host || req.version() != Version::HTTP_2 {
+        return Ok(());
+    }
+    let (Some(authority), Some(host)) = (req.uri().authority(), req.headers().get(HOST)) else {
+        return Ok(());
+    };
+    let same = host
+        .to_str()
+        .is_ok_and(|h| h.trim().eq_ignore_ascii_case(authority.as_str()));
+    if same {
+        Ok(())
+    } else {
+        Err("the host header differs from :authority")
+    }
+}
+
+/// Prepares the request head for the upstream. `client_authority` is the authority of
+/// the request target (HTTP/1 absolute-form, HTTP/2 `:authority`): where there is one,
+/// it wins over `Host` (RFC 9112 §3.2.2, RFC 9113 §8.3.1).
 pub fn prepare_request(
     headers: &mut HeaderMap,
     conn: Option<&ConnInfo>,
@@ -106,11 +130,12 @@ pub fn prepare_request(
     if let Some(id) = request_id {
         headers.insert(REQUEST_ID, id);
     }
-    let original_host = headers
-        .get(HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| client_authority.map(str::to_owned));
+    let original_host = client_authority.map(str::to_owned).or_else(|| {
+        headers
+            .get(HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    });
     if let Some(conn) = conn {
         let ip = conn.remote.ip().to_string();
         let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
@@ -130,9 +155,7 @@ pub fn prepare_request(
         headers.insert(X_FORWARDED_HOST, v);
     }
     if preserve_host {
-        if !headers.contains_key(HOST)
-            && let Some(v) = original_host.and_then(|h| HeaderValue::from_str(&h).ok())
-        {
+        if let Some(v) = original_host.and_then(|h| HeaderValue::from_str(&h).ok()) {
             headers.insert(HOST, v);
         }
     } else {
@@ -221,6 +244,37 @@ mod tests {
         assert!(check_host(&req(Version::HTTP_10, &[])).is_ok());
         assert!(check_host(&req(Version::HTTP_2, &[])).is_ok());
         assert!(check_host(&req(Version::HTTP_2, &["a", "a"])).is_err());
+    }
+
+    #[test]
+    fn an_absolute_form_authority_wins_over_host() {
+        let mut h = map(&[("host", "wrong.example")]);
+        prepare_request(&mut h, None, Some("right.example:8443"), true, false);
+        assert_eq!(h.get(HOST).unwrap(), "right.example:8443");
+        assert_eq!(h.get(X_FORWARDED_HOST).unwrap(), "right.example:8443");
+        // Origin-form: Host is all there is.
+        let mut h = map(&[("host", "only.example")]);
+        prepare_request(&mut h, None, None, true, false);
+        assert_eq!(h.get(HOST).unwrap(), "only.example");
+    }
+
+    #[test]
+    fn an_http2_host_that_differs_from_authority_is_refused_when_preserved() {
+        let req = |host: &str| {
+            Request::builder()
+                .version(Version::HTTP_2)
+                .uri("http://api.example/v1/chat/completions")
+                .header(HOST, host)
+                .body(())
+                .unwrap()
+        };
+        assert!(check_authority(&req("API.example"), true).is_ok());
+        assert!(check_authority(&req("other.example"), true).is_err());
+        // Host is replaced anyway: nothing to refuse.
+        assert!(check_authority(&req("other.example"), false).is_ok());
+        let mut http1 = req("other.example");
+        *http1.version_mut() = Version::HTTP_11;
+        assert!(check_authority(&http1, true).is_ok());
     }
 
     #[test]

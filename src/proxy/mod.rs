@@ -59,7 +59,9 @@ mod framing;
 mod h2guard;
 mod headers;
 mod inline;
+mod limit_metrics;
 mod request_body;
+mod room;
 mod server;
 mod slots;
 mod tunnel;
@@ -70,9 +72,10 @@ use std::net::SocketAddr;
 
 pub use body::UpstreamBody;
 pub use error::ProxyError;
-pub use fds::ClientBudget;
+pub use fds::{Division, FileBudget};
 pub use forward::Forward;
 pub use framing::{Broken, Delimiter, Fed, Framing, Violation};
+pub use limit_metrics::{LIMITS, LimitMetrics};
 pub use server::{Proxy, serve};
 
 /// What the forwarding service knows about the client connection.

@@ -7,11 +7,20 @@
 //! forwarder that looks like an upstream failure; the [`BodyFault`] kept here says whose it
 //! was, so the client gets a 400 or 408 and the record says `client_error`, not
 //! `upstream_error` or `timeout`.
+//!
+//! The same shared state starts the upstream's clock: `upstream.response_header_timeout`
+//! runs from the end of the request body (or from the upstream's first response byte, if
+//! it answers before the body is complete), never from the request head, so that a slow
+//! upload is not booked as the upstream's delay.
 
 use std::{
     future::Future,
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
+    pin::pin,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     task::{Context, Poll},
     time::Duration,
 };
@@ -19,14 +28,28 @@ use std::{
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep};
+use tokio::{
+    sync::Notify,
+    time::{Instant, Sleep},
+};
 
 use super::error::ProxyError;
 use crate::BoxError;
 
-/// What went wrong with a request body, if anything; shared by the body and the forwarder.
+/// What went wrong with a request body, if anything, and whether the upstream's clock has
+/// started; shared by the body, the upstream connection and the forwarder.
 #[derive(Clone, Default)]
-pub struct BodyFault(Arc<Mutex<Option<Fault>>>);
+pub struct BodyFault(Arc<Shared>);
+
+#[derive(Default)]
+struct Shared {
+    fault: Mutex<Option<Fault>>,
+    /// The body is complete, or the upstream began to answer.
+    started: AtomicBool,
+    /// The body has been asked for (the upstream is reading it).
+    read: AtomicBool,
+    start: Notify,
+}
 
 enum Fault {
     TimedOut(Duration),
@@ -35,7 +58,7 @@ enum Fault {
 
 impl BodyFault {
     fn set(&self, fault: Fault) {
-        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = self.0.fault.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.is_none() {
             *slot = Some(fault);
         }
@@ -45,6 +68,7 @@ impl BodyFault {
     pub fn take(&self) -> Option<ProxyError> {
         let fault = self
             .0
+            .fault
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()?;
@@ -52,6 +76,34 @@ impl BodyFault {
             Fault::TimedOut(after) => ProxyError::BodyTimeout(after),
             Fault::Failed(e) => ProxyError::BadBody(e),
         })
+    }
+}
+
+impl BodyFault {
+    /// The upstream's clock starts now: the body is complete, or the upstream has begun
+    /// to answer. Once; later calls cost a load.
+    pub fn start_upstream_clock(&self) {
+        if !self.0.started.load(Ordering::Relaxed) && !self.0.started.swap(true, Ordering::AcqRel) {
+            self.0.start.notify_waiters();
+        }
+    }
+
+    /// Whether the body has been asked for: its upload is under way, and if it is still
+    /// incomplete at its deadline, that is the client's doing (before, the request waits
+    /// for an upstream connection).
+    pub fn being_read(&self) -> bool {
+        self.0.read.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the upstream's clock has started (at once if it has).
+    pub async fn upstream_clock_started(&self) {
+        let mut started = pin!(self.0.start.notified());
+        // Listening before looking, so that a start in between is not missed.
+        started.as_mut().enable();
+        if self.0.started.load(Ordering::Acquire) {
+            return;
+        }
+        started.await;
     }
 }
 
@@ -72,13 +124,19 @@ pin_project! {
         sleep: Option<Pin<Box<Sleep>>>,
         fault: BodyFault,
         failed: bool,
+        // Whether `fault` has been told the body is being read (told once).
+        read: bool,
     }
 }
 
-impl<B> ClientBody<B> {
+impl<B: Body> ClientBody<B> {
     /// The body must have ended `timeout` from now.
     pub fn new(inner: B, timeout: Duration) -> (ClientBody<B>, BodyFault) {
         let fault = BodyFault::default();
+        if inner.is_end_stream() {
+            // No body (or an empty one): the request is complete with its head.
+            fault.start_upstream_clock();
+        }
         let body = ClientBody {
             inner,
             deadline: Instant::now() + timeout,
@@ -86,6 +144,7 @@ impl<B> ClientBody<B> {
             sleep: None,
             fault: fault.clone(),
             failed: false,
+            read: false,
         };
         (body, fault)
     }
@@ -103,17 +162,30 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
+        let mut this = self.project();
         if *this.failed {
             return Poll::Ready(None);
         }
-        match this.inner.poll_frame(cx) {
+        if !*this.read {
+            *this.read = true;
+            this.fault.0.read.store(true, Ordering::Release);
+        }
+        match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(Some(Err(e))) => {
                 *this.failed = true;
                 this.fault.set(Fault::Failed(e.into()));
                 Poll::Ready(Some(Err(Box::new(ClientBodyFailed))))
             }
-            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Ready(None) => {
+                this.fault.start_upstream_clock();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.inner.is_end_stream() {
+                    this.fault.start_upstream_clock();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
             Poll::Pending => {
                 let deadline = *this.deadline;
                 let sleep = this
@@ -202,6 +274,55 @@ mod tests {
         ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
             Poll::Ready(Some(Err(std::io::Error::other("invalid chunk size"))))
         }
+    }
+
+    /// A body fed by a channel: it ends when the sender is dropped.
+    struct Channel(tokio::sync::mpsc::Receiver<Bytes>);
+
+    impl Body for Channel {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_upstream_clock_starts_when_the_body_is_complete() {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let (mut body, fault) = ClientBody::new(Channel(rx), Duration::from_secs(60));
+        let start = Instant::now();
+        let started = tokio::spawn({
+            let fault = fault.clone();
+            async move {
+                fault.upstream_clock_started().await;
+                Instant::now()
+            }
+        });
+        let reader = tokio::spawn(async move {
+            while let Some(frame) = body.frame().await {
+                frame.unwrap();
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        tx.send(Bytes::from_static(b"{}")).await.unwrap();
+        tokio::task::yield_now().await;
+        assert!(!started.is_finished(), "not before the body's end");
+        drop(tx);
+        reader.await.unwrap();
+        assert_eq!(started.await.unwrap() - start, Duration::from_secs(4));
+        assert!(fault.take().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_request_without_a_body_starts_the_upstream_clock_at_once() {
+        let empty = http_body_util::Empty::<Bytes>::new();
+        let (_body, fault) = ClientBody::new(empty, Duration::from_secs(60));
+        fault.upstream_clock_started().await;
     }
 
     #[tokio::test]

@@ -4,9 +4,11 @@
 //! yet, let in-flight streams finish until the drain deadline, then cut what is left
 //! (recorded as such).
 //!
-//! Client connections are bounded (`server.max_connections`): past it a new connection is
-//! closed as soon as it is accepted, so that the ones served keep their descriptors and a
-//! flood of idle connections costs the flood, not the listener. Failed accepts (out of
+//! Client connections are bounded (`server.max_connections`): past it, a connection that
+//! has waited longest for a request is closed to make room for the new one
+//! ([`super::room`]), and if none may be, the new connection is closed as soon as it is
+//! accepted, so that the ones served keep their descriptors and a flood of idle
+//! connections costs the flood, not the listener. Failed accepts (out of
 //! descriptors) back off and warn at most once per [`ACCEPT_WARN_EVERY`].
 //!
 //! A plaintext connection's first bytes are peeked at, not read: one that does not open
@@ -44,18 +46,18 @@ use tokio_rustls::TlsAcceptor;
 use tower::{Layer, ServiceExt, service_fn};
 
 use super::{
-    ConnInfo, Forward,
+    ConnInfo, Forward, UpstreamBody,
     coalesce::Coalesce,
-    fds::ClientBudget,
     first_bytes::{FirstBytes, H2_PREFACE},
     h2guard::{self, H2Guard},
+    room::{Held, Presence, Registered, Room},
     wire::WireStream,
 };
 use crate::{
     BoxError,
     config::Server,
-    measure::{ClientReads, Delivery, Measure, MeasureLayer, ReadClock, Recorder},
-    metrics::LimitMetrics,
+    measure::{ClientReads, Delivery, Measure, MeasureLayer, MeasuredBody, ReadClock, Recorder},
+    proxy::LimitMetrics,
 };
 
 /// Streams an HTTP/2 client may reset before the server has seen them, before the
@@ -66,6 +68,10 @@ const H2_MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
 /// Streams the server may reset because the client broke the protocol on them before the
 /// connection is closed (RUSTSEC-2024-0003). hyper's default, stated here likewise.
 const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
+
+/// A connection accepted at the cap waits at most this long for the place of the one
+/// told to close to make room for it.
+const ROOM_WAIT: Duration = Duration::from_secs(1);
 
 /// Failed accepts (out of descriptors) are retried after this pause...
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -89,6 +95,9 @@ pub struct Proxy {
     recorder: Recorder,
     /// Client connections that may be open at once (`server.max_connections`).
     connections: Arc<Semaphore>,
+    /// The open connections, to close one that waits for a request when the cap is
+    /// reached (see [`super::room`]).
+    room: Arc<Room>,
     limits: LimitMetrics,
     /// HTTP/2 control frames a connection may send a second, and where a flood counts.
     control_frames: u32,
@@ -99,6 +108,7 @@ pub struct Proxy {
 struct Open {
     _permit: OwnedSemaphorePermit,
     gauge: prometheus_client::metrics::gauge::Gauge,
+    room: Registered,
 }
 
 impl Drop for Open {
@@ -113,7 +123,7 @@ impl Proxy {
         self.tls.clone()
     }
 
-    /// `budget` is how many client connections the descriptors allow
+    /// `max_connections` is `server.max_connections` as the open-files budget allows
     /// (see [`super::fds`]).
     pub fn new(
         server: &Server,
@@ -121,7 +131,7 @@ impl Proxy {
         layer: MeasureLayer,
         recorder: Recorder,
         limits: LimitMetrics,
-        budget: ClientBudget,
+        max_connections: usize,
     ) -> Proxy {
         let l = &server.limits;
         let header_bytes = l.max_request_header_bytes;
@@ -155,7 +165,6 @@ impl Proxy {
             .max_header_size(header_bytes)
             .half_close(server.http1_half_close)
             .keep_alive(true);
-        let max_connections = budget.cap(l.max_connections);
         let control_floods = limits
             .rejections
             .get_or_create(&crate::metrics::LimitLabel {
@@ -173,6 +182,10 @@ impl Proxy {
             drain_timeout: server.drain_timeout,
             recorder,
             connections: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
+            room: Arc::new(Room::new(
+                l.min_connection_age,
+                limits.closed_for_room.clone(),
+            )),
             limits,
             control_frames: l.http2_max_control_frames_per_second,
             control_floods,
@@ -189,22 +202,45 @@ impl Proxy {
     /// A place for a newly accepted connection, if one is free.
     fn admit(&self) -> Option<Open> {
         let permit = Arc::clone(&self.connections).try_acquire_owned().ok()?;
+        Some(self.open(permit))
+    }
+
+    fn open(&self, permit: OwnedSemaphorePermit) -> Open {
         let gauge = self.limits.client_connections.clone();
         gauge.inc();
-        Some(Open {
+        Open {
             _permit: permit,
             gauge,
-        })
+            room: self.room.register(),
+        }
+    }
+
+    /// A connection accepted at the cap, after one waiting for a request was told to
+    /// close: it takes that one's place once it has gone (or is closed after
+    /// [`ROOM_WAIT`], should a request have kept that one open).
+    async fn when_room(self: Arc<Self>, stream: TcpStream, remote: SocketAddr, late: bool) {
+        let permit =
+            tokio::time::timeout(ROOM_WAIT, Arc::clone(&self.connections).acquire_owned()).await;
+        match permit {
+            Ok(Ok(permit)) => {
+                let open = self.open(permit);
+                accept(self, stream, remote, open, late).await;
+            }
+            _ => {
+                self.limits.rejected("server.max_connections");
+                tracing::debug!(%remote, "connection limit reached; closed");
+            }
+        }
     }
 
     /// A TLS or HTTP/2 connection: hyper-util's `auto` server (HTTP/1 or HTTP/2), with
     /// upgrades, shut down gracefully when draining starts.
-    async fn connection<IO>(self: Arc<Self>, io: IO, conn: ConnInfo)
+    async fn connection<IO>(self: Arc<Self>, io: IO, conn: ConnInfo, presence: Arc<Presence>)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let delivery = Arc::new(Delivery::new());
-        let svc = self.service(conn, &delivery);
+        let svc = self.service(conn, &delivery, presence);
         // HTTP/2 PING and SETTINGS floods close the connection (HTTP/1 passes untouched).
         let io = H2Guard::new(io, self.control_frames, self.control_floods.clone());
         // hyper's header-read timeout starts only once HTTP/1 is chosen; bound the bytes before.
@@ -220,9 +256,9 @@ impl Proxy {
 
     /// A plaintext connection known to speak HTTP/1: hyper's HTTP/1 server on the socket
     /// itself, with upgrades, shut down gracefully when draining starts.
-    async fn http1(self: Arc<Self>, io: WireStream, conn: ConnInfo) {
+    async fn http1(self: Arc<Self>, io: WireStream, conn: ConnInfo, presence: Arc<Presence>) {
         let delivery = Arc::new(Delivery::new());
-        let svc = self.service(conn, &delivery);
+        let svc = self.service(conn, &delivery, presence);
         let io = Coalesce::new(io, Arc::clone(&delivery));
         let connection = self
             .http1
@@ -235,14 +271,16 @@ impl Proxy {
     }
 
     /// The service for one connection's requests: each carries what is known of the
-    /// connection, and its [`Delivery`] for the response body to follow.
+    /// connection, and its [`Delivery`] for the response body to follow, and keeps the
+    /// connection busy (not to be closed for room) until its response body is dropped.
     fn service(
         &self,
         conn: ConnInfo,
         delivery: &Arc<Delivery>,
+        presence: Arc<Presence>,
     ) -> impl tower::Service<
         Request<Incoming>,
-        Response = <Measure<Forward> as tower::Service<Request<Incoming>>>::Response,
+        Response = http::Response<Held<MeasuredBody<UpstreamBody>>>,
         Error = <Measure<Forward> as tower::Service<Request<Incoming>>>::Error,
         Future: Send,
     > + Clone
@@ -252,12 +290,17 @@ impl Proxy {
         let delivery = Arc::clone(delivery);
         service_fn(move |mut req: Request<Incoming>| {
             delivery.request_begins();
+            let busy = presence.busy();
             if let Some(reads) = &conn.reads {
                 req.extensions_mut().insert(ClientReads(Arc::clone(reads)));
             }
             req.extensions_mut().insert(conn.clone());
             req.extensions_mut().insert(Arc::clone(&delivery));
-            svc.clone().oneshot(req)
+            let call = svc.clone().oneshot(req);
+            async move {
+                let resp = call.await?;
+                Ok(resp.map(|body| Held::new(body, busy)))
+            }
         })
     }
 
@@ -442,6 +485,12 @@ impl Proxy {
             }
         };
         let Some(open) = self.admit() else {
+            if self.room.make_room() {
+                // One waiting for a request goes; this one takes its place.
+                let _ = stream.set_nodelay(true);
+                conns.spawn(Arc::clone(self).when_room(stream, remote, late));
+                return true;
+            }
             // Closed at once: the client knows at once, and the connections being
             // served keep their descriptors.
             self.limits.rejected("server.max_connections");
@@ -507,7 +556,25 @@ pub async fn serve(
 /// nothing by then is closed; a `late` one (taken from the queue as draining starts: its
 /// client connected a moment ago and has not had time to send) gets the usual handshake
 /// and header time instead.
-async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open: Open, late: bool) {
+async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, open: Open, late: bool) {
+    let presence = Arc::clone(open.room.presence());
+    let serving = serve_accepted(proxy, stream, remote, Arc::clone(&presence), late);
+    tokio::select! {
+        () = serving => {}
+        () = presence.closing() => {
+            tracing::debug!(%remote, "closed to make room for a new connection");
+        }
+    }
+    drop(open);
+}
+
+async fn serve_accepted(
+    proxy: Arc<Proxy>,
+    stream: TcpStream,
+    remote: SocketAddr,
+    presence: Arc<Presence>,
+    late: bool,
+) {
     let drain_started = || async {
         if late {
             std::future::pending::<()>().await;
@@ -537,8 +604,10 @@ async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open:
         // The other paths are boxed: this task's future is as large as its largest path,
         // and every plaintext HTTP/1 connection would pay for TLS's (docs/PERFORMANCE.md).
         return match opened {
-            Opening::Http1 => Arc::clone(&proxy).http1(stream, conn).await,
-            Opening::Http2 => Box::pin(Arc::clone(&proxy).connection(stream, conn)).await,
+            Opening::Http1 => Arc::clone(&proxy).http1(stream, conn, presence).await,
+            Opening::Http2 => {
+                Box::pin(Arc::clone(&proxy).connection(stream, conn, presence)).await;
+            }
             Opening::Gone => tracing::debug!(%remote, "client sent no request head in time"),
         };
     };
@@ -557,7 +626,7 @@ async fn accept(proxy: Arc<Proxy>, stream: TcpStream, remote: SocketAddr, _open:
                 tls: true,
                 reads,
             };
-            Box::pin(proxy.connection(tls, conn)).await;
+            Box::pin(proxy.connection(tls, conn, presence)).await;
         }
         Some(Ok(Err(e))) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
         Some(Err(_)) => tracing::debug!(%remote, "TLS handshake timed out"),

@@ -3,7 +3,9 @@
 //! a slot (idle ones too), and hyper's pooled client (TLS, HTTP/2, upgrades), where each
 //! request holds one for as long as its response streams. A request that finds none free
 //! waits up to `upstream.pool_wait_timeout`, taking a slot or (inline) a connection that
-//! came back to the pool, whichever comes first; then it gets a 503.
+//! came back to the pool, whichever comes first; then it gets a 503. A connection that
+//! cannot be opened for want of descriptors waits the same way (inline pool), trying
+//! again as connections come back and every [`FILES_RETRY`].
 //!
 //! Without it, every client stream opens its own upstream connection: 5,000 HTTP/2 streams
 //! on one client connection made 4,883 upstream connections and ran out of descriptors.
@@ -12,8 +14,12 @@ use std::{pin::pin, sync::Arc, time::Duration};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::LimitMetrics;
 use super::error::ProxyError;
-use crate::metrics::LimitMetrics;
+
+/// How often a request that could not connect for want of descriptors tries again
+/// while it waits (besides whenever a connection comes back to the pool).
+pub const FILES_RETRY: Duration = Duration::from_millis(20);
 
 /// One upstream connection's (or, on hyper's client, one request's) place in the budget;
 /// given back when dropped.
@@ -43,6 +49,26 @@ impl Slots {
             returned: Notify::new(),
             limits,
         }
+    }
+
+    /// `upstream.pool_wait_timeout`.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// After a connect failed for want of descriptors: waits until a connection comes
+    /// back to the pool or [`FILES_RETRY`] passes (a descriptor may have been freed
+    /// elsewhere), then says to try again; false once `until` has passed.
+    pub async fn wait_for_files(&self, until: tokio::time::Instant) -> bool {
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return false;
+        }
+        tokio::select! {
+            () = self.returned.notified() => {}
+            () = tokio::time::sleep_until((now + FILES_RETRY).min(until)) => {}
+        }
+        true
     }
 
     /// A connection went back to the pool: one waiting request may take it.
@@ -96,6 +122,24 @@ impl Slots {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_for_descriptors_ends_at_a_returned_connection_or_the_deadline() {
+        let slots = Arc::new(slots(1));
+        let start = tokio::time::Instant::now();
+        let until = start + Duration::from_secs(10);
+        // Nothing returned: a short pause, then try again.
+        assert!(slots.wait_for_files(until).await);
+        assert_eq!(start.elapsed(), FILES_RETRY);
+        // A connection coming back ends the wait at once.
+        slots.returned();
+        let at = tokio::time::Instant::now();
+        assert!(slots.wait_for_files(until).await);
+        assert_eq!(at.elapsed(), Duration::ZERO);
+        // Past the deadline: give up.
+        tokio::time::sleep_until(until).await;
+        assert!(!slots.wait_for_files(until).await);
+    }
 
     fn slots(max: usize) -> Slots {
         Slots::new(max, Duration::from_secs(10), LimitMetrics::default())

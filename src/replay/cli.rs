@@ -134,8 +134,9 @@ pub struct ReplayArgs {
     /// The fault must be recovered from (attainment back at target) within this long.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
     pub recovery_deadline: Duration,
-    /// `--compare` runs whose key contract fields (profile, load mode, SLO, task, model,
-    /// revision, precision) differ instead of refusing.
+    /// `--compare` runs whose conditions differ (profile, load mode and durations,
+    /// warm-up, repeats, ignore_eos, prompt sizing, probe file, SLO and gate thresholds,
+    /// task, model, revision, precision) instead of refusing.
     #[arg(long, requires = "compare")]
     pub allow_different: bool,
     /// The target engine's Prometheus metrics (vLLM or SGLang names) scraped during the
@@ -160,9 +161,41 @@ pub struct ReplayArgs {
     /// requests) grows by more than this.
     #[arg(long, value_name = "F", default_value_t = 0.25, value_parser = non_negative_f64)]
     pub soak_max_jitter_growth: f64,
+    /// The `quality` gate: the probes' pass rate must reach this (0..1; default 1.0
+    /// whenever --probes is given). Failed probes are never effective output.
+    #[arg(long, value_name = "F", value_parser = unit_interval, requires = "probes")]
+    pub quality_min: Option<f64>,
+    /// The `abnormal_input` gate: the normal requests' attainment while an injected
+    /// request is in flight may be at most this many points below their attainment
+    /// without.
+    #[arg(long, value_name = "POINTS", default_value_t = 5.0, value_parser = non_negative_f64)]
+    pub isolation_max_drop: f64,
+    /// A shell command (`sh -c`) describing the candidate, e.g. `nvidia-smi -q` or
+    /// `kubectl get deploy -o yaml`, run before the load; its output is kept as
+    /// describe.txt in the report directory and its digest in `reproducibility`.
+    #[arg(long, value_name = "CMD")]
+    pub describe_cmd: Option<String>,
+    /// An NVIDIA dcgm-exporter's metrics URL (repeatable, one per node), scraped every
+    /// second for the GPUs' utilization, memory, power, temperature, SM clock and XID
+    /// errors (`resources`, `steps[].resources`).
+    #[arg(long = "gpu-metrics", value_name = "URL")]
+    pub gpu_metrics: Vec<String>,
     /// No live progress display, even on a terminal.
     #[arg(long)]
     pub quiet: bool,
+    /// The command line as typed, for `reproducibility.command` (set by `goodput
+    /// replay`; when empty, the process's arguments are used).
+    #[arg(skip)]
+    pub command_line: Vec<String>,
+}
+
+impl ReplayArgs {
+    /// The `quality` gate's minimum pass rate (`None` without probes).
+    pub fn quality_min(&self) -> Option<f64> {
+        self.probes
+            .as_ref()
+            .map(|_| self.quality_min.unwrap_or(1.0))
+    }
 }
 
 /// Load patterns.
@@ -204,6 +237,13 @@ fn share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 1.0 => Ok(v),
         _ => Err(format!("{s:?} is not a share in (0, 1]")),
+    }
+}
+
+fn unit_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a share from 0 to 1")),
     }
 }
 

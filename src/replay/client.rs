@@ -82,6 +82,25 @@ impl Target {
         })
     }
 
+    /// The models list: the API root + `/models`.
+    pub fn models_url(&self) -> String {
+        format!("{}/models", self.root)
+    }
+
+    /// Scheme and authority, where engines serve their version endpoints.
+    pub fn origin(&self) -> String {
+        let after = self.root.find("://").map_or(0, |i| i + 3);
+        let end = self.root[after..]
+            .find('/')
+            .map_or(self.root.len(), |i| after + i);
+        self.root[..end].to_owned()
+    }
+
+    /// The `Authorization` value sent with every request (`--api-key-env`).
+    pub fn auth(&self) -> Option<HeaderValue> {
+        self.auth.clone()
+    }
+
     pub fn url(&self, api: ReplayApi) -> String {
         format!("{}{}", self.root, api.path())
     }
@@ -336,6 +355,10 @@ impl Seen {
             ttfo_ms: d.ttfo.map(ms),
             tpot_ms: d.tpot.map(ms),
             e2e_ms: ms(ended.saturating_duration_since(sent)),
+            // The replayer sends each body whole at once: nothing to set apart.
+            upload_ms: None,
+            ttft_after_upload_ms: d.ttft.map(ms),
+            e2e_after_upload_ms: ms(ended.saturating_duration_since(sent)),
             itl_ms: ItlSummary::from_gaps_us(&mut sorted),
             input_tokens: d.input_tokens,
             input_tokens_source: d.input_tokens_source,
@@ -351,6 +374,8 @@ impl Seen {
             slo_class: String::new(),
             slo_met: None,
             slo_miss_reason: None,
+            slo_miss_component: None,
+            engine: Default::default(),
             clock: crate::measure::Clock::User,
             finished_at: Some(ended),
             bytes_in,
@@ -366,6 +391,8 @@ impl Seen {
             },
             tenant: None,
             slo_overrides: Default::default(),
+            slo_header_invalid: 0,
+            slo_source: None,
             trace: None,
         };
         (record, gaps)

@@ -31,9 +31,11 @@ pub enum CompareError {
     #[error("`{path}` is not a replay report: {reason}")]
     NotAReport { path: String, reason: String },
     #[error(
-        "the runs differ in key contract fields, so their numbers do not compare: {0} (--allow-different compares them anyway)"
+        "the runs were measured under different conditions, so their numbers do not compare: {0} (--allow-different compares them anyway)"
     )]
     Different(String),
+    #[error("--compare needs two or more report.json files")]
+    TooFew,
     #[error("cannot write to `{path}`: {source}")]
     Write {
         path: String,
@@ -175,17 +177,34 @@ fn matching<'a>(step: &Value, others: &'a [Value]) -> Option<&'a Value> {
     others.iter().find(|o| o.get("label") == step.get("label"))
 }
 
-/// Contract fields that must be equal for two runs to compare: the same traffic, load
-/// pattern, SLO, task and model (hardware, engine and versions are what a comparison is
-/// usually about).
-pub const KEY_FIELDS: [&[&str]; 7] = [
+/// Fields that must be equal for two runs to compare: the same traffic, load pattern and
+/// its timing (warm-up, step and soak durations, repeats), request shape (`ignore_eos`,
+/// prompt sizing), probe file, SLO and gate thresholds, task and model (hardware, engine
+/// and versions are what a comparison is usually about). Numbers measured under different
+/// conditions do not compare.
+pub const KEY_FIELDS: [&[&str]; 15] = [
     &["contract", "profile", "hash"],
     &["contract", "load", "mode"],
+    &["contract", "load", "warmup_s"],
+    &["contract", "load", "step_duration_s"],
+    &["contract", "load", "soak_duration_s"],
+    &["contract", "load", "repeat"],
+    &["contract", "load", "ignore_eos"],
+    &["contract", "load", "prompt_lengths"],
+    &["reproducibility", "probes_sha256"],
     &["contract", "slo"],
+    &["contract", "gates"],
     &["contract", "task"],
     &["contract", "model"],
     &["contract", "model_revision"],
     &["contract", "precision"],
+];
+
+/// Key fields that reports of earlier goodput versions do not have.
+const LATER_FIELDS: [&[&str]; 3] = [
+    &["contract", "load", "repeat"],
+    &["reproducibility", "probes_sha256"],
+    &["contract", "gates"],
 ];
 
 /// The key fields on which `a` and `b` differ, as `path (A vs B)`.
@@ -196,8 +215,11 @@ pub fn key_differences(a: &Value, b: &Value) -> Vec<String> {
             .cloned()
             .unwrap_or(Value::Null)
     };
+    let has = |v: &Value, path: &[&str]| path.iter().try_fold(v, |v, k| v.get(k)).is_some();
     KEY_FIELDS
         .iter()
+        // A report written before a field existed says nothing about it: not a difference.
+        .filter(|path| !LATER_FIELDS.contains(path) || (has(a, path) && has(b, path)))
         .filter_map(|path| {
             let (x, y) = (at(a, path), at(b, path));
             (x != y).then(|| {
@@ -423,7 +445,7 @@ pub fn run(
     );
     let differ = (!differences.is_empty()).then(|| {
         format!(
-            "Key contract fields differ (compared with --allow-different): {}.",
+            "The runs were measured under different conditions (compared with --allow-different): {}.",
             differences.join("; ")
         )
     });
@@ -490,6 +512,39 @@ mod tests {
         assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!(d[0], "profile.hash (\"h1\" vs \"h2\")");
         assert!(d[1].starts_with("slo ("), "{d:?}");
+    }
+
+    #[test]
+    fn conditions_differ_but_older_reports_are_not_refused_for_newer_fields() {
+        let a = serde_json::json!({"contract": {"load": {"mode": "steps", "warmup_s": 2.0,
+            "step_duration_s": 10.0, "repeat": 3, "ignore_eos": true}, "gates": {"quality_min": 1.0}},
+            "reproducibility": {"probes_sha256": "p1"}});
+        let mut b = a.clone();
+        b["contract"]["load"]["repeat"] = 1.into();
+        b["contract"]["load"]["ignore_eos"] = false.into();
+        b["contract"]["gates"]["quality_min"] = 0.9.into();
+        b["reproducibility"]["probes_sha256"] = "p2".into();
+        let d = key_differences(&a, &b);
+        assert_eq!(
+            d,
+            [
+                "load.repeat (3 vs 1)",
+                "load.ignore_eos (true vs false)",
+                "probes_sha256 (\"p1\" vs \"p2\")",
+                "gates ({\"quality_min\":1.0} vs {\"quality_min\":0.9})"
+            ]
+        );
+        // A report from before `repeat`, `gates` and `reproducibility` existed.
+        let mut old = a.clone();
+        old["contract"]["load"]
+            .as_object_mut()
+            .unwrap()
+            .remove("repeat");
+        old["contract"].as_object_mut().unwrap().remove("gates");
+        old.as_object_mut().unwrap().remove("reproducibility");
+        assert!(key_differences(&a, &old).is_empty());
+        old["contract"]["load"]["warmup_s"] = 5.0.into();
+        assert_eq!(key_differences(&a, &old), ["load.warmup_s (2.0 vs 5.0)"]);
     }
 
     #[test]

@@ -15,9 +15,9 @@ use serde::Serialize;
 
 use super::{
     load::StepRun,
-    measure::{Pcts, Sample},
     plan::{ReplayApi, Template, mix},
     prompt::Prompts,
+    tally::{Pcts, Sample},
 };
 use crate::measure::Outcome;
 
@@ -182,14 +182,19 @@ impl Injector {
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Latency {
     pub requests: usize,
+    /// SLO met over met and missed (the `abnormal_input` gate's isolation).
+    pub attainment: Option<f64>,
     pub ttft_ms: Pcts,
     pub e2e_ms: Pcts,
 }
 
 impl Latency {
     fn of(s: &[&Sample]) -> Latency {
+        let met = s.iter().filter(|s| s.slo_met == Some(true)).count();
+        let judged = s.iter().filter(|s| s.slo_met.is_some()).count();
         Latency {
             requests: s.len(),
+            attainment: (judged > 0).then(|| met as f64 / judged as f64),
             ttft_ms: Pcts::of(s.iter().filter_map(|s| s.ttft_ms()).collect()),
             e2e_ms: Pcts::of(s.iter().map(|s| s.e2e_ms).collect()),
         }

@@ -8,7 +8,8 @@
 //! [`crate::measure::slo::judge`], and summed into steps, a knee (the proxy's windowed
 //! engine) and a verdict per class ([`report`]).
 //!
-//! Exit codes: 0 every class passed, 1 a class failed, 2 the run could not be made or
+//! Exit codes: 0 every gate passed ([`gates`]: SLO, quality, recovery, abnormal input,
+//! resources), 1 a gate failed, 2 the run could not be made or
 //! judged (bad flags or files, unwritable output, nothing measured).
 //!
 //! # Layout
@@ -19,9 +20,13 @@
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
 //! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
+//! - [`gates`]: the run's gates (SLO, quality, recovery, abnormal input, resources).
+//! - `fetch`: one GET client for what a replay reads besides the load.
+//! - [`describe`]: `reproducibility`: command line, digests, what the target says.
+//! - [`gpu`]: `--gpu-metrics`: dcgm-exporter scraped every second, figures per window.
 //! - [`attribution`]: the target engine's metrics scraped during the run: where time
 //!   went and what the engine held, per step; a soak's resource drift.
-//! - [`measure`]: per-step numbers: attainment, goodput, percentiles, spread, timeline;
+//! - [`tally`]: per-step numbers: attainment, goodput, percentiles, spread, timeline;
 //!   the fixed-size sample kept per finished request.
 //! - [`tables`]: what samples point into: the run's interned names and the ITL histograms
 //!   of measured requests per step (or soak interval), class and model.
@@ -38,11 +43,14 @@ pub mod attribution;
 pub mod cli;
 mod client;
 mod compare;
+pub mod describe;
+mod fetch;
+pub mod gates;
+pub mod gpu;
 pub mod inject;
 mod load;
 mod log;
 mod matrix;
-pub mod measure;
 pub mod plan;
 pub mod probes;
 mod progress;
@@ -52,9 +60,11 @@ pub mod repeats;
 pub mod report;
 mod session;
 pub mod tables;
+pub mod tally;
 
 use std::{
     future::Future,
+    io::Write as _,
     path::PathBuf,
     process::ExitCode,
     sync::Arc,
@@ -110,6 +120,14 @@ pub enum ReplayError {
     Missing(&'static str),
     #[error("--engine-metrics `{url}` is not an http(s) URL with a host")]
     EngineMetrics { url: String },
+    #[error("--gpu-metrics `{url}` is not an http(s) URL with a host")]
+    GpuMetrics { url: String },
+    #[error("cannot read `{path}` for its digest: {source}")]
+    Digest {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A finished replay: its report and where it was written.
@@ -120,7 +138,7 @@ pub struct Finished {
 }
 
 impl Finished {
-    /// 0 when every class passed, 1 when one failed, 2 when nothing could be judged.
+    /// 0 when every gate passed, 1 when one failed, 2 when nothing could be judged.
     pub fn exit_code(&self) -> u8 {
         match (self.report.verdicts.is_empty(), self.report.passed) {
             (true, _) => EXIT_ERROR,
@@ -182,72 +200,152 @@ fn profile_hash(paths: &[PathBuf]) -> Result<String, ReadError> {
     Ok(h.finalize().to_hex()[..32].to_owned())
 }
 
-/// Runs the replay `args` describe until done or `shutdown` resolves (then in-flight
-/// requests are cancelled and the report covers what ran), and writes the report.
-pub async fn execute(
-    args: &ReplayArgs,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<Finished, ReplayError> {
-    let target_url = args
-        .target
-        .clone()
-        .ok_or(ReplayError::Missing("--target"))?;
-    let profile = Profile::read(&args.profile)?;
-    let hash = profile_hash(&args.profile)?;
-    let workload = Arc::new(Workload::from_profile(&profile, args.model.as_deref())?);
-    let config = load_config(args, &target_url)?;
-    let scraper = engine_watch(args, &config)?;
-    let target = Target::new(&target_url, args.api_key_env.as_deref())?;
-    let tokenizer = args.tokenizer.as_deref().map(Tokenizer::load).transpose()?;
-    let prompt_lengths = match &tokenizer {
-        Some(t) => format!("exact input token counts with the tokenizer {}", t.path()),
-        None => "about 4 bytes of text per recorded input token (no tokenizer)".to_owned(),
-    };
-    let probe_model = args
-        .model
-        .clone()
-        .or_else(|| workload.templates.first().and_then(|t| t.model.clone()));
-    let probes = match &args.probes {
-        Some(path) => Some(Arc::new(probes::Probes::load(
-            path,
-            probe_model.as_deref(),
-            args.probe_share,
-        )?)),
-        None => None,
-    };
-    let injector = if args.inject.is_empty() {
-        None
-    } else {
-        Some(inject::Injector::new(
-            &args.inject,
-            args.context_tokens,
-            probe_model.as_deref(),
-            args.seed,
-            workload.block_bytes,
-        )?)
-    };
-    let write_err = |source| ReplayError::Write {
+/// Everything read and checked before the first request: a bad flag or file stops the
+/// run here, before any load.
+struct Prepared {
+    target_url: String,
+    profile: Profile,
+    hash: String,
+    workload: Arc<Workload>,
+    config: Config,
+    scraper: Option<crate::calibrate::Scraper>,
+    target: Target,
+    tokenizer: Option<Tokenizer>,
+    probes: Option<Arc<probes::Probes>>,
+    injector: Option<inject::Injector>,
+    /// Values never to be written anywhere (the API key).
+    secrets: Vec<String>,
+}
+
+impl Prepared {
+    fn read(args: &ReplayArgs) -> Result<Prepared, ReplayError> {
+        let target_url = args
+            .target
+            .clone()
+            .ok_or(ReplayError::Missing("--target"))?;
+        let profile = Profile::read(&args.profile)?;
+        let hash = profile_hash(&args.profile)?;
+        let workload = Arc::new(Workload::from_profile(&profile, args.model.as_deref())?);
+        let config = load_config(args, &target_url)?;
+        let scraper = engine_watch(args, &config)?;
+        for url in &args.gpu_metrics {
+            let uri: Option<http::Uri> = url.parse().ok();
+            if !uri.is_some_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+            }) {
+                return Err(ReplayError::GpuMetrics { url: url.clone() });
+            }
+        }
+        let target = Target::new(&target_url, args.api_key_env.as_deref())?;
+        let tokenizer = args.tokenizer.as_deref().map(Tokenizer::load).transpose()?;
+        let probe_model = args
+            .model
+            .clone()
+            .or_else(|| workload.templates.first().and_then(|t| t.model.clone()));
+        let probes = match &args.probes {
+            Some(path) => Some(Arc::new(probes::Probes::load(
+                path,
+                probe_model.as_deref(),
+                args.probe_share,
+            )?)),
+            None => None,
+        };
+        let injector = if args.inject.is_empty() {
+            None
+        } else {
+            Some(inject::Injector::new(
+                &args.inject,
+                args.context_tokens,
+                probe_model.as_deref(),
+                args.seed,
+                workload.block_bytes,
+            )?)
+        };
+        let secrets = args
+            .api_key_env
+            .as_deref()
+            .and_then(|v| std::env::var(v).ok())
+            .into_iter()
+            .collect();
+        Ok(Prepared {
+            target_url,
+            profile,
+            hash,
+            workload,
+            config,
+            scraper,
+            target,
+            tokenizer,
+            probes,
+            injector,
+            secrets,
+        })
+    }
+
+    /// How prompt lengths are reproduced, for the contract.
+    fn prompt_lengths(&self) -> String {
+        match &self.tokenizer {
+            Some(t) => format!("exact input token counts with the tokenizer {}", t.path()),
+            None => "about 4 bytes of text per recorded input token (no tokenizer)".to_owned(),
+        }
+    }
+
+    /// The runner of the load, its request log in `args.out` (created).
+    fn runner(&mut self, args: &ReplayArgs) -> Result<Runner, ReplayError> {
+        std::fs::create_dir_all(&args.out).map_err(|e| write_error(args, e))?;
+        let log = log::RequestLog::create(&args.out).map_err(|e| write_error(args, e))?;
+        let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
+        let w = &self.workload;
+        Ok(Runner::new(Setup {
+            client: Client::new(self.target.clone(), pool, args.idle_timeout)
+                .with_tenant_header(self.config.slo.tenant_header.clone()),
+            workload: w.clone(),
+            prompts: Prompts::new(
+                args.seed,
+                w.block_bytes,
+                args.ignore_eos,
+                self.tokenizer.take(),
+            ),
+            slo: Arc::new(self.config.slo.clone()),
+            seed: args.seed,
+            progress: Progress::new(args.quiet),
+            max_requests: args.max_requests,
+            max_in_flight: args.max_in_flight.max(1),
+            probes: self.probes.clone(),
+            injector: self.injector.take(),
+            burst: args.burst,
+            log: Some(log),
+        }))
+    }
+}
+
+fn write_error(args: &ReplayArgs, source: std::io::Error) -> ReplayError {
+    ReplayError::Write {
         dir: args.out.display().to_string(),
         source,
-    };
-    std::fs::create_dir_all(&args.out).map_err(write_err)?;
-    let log = log::RequestLog::create(&args.out).map_err(write_err)?;
-    let pool = args.concurrency.iter().copied().max().unwrap_or(1).max(64) as usize;
-    let runner = Runner::new(Setup {
-        client: Client::new(target, pool, args.idle_timeout)
-            .with_tenant_header(config.slo.tenant_header.clone()),
-        workload: workload.clone(),
-        prompts: Prompts::new(args.seed, workload.block_bytes, args.ignore_eos, tokenizer),
-        slo: Arc::new(config.slo.clone()),
-        seed: args.seed,
-        progress: Progress::new(args.quiet),
-        max_requests: args.max_requests,
-        max_in_flight: args.max_in_flight.max(1),
-        probes: probes.clone(),
-        injector,
-        burst: args.burst,
-        log: Some(log),
-    });
+    }
+}
+
+/// What the load left besides the runner's requests: the steps, the engine's and the
+/// GPUs' metrics, and the fault.
+struct Ran {
+    driven: session::Driven,
+    scrapes: Option<attribution::Scrapes>,
+    telemetry: Option<gpu::Telemetry>,
+    fault: Option<recovery::FaultRun>,
+    started_at: SystemTime,
+    t0: Instant,
+}
+
+/// Runs the load with its watchers (engine metrics, GPU exporters, the fault command)
+/// until it is done or `shutdown` resolves.
+async fn run_load(
+    runner: &Runner,
+    args: &ReplayArgs,
+    p: &Prepared,
+    fetcher: &fetch::Fetcher,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Ran {
     let abort = runner.abort_handle();
     let watcher = tokio::spawn(async move {
         shutdown.await;
@@ -266,96 +364,190 @@ pub async fn execute(
         }
         _ => None,
     };
-    let watch =
-        scraper.map(|scraper| attribution::Watch::start(scraper, args.engine_metrics_interval, t0));
+    let watch = p
+        .scraper
+        .clone()
+        .map(|s| attribution::Watch::start(s, args.engine_metrics_interval, t0));
+    let gpus = (!args.gpu_metrics.is_empty())
+        .then(|| gpu::GpuWatch::start(args.gpu_metrics.clone(), fetcher.clone(), t0));
     let ticker = runner.progress().start();
-    let driven = session::drive(&runner, args, &workload).await;
+    let driven = session::drive(runner, args, &p.workload).await;
     drop(ticker);
     let scrapes = match watch {
         Some(w) => Some(w.finish().await),
         None => None,
     };
-    let fault_run = match fault {
+    let telemetry = match gpus {
+        Some(g) => Some(g.finish().await),
+        None => None,
+    };
+    let fault = match fault {
         Some((f, cmd, at)) => Some(f.finish(cmd, at).await),
         None => None,
     };
     watcher.abort();
-    let finished = runner.take_finished();
-    let recovery = fault_run.as_ref().map(|f| {
-        recovery::analyse(
-            &finished.samples,
-            &finished.tables,
-            f,
-            args.recovery_deadline,
-            &config.slo,
-        )
-    });
-    let scale = args.rate_scale;
-    let required_concurrency = (args.mode == Mode::Steps).then(|| {
-        args.required_concurrency.unwrap_or_else(|| {
-            (workload.concurrency.unwrap_or(1.0) * scale)
-                .ceil()
-                .max(1.0) as u32
-        })
-    });
-    let required_rate = (args.mode == Mode::Ramp)
-        .then(|| args.required_rate.or(workload.rate.map(|r| r * scale)))
-        .flatten();
-    let mut notes = workload.notes.clone();
-    notes.extend(profile.notes());
-    notes.extend(driven.notes);
-    let report = report::build(&report::Inputs {
-        args,
-        target: &target_url,
-        profile: &profile,
-        profile_hash: hash,
-        workload: &workload,
-        config: &config,
-        runs: &driven.runs,
-        samples: &finished.samples,
-        tables: &finished.tables,
+    Ran {
+        driven,
+        scrapes,
+        telemetry,
+        fault,
         started_at,
         t0,
-        interrupted: runner.aborted(),
-        saturated: runner.saturated(),
-        sent: runner.sent(),
-        required_concurrency,
-        required_rate,
-        soak_rate: driven.soak_rate,
-        prompt_lengths,
-        notes,
-        recovery,
-        probes: probes.as_deref(),
-        scrapes: scrapes.as_ref(),
-    });
+    }
+}
+
+/// What the run is reproduced from: the command line, digests of its files, what the
+/// target says about itself and `--describe-cmd`'s output.
+async fn reproducibility(
+    args: &ReplayArgs,
+    p: &Prepared,
+    fetcher: &fetch::Fetcher,
+) -> Result<describe::Reproducibility, ReplayError> {
+    let command: Vec<String> = if args.command_line.is_empty() {
+        std::env::args().collect()
+    } else {
+        args.command_line.clone()
+    };
+    let digest = |path: &std::path::Path| {
+        describe::sha256_files(&[path]).map_err(|source| ReplayError::Digest {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let profiles: Vec<&std::path::Path> = args.profile.iter().map(PathBuf::as_path).collect();
+    let profile_sha256 =
+        describe::sha256_files(&profiles).map_err(|source| ReplayError::Digest {
+            path: args
+                .profile
+                .first()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            source,
+        })?;
+    let target = describe::ask_target(fetcher, &p.target.models_url(), &p.target.origin()).await;
+    let described = match &args.describe_cmd {
+        Some(cmd) => Some(describe::describe(cmd, &args.out, &p.secrets).await),
+        None => None,
+    };
+    Ok(describe::Reproducibility {
+        command: describe::command_line(&command, &p.secrets),
+        goodput_version: env!("CARGO_PKG_VERSION").into(),
+        config_sha256: args.config.as_deref().map(digest).transpose()?,
+        profile_sha256,
+        probes_sha256: args.probes.as_deref().map(digest).transpose()?,
+        target,
+        describe: described,
+    })
+}
+
+/// Runs the replay `args` describe until done or `shutdown` resolves (then in-flight
+/// requests are cancelled and the report covers what ran), and writes the report.
+pub async fn execute(
+    args: &ReplayArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Finished, ReplayError> {
+    let mut p = Prepared::read(args)?;
+    std::fs::create_dir_all(&args.out).map_err(|e| write_error(args, e))?;
+    let fetcher = fetch::Fetcher::new(describe::FETCH_TIMEOUT, p.target.auth());
+    // Before the runner's clock starts: `--fault-at` counts from the first request.
+    let reproducibility = reproducibility(args, &p, &fetcher).await?;
+    let runner = p.runner(args)?;
+    let ran = run_load(&runner, args, &p, &fetcher, shutdown).await;
+    let report = judge(args, &p, &runner, ran, reproducibility);
     runner
         .close_log()
         .and_then(|()| report::write(&report, &args.out))
-        .map_err(|source| ReplayError::Write {
-            dir: args.out.display().to_string(),
-            source,
-        })?;
+        .map_err(|e| write_error(args, e))?;
     Ok(Finished {
         report,
         dir: args.out.clone(),
     })
 }
 
+/// The report of what ran: the recovery analysed, the load the verdict is judged at, and
+/// everything measured.
+fn judge(
+    args: &ReplayArgs,
+    p: &Prepared,
+    runner: &Runner,
+    ran: Ran,
+    reproducibility: describe::Reproducibility,
+) -> Report {
+    let finished = runner.take_finished();
+    let recovery = ran.fault.as_ref().map(|f| {
+        recovery::analyse(
+            &finished.samples,
+            &finished.tables,
+            f,
+            args.recovery_deadline,
+            &p.config.slo,
+        )
+    });
+    let scale = args.rate_scale;
+    let required_concurrency = (args.mode == Mode::Steps).then(|| {
+        args.required_concurrency.unwrap_or_else(|| {
+            (p.workload.concurrency.unwrap_or(1.0) * scale)
+                .ceil()
+                .max(1.0) as u32
+        })
+    });
+    let required_rate = (args.mode == Mode::Ramp)
+        .then(|| args.required_rate.or(p.workload.rate.map(|r| r * scale)))
+        .flatten();
+    let mut notes = p.workload.notes.clone();
+    notes.extend(p.profile.notes());
+    notes.extend(ran.driven.notes);
+    report::build(&report::Inputs {
+        args,
+        target: &p.target_url,
+        profile: &p.profile,
+        profile_hash: p.hash.clone(),
+        workload: &p.workload,
+        config: &p.config,
+        runs: &ran.driven.runs,
+        samples: &finished.samples,
+        tables: &finished.tables,
+        started_at: ran.started_at,
+        t0: ran.t0,
+        interrupted: runner.aborted(),
+        saturated: runner.saturated(),
+        sent: runner.sent(),
+        required_concurrency,
+        required_rate,
+        soak_rate: ran.driven.soak_rate,
+        prompt_lengths: p.prompt_lengths(),
+        notes,
+        recovery,
+        probes: p.probes.as_deref(),
+        scrapes: ran.scrapes.as_ref(),
+        telemetry: ran.telemetry.as_ref(),
+        reproducibility,
+    })
+}
+
+/// `--compare`: two reports side by side, three or more as a matrix, written to `out`;
+/// the Markdown. Runs measured under different conditions are refused, each difference
+/// named, unless `allow_different`.
+pub fn compare_reports(
+    files: &[PathBuf],
+    out: &std::path::Path,
+    allow_different: bool,
+) -> Result<String, CompareError> {
+    match files {
+        [a, b] => compare::run(a, b, out, allow_different),
+        [_, _, _, ..] => matrix::run(files, out, allow_different),
+        _ => Err(CompareError::TooFew),
+    }
+}
+
 /// `goodput replay` from the command line: runs (Ctrl-C stops it cleanly), prints where
 /// the report is, and returns the exit code.
 pub fn run(args: ReplayArgs) -> ExitCode {
     if let Some(files) = &args.compare {
-        let result = match files.as_slice() {
-            [a, b] => compare::run(a, b, &args.out, args.allow_different),
-            [_, _, _, ..] => matrix::run(files, &args.out, args.allow_different),
-            _ => {
-                eprintln!("goodput replay: --compare needs two or more report.json files");
-                return ExitCode::from(EXIT_ERROR);
-            }
-        };
-        return match result {
+        return match compare_reports(files, &args.out, args.allow_different) {
             Ok(md) => {
-                println!("{md}");
+                // A closed pipe (`| head`) is not an error of the comparison.
+                let _ = writeln!(std::io::stdout(), "{md}");
                 eprintln!("comparison written to {}", args.out.display());
                 ExitCode::SUCCESS
             }
@@ -364,6 +556,10 @@ pub fn run(args: ReplayArgs) -> ExitCode {
                 ExitCode::from(EXIT_ERROR)
             }
         };
+    }
+    let mut args = args;
+    if args.command_line.is_empty() {
+        args.command_line = std::env::args().collect();
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

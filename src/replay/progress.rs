@@ -107,7 +107,7 @@ impl Progress {
             .copied()
             .collect();
         recent.sort_by(f64::total_cmp);
-        let p95 = super::measure::quantile(&recent, 0.95)
+        let p95 = super::tally::quantile(&recent, 0.95)
             .map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"));
         let step = s
             .step

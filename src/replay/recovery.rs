@@ -28,7 +28,7 @@ use std::{
 use serde::Serialize;
 use tokio::{sync::watch, task::JoinHandle};
 
-use super::{measure::Sample, tables::Tables};
+use super::{tables::Tables, tally::Sample};
 use crate::{config::Slo, measure::Outcome};
 
 /// The fault command's output, in the report directory.
@@ -226,7 +226,7 @@ fn judge(s: &[&Sample], secs: f64) -> (Option<f64>, f64) {
     let judged = s.iter().filter(|s| s.slo_met.is_some()).count();
     let tokens: u64 = s
         .iter()
-        .filter(|s| s.slo_met == Some(true))
+        .filter(|s| s.effective())
         .filter_map(|s| s.output_tokens())
         .sum();
     let attainment = (judged > 0).then(|| met as f64 / judged as f64);

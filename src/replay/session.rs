@@ -8,9 +8,9 @@ use std::time::Duration;
 use super::{
     cli::{Mode, ReplayArgs},
     load::{Load, Runner, StepRun, StepSpec},
-    measure::Stats,
     plan::{Workload, ramp_rates},
     report::md::{num, pct},
+    tally::Stats,
 };
 
 /// Soak load as a share of the knee rate.

@@ -1,5 +1,5 @@
 //! What the run's finished requests point into, so that each keeps only fixed-size fields
-//! (a [`super::measure::Sample`] holds no string and no per-token list):
+//! (a [`super::tally::Sample`] holds no string and no per-token list):
 //!
 //! - the names reports group by (SLO class, model), interned once per run and resolved
 //!   back when the report is built;
@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use hdrhistogram::Histogram;
 
-use super::measure::Pcts;
+use super::tally::Pcts;
 
 /// An interned name.
 pub type NameId = u32;

@@ -3,9 +3,13 @@
 //! [`start`] with `127.0.0.1:0` addresses exactly as `goodput serve` does. [`reload`]
 //! re-reads the configuration file and swaps what can change live.
 
+mod metrics;
 mod reload;
+mod resources;
 
+pub use metrics::{Metrics, ReloadMetrics};
 pub use reload::{ConfigSource, ReloadError, Reloader};
+pub use resources::{Resources, check};
 
 use std::{
     net::SocketAddr,
@@ -25,10 +29,9 @@ use crate::{
     calibrate::{CalibrationView, Calibrator, ProxyTotals},
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
-    metrics::Metrics,
-    proxy::{self, ClientBudget, Forward, Proxy},
-    stats::{Aggregator, DriftView, Live, Profiling, Recent},
-    tokenize::{Fallbacks, Stage},
+    proxy::{self, FileBudget, Forward, Proxy},
+    stats::{Aggregator, AggregatorMetrics, DriftView, InferenceMetrics, Live, Profiling, Recent},
+    tokenize::{Stage, Tokenizers},
 };
 
 /// How long to wait, after the last connection closed, for the last records to be
@@ -46,6 +49,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Otlp(#[from] crate::otlp::OtlpError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// A running proxy with its admin server.
@@ -172,97 +177,210 @@ fn start_on_from(
 ) -> Result<Running, StartError> {
     let proxy_addr = local_addr("proxy", &listener, cfg.server.listen)?;
     let admin_addr = local_addr("admin", &admin_listener, cfg.admin)?;
+    let resources = Resources::load(&cfg)?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let limits = metrics.limits.clone();
-    let admin_unauthorized = metrics.admin_unauthorized.clone();
-    let budget = ClientBudget::raise_open_files_limit();
-    let reload_counters = (metrics.reloads.clone(), metrics.reload_failures.clone());
-    let m = &cfg.measure;
-    crate::proxy::kernel_timestamps(m.kernel_timestamps);
-    let (recorder, rx) = Recorder::new(
-        m.channel_capacity,
-        metrics.dropped.clone(),
-        metrics.in_flight.clone(),
+    let files = FileBudget::raise_open_files_limit();
+    let division = files.divide(
+        cfg.server.limits.max_connections,
+        cfg.upstream.max_connections,
     );
-    let recent = Arc::new(Recent::new(m.recent_requests));
-    let live = Arc::new(ArcSwap::from_pointee(cfg.clone()));
-    // Token counting sits between the recorder and the aggregator (see `tokenize`).
-    let fallbacks = Fallbacks::new(metrics.tokenizer_fallback.clone());
-    let (counting, rx) = Stage::new(rx, live.clone(), fallbacks);
-    let slo_view = Live::new(&cfg);
-    let drift_view = DriftView::default();
-    let profiling = Profiling::start(&cfg, &metrics, drift_view.clone());
-    let proxy_totals = Arc::new(ProxyTotals::default());
-    let calibration_view = CalibrationView::default();
-    let calibrator = Calibrator::new(
-        live.clone(),
-        metrics.clone(),
-        proxy_totals.clone(),
-        calibration_view.clone(),
+    division.publish(
+        cfg.server.limits.max_connections,
+        cfg.upstream.max_connections,
+        &metrics.limits,
     );
-    let (otlp, otlp_tasks) = match &cfg.otlp {
-        Some(o) => {
-            let (exporter, tasks) = crate::otlp::start(o, &cfg.upstream, &metrics.otlp)?;
-            (Some(exporter), Some(tasks))
-        }
-        None => (None, None),
-    };
-    let aggregator = Aggregator::new(
-        rx,
-        live.clone(),
-        metrics,
-        recent.clone(),
-        m.max_models,
-        slo_view.clone(),
-        profiling,
-    )
-    .with_calibration(proxy_totals)
-    .with_otlp(otlp);
+    crate::proxy::kernel_timestamps(cfg.measure.kernel_timestamps);
+    let path = MeasurementPath::start(&cfg, resources, &metrics, &mut registry)?;
     let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
-    let layer = MeasureLayer::new(recorder.clone(), settings.clone());
+    let layer = MeasureLayer::new(path.recorder.clone(), settings.clone());
+    let limits = metrics.limits.clone();
     let forward = Forward::new(
         &cfg.upstream,
         cfg.server.limits.request_body_timeout,
         limits.clone(),
+        files,
+        division,
     );
     let proxy = Proxy::new(
         &cfg.server,
         forward.clone(),
         layer,
-        recorder,
+        path.recorder.clone(),
         limits,
-        budget,
+        division.clients,
     );
     let reloader = source.map(|source| {
         Arc::new(Reloader {
             source,
-            live: live.clone(),
+            live: path.config.clone(),
+            tokenizers: path.tokenizers.clone(),
             settings: settings.clone(),
             forward,
             tls: proxy.tls_handle(),
-            reloads: reload_counters.0.clone(),
-            failures: reload_counters.1.clone(),
+            metrics: metrics.reload.clone(),
         })
     });
-    let watcher = reloader.clone().map(|r| tokio::spawn(r.watch(RELOAD_POLL)));
     let ready = Arc::new(AtomicBool::new(true));
-    let admin = Admin {
-        registry: Arc::new(registry),
-        recent: recent.clone(),
-        ready: ready.clone(),
-        live: slo_view.clone(),
-        drift: drift_view,
-        calibration: calibration_view.clone(),
-        config: live.clone(),
-        unauthorized: admin_unauthorized,
-    };
+    let admin = path.admin(registry, &metrics, ready.clone());
     let (stop, stopped) = watch::channel(false);
+    log_start(&cfg, proxy_addr, admin_addr);
+    let watcher = reloader.clone().map(|r| tokio::spawn(r.watch(RELOAD_POLL)));
+    let (recent, live, calibration) = (
+        path.recent.clone(),
+        path.slo_view.clone(),
+        path.calibration_view.clone(),
+    );
+    let serving = Serving {
+        listener,
+        proxy,
+        admin_listener,
+        admin,
+        ready,
+        stopped,
+        watcher,
+    };
+    Ok(Running {
+        proxy_addr,
+        admin_addr,
+        recent,
+        reloader,
+        live,
+        calibration,
+        stop,
+        task: tokio::spawn(serve(serving, path)),
+    })
+}
 
+/// The measurement path behind the data path: the recorder's channel, the tokenize stage,
+/// the aggregator with what it feeds (profiles, drift, calibration totals, the OTLP sink),
+/// the calibrator, and the views the admin server reads.
+struct MeasurementPath {
+    recorder: Recorder,
+    config: Arc<ArcSwap<Config>>,
+    tokenizers: Arc<ArcSwap<Tokenizers>>,
+    counting: Stage,
+    aggregator: Aggregator,
+    calibrator: Calibrator,
+    otlp_tasks: Option<crate::otlp::Tasks>,
+    recent: Arc<Recent>,
+    slo_view: Live,
+    drift_view: DriftView,
+    calibration_view: CalibrationView,
+}
+
+impl MeasurementPath {
+    /// Builds each part from its section, with the loaded files and its metrics.
+    /// `registry`: where the sinks registered only under an opt-in register (the latest
+    /// GenAI names, with `OTEL_SEMCONV_STABILITY_OPT_IN`).
+    fn start(
+        cfg: &Config,
+        resources: Resources,
+        metrics: &Metrics,
+        registry: &mut Registry,
+    ) -> Result<MeasurementPath, StartError> {
+        let m = &cfg.measure;
+        let (recorder, rx) = Recorder::new(
+            m.channel_capacity,
+            metrics.requests.dropped.clone(),
+            metrics.requests.in_flight.clone(),
+        );
+        let config = Arc::new(ArcSwap::from_pointee(cfg.clone()));
+        let tokenizers = Arc::new(ArcSwap::from_pointee(resources.tokenizers));
+        // Token counting sits between the recorder and the aggregator (see `tokenize`).
+        let (counting, rx) = Stage::new(
+            rx,
+            config.clone(),
+            tokenizers.clone(),
+            metrics.tokenizer_fallback.clone(),
+        );
+        let drift_view = DriftView::default();
+        let profiling = Profiling::start(
+            cfg,
+            resources.baseline.as_ref(),
+            &metrics.profile,
+            drift_view.clone(),
+        );
+        let proxy_totals = Arc::new(ProxyTotals::default());
+        let calibration_view = CalibrationView::default();
+        let calibrator = Calibrator::new(
+            config.clone(),
+            metrics.calibration.clone(),
+            proxy_totals.clone(),
+            calibration_view.clone(),
+        );
+        let recent = Arc::new(Recent::new(m.recent_requests));
+        let slo_view = Live::new(cfg);
+        let aggregator = Aggregator::new(
+            rx,
+            config.clone(),
+            AggregatorMetrics {
+                requests: metrics.requests.clone(),
+                windows: metrics.windows.clone(),
+            },
+            recent.clone(),
+            m.max_models,
+            slo_view.clone(),
+            profiling,
+        )
+        .with_calibration(proxy_totals)
+        .with_sink(Box::new(metrics.phases.clone()));
+        let latest = crate::otlp::semconv::latest_genai(
+            std::env::var("OTEL_SEMCONV_STABILITY_OPT_IN")
+                .ok()
+                .as_deref(),
+        );
+        let aggregator = if latest {
+            aggregator.with_sink(Box::new(InferenceMetrics::register(registry)))
+        } else {
+            aggregator
+        };
+        let (aggregator, otlp_tasks) = match &cfg.otlp {
+            Some(o) => {
+                let (exporter, tasks) =
+                    crate::otlp::start(o, &cfg.upstream, &metrics.otlp, latest)?;
+                (aggregator.with_sink(Box::new(exporter)), Some(tasks))
+            }
+            None => (aggregator, None),
+        };
+        Ok(MeasurementPath {
+            recorder,
+            config,
+            tokenizers,
+            counting,
+            aggregator,
+            calibrator,
+            otlp_tasks,
+            recent,
+            slo_view,
+            drift_view,
+            calibration_view,
+        })
+    }
+}
+
+impl MeasurementPath {
+    /// The admin server over this path's views, exposing `registry`.
+    fn admin(&self, registry: Registry, metrics: &Metrics, ready: Arc<AtomicBool>) -> Admin {
+        Admin {
+            registry: Arc::new(registry),
+            recent: self.recent.clone(),
+            ready,
+            live: self.slo_view.clone(),
+            drift: self.drift_view.clone(),
+            calibration: self.calibration_view.clone(),
+            config: self.config.clone(),
+            unauthorized: metrics.admin.unauthorized.clone(),
+        }
+    }
+}
+
+/// The configuration's warnings, then the start-up line (tests and scripts read the bound
+/// addresses from it).
+fn log_start(cfg: &Config, proxy_addr: SocketAddr, admin_addr: SocketAddr) {
     for warning in cfg.warnings() {
         tracing::warn!(%warning, "configuration");
     }
-
     tracing::info!(
         proxy = %proxy_addr,
         admin = %admin_addr,
@@ -273,55 +391,63 @@ fn start_on_from(
         admin_token = cfg.admin_access.token.is_some(),
         "goodput serving"
     );
-    let task = tokio::spawn(async move {
-        tokio::spawn(counting.run());
-        // Off the data path; idles while `[calibration]` is disabled (it can be enabled by
-        // a reload).
-        let calibrating = tokio::spawn(calibrator.run());
-        let aggregating = tokio::spawn(aggregator.run());
-        // The admin server outlives the drain so `/readyz` can say 503 while streams finish.
-        let (admin_stop, admin_stopped) = watch::channel(false);
-        let admin_task = tokio::spawn(admin::serve(admin_listener, admin, until(admin_stopped)));
-        let draining = {
-            let ready = ready.clone();
-            let stopped = stopped.clone();
-            async move {
-                until(stopped).await;
-                ready.store(false, Ordering::Relaxed);
-            }
-        };
-        if let Err(e) = proxy::serve(listener, proxy, draining).await {
-            tracing::error!(error = %e, "proxy stopped with an error");
+}
+
+/// The servers, ready to run.
+struct Serving {
+    listener: TcpListener,
+    proxy: Proxy,
+    admin_listener: TcpListener,
+    admin: Admin,
+    ready: Arc<AtomicBool>,
+    stopped: watch::Receiver<bool>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+/// Runs everything until a stop is signalled, then drains: the proxy first, then the
+/// aggregator's last records (bounded by [`FLUSH_DEADLINE`]), the exports, and the admin
+/// server last (so `/readyz` says 503 while streams finish).
+async fn serve(s: Serving, path: MeasurementPath) {
+    tokio::spawn(path.counting.run());
+    // Off the data path; idles while `[calibration]` is disabled (it can be enabled by a
+    // reload).
+    let calibrating = tokio::spawn(path.calibrator.run());
+    let aggregating = tokio::spawn(path.aggregator.run());
+    let (admin_stop, admin_stopped) = watch::channel(false);
+    let admin_task = tokio::spawn(admin::serve(
+        s.admin_listener,
+        s.admin,
+        until(admin_stopped),
+    ));
+    let draining = {
+        let ready = s.ready.clone();
+        let stopped = s.stopped.clone();
+        async move {
+            until(stopped).await;
+            ready.store(false, Ordering::Relaxed);
         }
-        let flushed = tokio::time::timeout(FLUSH_DEADLINE, aggregating)
-            .await
-            .is_ok();
-        if !flushed {
-            tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
-        }
-        // Once the aggregator is done, the exporters send what is left (bounded by their
-        // timeout); while it still holds the exporter, they are not waited for.
-        if let Some(tasks) = otlp_tasks.filter(|_| flushed) {
-            tasks.finish().await;
-        }
-        if let Some(w) = watcher {
-            w.abort();
-        }
-        calibrating.abort();
-        let _ = admin_stop.send(true);
-        let _ = admin_task.await;
-        tracing::info!("goodput stopped");
-    });
-    Ok(Running {
-        proxy_addr,
-        admin_addr,
-        recent,
-        reloader,
-        live: slo_view,
-        calibration: calibration_view,
-        stop,
-        task,
-    })
+    };
+    if let Err(e) = proxy::serve(s.listener, s.proxy, draining).await {
+        tracing::error!(error = %e, "proxy stopped with an error");
+    }
+    let flushed = tokio::time::timeout(FLUSH_DEADLINE, aggregating)
+        .await
+        .is_ok();
+    if !flushed {
+        tracing::warn!("some records were still open at exit (tunnels) and were not flushed");
+    }
+    // Once the aggregator is done, the exporters send what is left (bounded by their
+    // timeout); while it still holds the exporter, they are not waited for.
+    if let Some(tasks) = path.otlp_tasks.filter(|_| flushed) {
+        tasks.finish().await;
+    }
+    if let Some(w) = s.watcher {
+        w.abort();
+    }
+    calibrating.abort();
+    let _ = admin_stop.send(true);
+    let _ = admin_task.await;
+    tracing::info!("goodput stopped");
 }
 
 fn local_addr(

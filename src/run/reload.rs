@@ -1,21 +1,18 @@
-//! Configuration hot reload (SIGHUP, and a poll of the file's modification time): the new
+//! Configuration hot reload (SIGHUP, and a poll of the file's content hash): the new
 //! file is read, fully validated and built, then published with one atomic swap per
 //! consumer. An invalid file, or one that changes a setting that cannot change live, keeps
 //! the old configuration running, logs every problem and counts the failure.
 
-use std::{
-    path::PathBuf,
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use arc_swap::ArcSwap;
-use prometheus_client::metrics::counter::Counter;
 
+use super::{ReloadMetrics, Resources};
 use crate::{
     config::{self, Config, ConfigError, Overrides},
     measure::Settings,
     proxy::Forward,
+    tokenize::Tokenizers,
 };
 
 /// Where the configuration came from, so it can be read again.
@@ -40,11 +37,12 @@ pub enum ReloadError {
 pub struct Reloader {
     pub(super) source: ConfigSource,
     pub(super) live: Arc<ArcSwap<Config>>,
+    /// The loaded `[tokenizer] models`, replaced together with the configuration.
+    pub(super) tokenizers: Arc<ArcSwap<Tokenizers>>,
     pub(super) settings: Arc<ArcSwap<Settings>>,
     pub(super) forward: Forward,
     pub(super) tls: Option<Arc<ArcSwap<rustls::ServerConfig>>>,
-    pub(super) reloads: Counter,
-    pub(super) failures: Counter,
+    pub(super) metrics: ReloadMetrics,
 }
 
 /// Settings the running listeners, connection builders or buffers were sized from.
@@ -78,6 +76,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     check(
         o.max_connections != n.max_connections,
         "server.max_connections",
+    );
+    check(
+        o.min_connection_age != n.min_connection_age,
+        "server.min_connection_age",
     );
     check(
         o.http2_max_concurrent_streams != n.http2_max_concurrent_streams,
@@ -144,11 +146,11 @@ impl Reloader {
         let result = self.try_reload();
         match &result {
             Ok(()) => {
-                self.reloads.inc();
+                self.metrics.reloads.inc();
                 tracing::info!(path = %self.source.path.display(), "configuration reloaded");
             }
             Err(e) => {
-                self.failures.inc();
+                self.metrics.failures.inc();
                 tracing::error!(path = %self.source.path.display(), error = %e, "configuration reload refused");
             }
         }
@@ -166,29 +168,118 @@ impl Reloader {
         if !blocked.is_empty() {
             return Err(ReloadError::RestartRequired(blocked));
         }
+        // The files it names load as at start (the baseline is read to check it; the
+        // running monitor keeps its own, as `drift.baseline` needs a restart).
+        let resources = Resources::load(&new)?;
         // Everything is built; now publish. Requests in flight keep what they loaded.
         self.forward.replace(&new.upstream);
         if let (Some(handle), Some(tls)) = (&self.tls, &new.server.tls) {
             handle.store(tls.clone());
         }
         self.settings.store(Arc::new(Settings::from_config(&new)));
+        self.tokenizers.store(Arc::new(resources.tokenizers));
         self.live.store(Arc::new(new));
         Ok(())
     }
 
-    /// Reloads whenever the file's modification time changes.
+    /// Reloads whenever the file's content changes, looking every `every` (on tokio's
+    /// clock).
     pub async fn watch(self: Arc<Self>, every: Duration) {
-        let mtime = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        let mut seen: Option<SystemTime> = mtime(&self.source.path);
+        let mut file = FileWatch::new(self.source.path.clone());
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let now = mtime(&self.source.path);
-            if now.is_some() && now != seen {
-                seen = now;
+            if file.changed() {
                 let _ = self.reload();
             }
         }
+    }
+}
+
+/// A file's content as last seen, by hash. A write, a rename over it or a symlink swap
+/// that changes what it reads is a change, however soon after the last one (modification
+/// times have a coarse granularity on some file systems); touching it, or rewriting the
+/// same text, is not.
+struct FileWatch {
+    path: PathBuf,
+    seen: Option<blake3::Hash>,
+}
+
+impl FileWatch {
+    fn new(path: PathBuf) -> FileWatch {
+        let seen = Self::hash(&path);
+        FileWatch { path, seen }
+    }
+
+    fn hash(path: &PathBuf) -> Option<blake3::Hash> {
+        std::fs::read(path).ok().map(|bytes| blake3::hash(&bytes))
+    }
+
+    /// Whether the content differs from the last look. A file that cannot be read (being
+    /// replaced) is no change: its next readable content is compared.
+    fn changed(&mut self) -> bool {
+        let now = Self::hash(&self.path);
+        if now.is_some() && now != self.seen {
+            self.seen = now;
+            return true;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "goodput-filewatch-{name}-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_change_of_content_is_seen_at_once_and_a_touch_is_not() {
+        let dir = temp_dir("content");
+        let path = dir.join("goodput.toml");
+        std::fs::write(&path, "a = 1\n").unwrap();
+        let mut watch = FileWatch::new(path.clone());
+        assert!(!watch.changed());
+        // Within the same second as the first write: seen, whatever the mtime says.
+        std::fs::write(&path, "a = 2\n").unwrap();
+        assert!(watch.changed());
+        assert!(!watch.changed());
+        // The same text written again is no change.
+        std::fs::write(&path, "a = 2\n").unwrap();
+        assert!(!watch.changed());
+        // Gone for a moment (being replaced): no change, then the new content is one.
+        std::fs::remove_file(&path).unwrap();
+        assert!(!watch.changed());
+        std::fs::write(&path, "a = 3\n").unwrap();
+        assert!(watch.changed());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_swap_is_a_change() {
+        use std::os::unix::fs::symlink;
+        let dir = temp_dir("symlink");
+        for (name, text) in [("v1", "a = 1\n"), ("v2", "a = 2\n")] {
+            std::fs::create_dir(dir.join(name)).unwrap();
+            std::fs::write(dir.join(name).join("goodput.toml"), text).unwrap();
+        }
+        symlink("v1", dir.join("..data")).unwrap();
+        symlink("..data/goodput.toml", dir.join("goodput.toml")).unwrap();
+        let mut watch = FileWatch::new(dir.join("goodput.toml"));
+        symlink("v2", dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+        assert!(watch.changed());
+        assert!(!watch.changed());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

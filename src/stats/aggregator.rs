@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::mpsc;
 
 use super::{
-    Live, ModelLabels, Recent,
+    Live, ModelLabels, Recent, Sink, WindowMetrics,
     engine::Observation,
     live::{engine_config, refresh_gauges},
     profiling::Profiling,
@@ -20,8 +20,7 @@ use super::{
 use crate::{
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestRecord, slo},
-    metrics::Metrics,
+    measure::{Pending, RequestMetrics, RequestRecord, slo},
     telemetry,
 };
 
@@ -33,28 +32,36 @@ const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// backlog never holds the sampling (and the access log's writes) off for long.
 const BATCH: usize = 256;
 
+/// The metrics the aggregator updates: per request, and the windowed gauges.
+#[derive(Clone, Debug)]
+pub struct AggregatorMetrics {
+    pub requests: RequestMetrics,
+    pub windows: WindowMetrics,
+}
+
 pub struct Aggregator {
     rx: mpsc::Receiver<Pending>,
     config: Arc<ArcSwap<Config>>,
     /// The configuration the engine was last built from.
     engine_built_from: Arc<Config>,
-    metrics: Metrics,
+    metrics: RequestMetrics,
+    windows: WindowMetrics,
     recent: Arc<Recent>,
     models: ModelLabels,
     live: Live,
     profiling: Profiling,
     /// The proxy's side of self-calibration, fed while `[calibration]` is enabled.
     calibration: Option<Arc<ProxyTotals>>,
-    /// OpenTelemetry export (`[otlp]`); dropped when the aggregator ends, which makes the
-    /// export tasks send what is left and stop.
-    otlp: Option<crate::otlp::Exporter>,
+    /// Exports handed over by the wiring (OpenTelemetry, `[otlp]`); dropped when the
+    /// aggregator ends, which makes their tasks send what is left and stop.
+    sinks: Vec<Box<dyn Sink>>,
 }
 
 impl Aggregator {
     pub fn new(
         rx: mpsc::Receiver<Pending>,
         config: Arc<ArcSwap<Config>>,
-        metrics: Metrics,
+        metrics: AggregatorMetrics,
         recent: Arc<Recent>,
         max_models: usize,
         live: Live,
@@ -65,19 +72,20 @@ impl Aggregator {
             rx,
             config,
             engine_built_from,
-            metrics,
+            metrics: metrics.requests,
+            windows: metrics.windows,
             recent,
             models: ModelLabels::new(max_models),
             live,
             profiling,
             calibration: None,
-            otlp: None,
+            sinks: Vec::new(),
         }
     }
 
-    /// Also records every judged request into the OpenTelemetry export.
-    pub fn with_otlp(mut self, exporter: Option<crate::otlp::Exporter>) -> Aggregator {
-        self.otlp = exporter;
+    /// Also hands every judged request, and the gauges, to `sink`.
+    pub fn with_sink(mut self, sink: Box<dyn Sink>) -> Aggregator {
+        self.sinks.push(sink);
         self
     }
 
@@ -96,7 +104,7 @@ impl Aggregator {
         refresh_gauges(
             &self.live.lock(),
             &self.config.load(),
-            &self.metrics,
+            &self.windows,
             last_refresh,
         );
         loop {
@@ -114,15 +122,16 @@ impl Aggregator {
                     if now.duration_since(last_refresh) >= REFRESH_EVERY {
                         last_refresh = now;
                         engine.advance(now);
-                        refresh_gauges(&engine, &self.config.load(), &self.metrics, now);
-                        if let Some(otlp) = &self.otlp
-                            && otlp.exports_metrics()
-                        {
-                            otlp.refresh(&engine.gauges(now));
+                        refresh_gauges(&engine, &self.config.load(), &self.windows, now);
+                        if self.sinks.iter().any(|s| s.wants_gauges()) {
+                            let gauges = engine.gauges(now);
+                            for sink in self.sinks.iter().filter(|s| s.wants_gauges()) {
+                                sink.refresh(&gauges);
+                            }
                         }
                     }
                     drop(engine);
-                    self.profiling.tick(&self.config.load(), &self.metrics, now);
+                    self.profiling.tick(&self.config.load(), now);
                     // The access log's lines of the last tick, in one write.
                     telemetry::flush_access_log();
                 }
@@ -150,7 +159,7 @@ impl Aggregator {
         if !Arc::ptr_eq(&current, &self.engine_built_from) {
             let mut engine = self.live.lock();
             let kept = engine.reconfigure(engine_config(&current));
-            refresh_gauges(&engine, &current, &self.metrics, Instant::now());
+            refresh_gauges(&engine, &current, &self.windows, Instant::now());
             tracing::info!(kept_windows = kept, "SLO view reconfigured");
             self.engine_built_from = current;
         }
@@ -185,9 +194,11 @@ impl Aggregator {
             model: &model,
             outcome: record.outcome,
             slo_met: record.slo_met,
-            ttft_ms: record.ttft_ms,
+            // The SLO's figures: from the end of the request body (docs/DESIGN.md
+            // "Latencies"), equal to ttft_ms and e2e_ms when the body came with the head.
+            ttft_ms: record.ttft_after_upload_ms,
             tpot_ms: record.tpot_ms,
-            e2e_ms: record.e2e_ms,
+            e2e_ms: record.e2e_after_upload_ms,
             itl_us: &gaps,
             input_tokens: record.input_tokens,
             output_tokens: record.output_tokens,
@@ -196,14 +207,16 @@ impl Aggregator {
             miss_cause,
             finish_reason: record.finish_reason,
             cached_input_tokens: record.cached_input_tokens,
+            engine_parts: record.engine.parts().map(|(_, v)| v),
+            miss_component: record.slo_miss_component,
         });
         if config.calibration.enabled
             && let Some(totals) = &self.calibration
         {
             totals.observe(&model, &record, &gaps);
         }
-        if let Some(otlp) = &self.otlp {
-            otlp.observe(&record, &model);
+        for sink in &self.sinks {
+            sink.observe(&record, &model);
         }
         if config.log.access_log {
             access_log(&record);
@@ -240,6 +253,7 @@ fn access_log(r: &RequestRecord) {
         ttfo_ms = r.ttfo_ms.map(round2),
         tpot_ms = r.tpot_ms.map(round2),
         e2e_ms = round2(r.e2e_ms),
+        upload_ms = r.upload_ms.map(round2),
         input_tokens = r.input_tokens,
         output_tokens = r.output_tokens,
         output_tokens_source = r.output_tokens_source.map(|s| s.as_str()),

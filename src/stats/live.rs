@@ -7,10 +7,13 @@ use std::{
     time::Instant,
 };
 
-use super::engine::{self, Engine, EngineConfig};
+use super::{
+    WindowMetrics,
+    engine::{self, Engine, EngineConfig},
+};
 use crate::{
     config::Config,
-    metrics::{ClassLabel, ClassWindow, CurrencyLabel, Metrics, WindowCurrency},
+    metrics::{ClassLabel, ClassWindow, CurrencyLabel, WindowCurrency},
 };
 
 /// The engine, shared. Cheap to clone.
@@ -86,7 +89,7 @@ fn set_or_remove<L>(
 }
 
 /// Refreshes every windowed gauge from the engine.
-pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &Metrics, now: Instant) {
+pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &WindowMetrics, now: Instant) {
     let g = engine.gauges(now);
     for w in &g.windows {
         for c in w.classes.iter().chain(std::iter::once(&w.overall)) {

@@ -7,11 +7,17 @@ mod aggregator;
 pub mod engine;
 mod labels;
 mod live;
+mod metrics;
+mod phases;
 mod profiling;
 mod recent;
+mod sink;
 
-pub use aggregator::Aggregator;
+pub use aggregator::{Aggregator, AggregatorMetrics};
 pub use labels::ModelLabels;
 pub use live::{Live, engine_config};
+pub use metrics::WindowMetrics;
+pub use phases::{InferenceMetrics, PHASE_BUCKETS, PhaseMetrics};
 pub use profiling::{DriftView, Profiling};
 pub use recent::Recent;
+pub use sink::Sink;

@@ -13,9 +13,8 @@ use crate::{
     config::Config,
     decode::Api,
     measure::RequestRecord,
-    metrics::Metrics,
     profile::{
-        Anonymizer, ProfileLine, ProfileRecorder,
+        Anonymizer, Clock, Profile, ProfileLine, ProfileMetrics, ProfileRecorder,
         drift::{DriftStatus, Monitor, Webhook, write_snapshot},
     },
 };
@@ -29,16 +28,23 @@ pub struct Profiling {
     monitor: Option<Monitor>,
     webhook: Option<Webhook>,
     view: DriftView,
+    metrics: ProfileMetrics,
     last_evaluation: Instant,
 }
 
 impl Profiling {
     /// Starts recording (when `[profile] dir` is set) and drift detection (when
-    /// `[drift] baseline` is set). A recorder that cannot start is logged; traffic goes on.
-    pub fn start(cfg: &Config, metrics: &Metrics, view: DriftView) -> Profiling {
+    /// `[drift] baseline` is set; `baseline` is that profile, read). A recorder that cannot
+    /// start is logged; traffic goes on.
+    pub fn start(
+        cfg: &Config,
+        baseline: Option<&Profile>,
+        metrics: &ProfileMetrics,
+        view: DriftView,
+    ) -> Profiling {
         let anon = Anonymizer::new(&cfg.profile);
         let recorder = cfg.profile.dir.as_ref().and_then(|dir| {
-            match ProfileRecorder::start(&cfg.profile, anon.clone(), metrics) {
+            match ProfileRecorder::start(&cfg.profile, anon.clone(), metrics, Clock::of_runtime()) {
                 Ok(r) => {
                     tracing::info!(dir = %dir.display(), salt_id = anon.salt_id(), "recording profiles");
                     Some(r)
@@ -49,7 +55,11 @@ impl Profiling {
                 }
             }
         });
-        let monitor = cfg.drift.as_ref().map(|d| Monitor::new(d, &d.baseline));
+        let monitor = cfg
+            .drift
+            .as_ref()
+            .zip(baseline)
+            .map(|(d, b)| Monitor::new(d, b));
         let webhook = cfg
             .drift
             .as_ref()
@@ -61,6 +71,7 @@ impl Profiling {
             monitor,
             webhook,
             view,
+            metrics: metrics.clone(),
             last_evaluation: Instant::now(),
         }
     }
@@ -96,7 +107,7 @@ impl Profiling {
     }
 
     /// Evaluates drift when `[drift] every` has passed.
-    pub fn tick(&mut self, cfg: &Config, metrics: &Metrics, now: Instant) {
+    pub fn tick(&mut self, cfg: &Config, now: Instant) {
         let (Some(monitor), Some(drift)) = (self.monitor.as_mut(), cfg.drift.as_ref()) else {
             return;
         };
@@ -105,7 +116,7 @@ impl Profiling {
         }
         self.last_evaluation = now;
         let status = monitor.evaluate(now);
-        status.publish(metrics);
+        status.publish(&self.metrics);
         status.log_transitions();
         if !status.transitions.is_empty()
             && let Some(w) = &self.webhook

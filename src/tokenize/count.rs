@@ -8,12 +8,19 @@ use bytes::Bytes;
 
 use super::{Counter, Fallback, prompt, stage::Wants};
 use crate::config::Config;
+
+use super::Tokenizers;
 use crate::decode::{self, StreamKind, TextBuf};
 use crate::measure::{Pending, TokenCount, TokenSource};
 
 /// Fills in `p.counted_input` / `p.counted_output` as `wants` asks; returns why a count
 /// fell back, if one did. Never panics: a tokenizer that does is a fallback like an error.
-pub(crate) fn count_tokens(p: &mut Pending, config: &Config, wants: Wants) -> Option<Fallback> {
+pub(crate) fn count_tokens(
+    p: &mut Pending,
+    config: &Config,
+    tokenizers: &Tokenizers,
+    wants: Wants,
+) -> Option<Fallback> {
     let request = p
         .request_capture
         .as_ref()
@@ -24,7 +31,7 @@ pub(crate) fn count_tokens(p: &mut Pending, config: &Config, wants: Wants) -> Op
         .as_ref()
         .and_then(|b| b.get("model"))
         .and_then(|m| m.as_str());
-    let Some(counter) = config.tokenizer.counter_for(model) else {
+    let Some(counter) = tokenizers.counter_for(model) else {
         p.output_text = None;
         return None;
     };

@@ -16,10 +16,12 @@ mod count;
 pub mod model;
 mod pool;
 pub mod prompt;
+mod set;
 mod stage;
 
 pub use model::{Counter, Tokenizer, TokenizerError, estimate};
 pub use pool::Pool;
+pub use set::Tokenizers;
 pub use stage::{Fallbacks, Stage};
 
 use crate::measure::TokenSource;

@@ -8,14 +8,17 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use prometheus_client::metrics::{counter::Counter, family::Family};
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
 use tokio::sync::mpsc;
 
-use super::{Fallback, count::count_tokens, pool::Pool};
+use super::{Fallback, Tokenizers, count::count_tokens, pool::Pool};
 use crate::config::Config;
 use crate::decode::{Api, StreamKind};
 use crate::measure::Pending;
-use crate::metrics::ReasonLabel;
+use crate::metrics::{ReasonLabel, names};
 
 /// What a counting job must fill in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +31,7 @@ pub(crate) struct Wants {
 pub(crate) struct Job {
     pub pending: Pending,
     pub config: Arc<Config>,
+    pub tokenizers: Arc<Tokenizers>,
     pub wants: Wants,
 }
 
@@ -37,6 +41,13 @@ pub struct Fallbacks(Family<ReasonLabel, Counter>);
 
 impl Fallbacks {
     pub fn new(family: Family<ReasonLabel, Counter>) -> Fallbacks {
+        Fallbacks(family)
+    }
+
+    /// Creates the counter and registers it in `registry`.
+    pub fn register(registry: &mut Registry) -> Fallbacks {
+        let family = Family::default();
+        names::TOKENIZER_FALLBACK.register(registry, family.clone());
         Fallbacks(family)
     }
 
@@ -54,6 +65,7 @@ pub struct Stage {
     rx: mpsc::Receiver<Pending>,
     tx: mpsc::Sender<Pending>,
     live: Arc<ArcSwap<Config>>,
+    tokenizers: Arc<ArcSwap<Tokenizers>>,
     pool: Option<Pool<Job>>,
     fallbacks: Fallbacks,
 }
@@ -61,10 +73,12 @@ pub struct Stage {
 impl Stage {
     /// Puts the stage on `rx` (the recorder's channel); the aggregator reads the returned
     /// receiver instead. The pool's size is taken from the configuration now; a reload
-    /// changes tokenizers and limits, not the number of workers.
+    /// changes tokenizers and limits, not the number of workers. `tokenizers` are the
+    /// loaded `[tokenizer] models`, replaced on a reload together with the configuration.
     pub fn new(
         rx: mpsc::Receiver<Pending>,
         live: Arc<ArcSwap<Config>>,
+        tokenizers: Arc<ArcSwap<Tokenizers>>,
         fallbacks: Fallbacks,
     ) -> (Stage, mpsc::Receiver<Pending>) {
         let cfg = live.load();
@@ -78,7 +92,9 @@ impl Stage {
             counting.queue,
             move |job: Job| {
                 let mut pending = job.pending;
-                if let Some(reason) = count_tokens(&mut pending, &job.config, job.wants) {
+                if let Some(reason) =
+                    count_tokens(&mut pending, &job.config, &job.tokenizers, job.wants)
+                {
                     worker_fallbacks.inc(reason);
                 }
                 // A worker thread may block; the aggregator draining its queue releases it.
@@ -97,6 +113,7 @@ impl Stage {
                 rx,
                 tx,
                 live: live.clone(),
+                tokenizers,
                 pool,
                 fallbacks,
             },
@@ -118,6 +135,7 @@ impl Stage {
             let job = Job {
                 pending,
                 config,
+                tokenizers: self.tokenizers.load_full(),
                 wants,
             };
             let refused = match &self.pool {

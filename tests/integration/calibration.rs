@@ -32,6 +32,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
+mod gpus;
+
 const INTERVAL: Duration = Duration::from_millis(250);
 
 fn calibrated(upstream: &str, url: Option<String>) -> Config {
@@ -43,6 +45,7 @@ fn calibrated(upstream: &str, url: Option<String>) -> Config {
         interval: INTERVAL,
         timeout: Duration::from_millis(200),
         engine: EngineKind::Auto,
+        gpu_metrics: Vec::new(),
     };
     cfg
 }
@@ -55,18 +58,10 @@ async fn status(proxy: &Running) -> Value {
 
 /// Waits until `cond` holds for the `/metrics` text, or fails with the text.
 async fn wait_metrics(proxy: &Running, what: &str, cond: impl Fn(&str) -> bool) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
+    poll_until!(what, Duration::from_secs(15), {
         let text = metrics(proxy.admin_addr).await;
-        if cond(&text) {
-            return text;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        cond(&text).then_some(text)
+    })
 }
 
 fn gauge(text: &str, name: &str, model: &str, metric: &str) -> Option<f64> {
@@ -264,7 +259,7 @@ async fn an_unreachable_endpoint_is_counted_and_traffic_is_untouched() {
 }
 
 /// A metrics endpoint that answers its n-th scrape with the n-th page (the last one
-/// repeats). `None` as a status stalls past the scrape timeout.
+/// repeats). `None` as a status never answers (the scrape times out).
 struct Scripted {
     addr: SocketAddr,
     served: Arc<AtomicUsize>,
@@ -288,7 +283,8 @@ async fn scripted(pages: Vec<(Option<u16>, &'static str)>) -> Scripted {
                     let (status, body) = pages[n.min(pages.len() - 1)];
                     async move {
                         if status.is_none() {
-                            tokio::time::sleep(Duration::from_secs(2)).await;
+                            // Never answers: the scrape times out.
+                            std::future::pending::<()>().await;
                         }
                         let mut resp =
                             Response::new(Full::new(Bytes::from_static(body.as_bytes())));
@@ -312,15 +308,9 @@ impl Scripted {
     }
 
     async fn wait_served(&self, n: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        while self.served.load(Ordering::SeqCst) < n {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "only {} scrapes",
-                self.served.load(Ordering::SeqCst)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        poll_until!(format!("{n} scrapes"), Duration::from_secs(15), {
+            (self.served.load(Ordering::SeqCst) >= n).then_some(())
+        });
     }
 }
 

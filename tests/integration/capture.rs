@@ -210,21 +210,22 @@ async fn live_drift_fires_on_shifted_output_length_and_writes_a_snapshot() {
     for i in 0..40 {
         send(&proxy, &format!("q{i}"), 200).await;
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
-    let status = loop {
-        let (code, text) = admin_get(proxy.admin_addr, "/api/v1/drift").await;
-        if code == 200 {
-            let v: Value = serde_json::from_str(&text).unwrap();
-            if v["drifted"] == true {
-                break v;
+    let status = poll_loop!(
+        deadline = tokio::time::Instant::now() + Duration::from_secs(8),
+        {
+            let (code, text) = admin_get(proxy.admin_addr, "/api/v1/drift").await;
+            if code == 200 {
+                let v: Value = serde_json::from_str(&text).unwrap();
+                if v["drifted"] == true {
+                    break v;
+                }
             }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "drift never fired: {text}"
+            );
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "drift never fired: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    );
     let active: Vec<&str> = status["active"]
         .as_array()
         .unwrap()
@@ -244,14 +245,9 @@ async fn live_drift_fires_on_shifted_output_length_and_writes_a_snapshot() {
         ),
         "{text}"
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while std::fs::read_dir(&snapshots).map_or(0, |d| d.count()) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no snapshot written"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    poll_until!("a drift snapshot", Duration::from_secs(5), {
+        (std::fs::read_dir(&snapshots).map_or(0, |d| d.count()) > 0).then_some(())
+    });
     proxy.shutdown().await;
 }
 
@@ -287,18 +283,19 @@ async fn a_killed_proxy_leaves_a_readable_profile() {
         let (code, out) = goodput(&["profile", "summarize", "--json", files[0].to_str().unwrap()]);
         (code == 0).then(|| serde_json::from_str::<Value>(&out).unwrap())
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let files = profile_files(&dir.join("profiles"));
-        if files.len() == 1 && summarize(&files).is_some_and(|s| s["requests"] == 25) {
-            break;
+    poll_loop!(
+        deadline = tokio::time::Instant::now() + Duration::from_secs(20),
+        {
+            let files = profile_files(&dir.join("profiles"));
+            if files.len() == 1 && summarize(&files).is_some_and(|s| s["requests"] == 25) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the profile never held 25 requests: {files:?}"
+            );
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the profile never held 25 requests: {files:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    );
     served.signal("-KILL");
     served.exited(Duration::from_secs(10)).unwrap();
 

@@ -103,10 +103,10 @@ impl Dialect {
         ];
         if terminal_first {
             steps.push(rest[0].clone());
-            steps.push(Step::Sleep(PAUSE));
+            steps.push(Step::Pause(PAUSE));
             steps.push(rest[1].clone());
         } else {
-            steps.push(Step::Sleep(PAUSE));
+            steps.push(Step::Pause(PAUSE));
             steps.extend(rest);
         }
         Script::new(steps)

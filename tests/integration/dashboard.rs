@@ -152,23 +152,24 @@ async fn the_timeline_closes_points_from_traffic_and_stays_bounded() {
     wait_records(admin, 4, Duration::from_secs(10)).await;
     // The slice holding the requests closes when time moves past it (the aggregator
     // advances the engine every second); wait for that, not for a fixed time.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let t = loop {
-        let (status, _, body) = get(admin, "/api/v1/timeline", None).await;
-        assert_eq!(status, 200, "{body}");
-        let t: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let requests: u64 = t["points"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["requests"].as_u64().unwrap())
-            .sum();
-        if requests == 4 {
-            break t;
+    let t = poll_loop!(
+        deadline = tokio::time::Instant::now() + Duration::from_secs(15),
+        {
+            let (status, _, body) = get(admin, "/api/v1/timeline", None).await;
+            assert_eq!(status, 200, "{body}");
+            let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let requests: u64 = t["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["requests"].as_u64().unwrap())
+                .sum();
+            if requests == 4 {
+                break t;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never closed: {t}");
         }
-        assert!(tokio::time::Instant::now() < deadline, "never closed: {t}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    );
     assert_eq!(t["slice_seconds"], 1.0);
     assert_eq!(t["capacity"], 3);
     let points = t["points"].as_array().unwrap();
@@ -186,19 +187,20 @@ async fn the_timeline_closes_points_from_traffic_and_stays_bounded() {
     assert!(p["raw_output_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert!(p["ended_s_ago"].as_f64().unwrap() >= 0.0);
     // Idle slices keep closing (zero points) and the oldest fall out.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, _, body) = get(admin, "/api/v1/timeline?limit=2", None).await;
-        let t: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let points = t["points"].as_array().unwrap();
-        if points.len() == 2 && points.iter().all(|p| p["requests"] == 0) {
-            assert_eq!(points[0]["attainment"], serde_json::Value::Null);
-            assert!(points[0]["ended_s_ago"].as_f64() > points[1]["ended_s_ago"].as_f64());
-            break;
+    poll_loop!(
+        deadline = tokio::time::Instant::now() + Duration::from_secs(15),
+        {
+            let (_, _, body) = get(admin, "/api/v1/timeline?limit=2", None).await;
+            let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let points = t["points"].as_array().unwrap();
+            if points.len() == 2 && points.iter().all(|p| p["requests"] == 0) {
+                assert_eq!(points[0]["attainment"], serde_json::Value::Null);
+                assert!(points[0]["ended_s_ago"].as_f64() > points[1]["ended_s_ago"].as_f64());
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{t}");
         }
-        assert!(tokio::time::Instant::now() < deadline, "{t}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    );
     running.shutdown().await;
 }
 

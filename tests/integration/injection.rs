@@ -40,18 +40,7 @@ async fn send(proxy: &Running, path: &str, id: &str, body: &str) -> (u16, Bytes)
 }
 
 async fn record(proxy: &Running, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        if let Some(r) = records(proxy.admin_addr)
-            .await
-            .into_iter()
-            .find(|r| r["id"] == id)
-        {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no record for {id}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    record_of(proxy.admin_addr, id, T).await
 }
 
 async fn last_request(fake: &FakeUpstream) -> Received {

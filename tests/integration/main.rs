@@ -2,6 +2,7 @@
 //! goodput over real loopback sockets, with the built-in simulator or a purpose-built fake
 //! upstream ([`common`]) and a real HTTP client.
 
+#[macro_use]
 mod common;
 
 mod admin_auth;
@@ -9,6 +10,7 @@ mod calibration;
 mod capture;
 mod complete;
 mod dashboard;
+mod engine_timings;
 mod faults;
 mod forwarding;
 mod hostile;

@@ -489,8 +489,7 @@ async fn cached_input_tokens_reach_the_record_and_split_ttft_by_cache() {
 
 /// Waits for the in-flight gauge to read `want`; returns what it read last.
 async fn in_flight_becomes(proxy: &Running, want: f64) -> Option<f64> {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
+    poll_loop!(deadline = tokio::time::Instant::now() + T, {
         let seen = metric_value(
             &metrics(proxy.admin_addr).await,
             "goodput_in_flight_requests",
@@ -498,8 +497,7 @@ async fn in_flight_becomes(proxy: &Running, want: f64) -> Option<f64> {
         if seen == Some(want) || tokio::time::Instant::now() >= deadline {
             return seen;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    });
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -144,27 +144,29 @@ async fn slo_classes_change_live_and_the_file_is_watched() {
     );
 
     // A class whose TTFT target the simulator's 20 ms cannot meet; picked up by the watcher
-    // (no explicit reload call). Wait past one-second mtime granularity before writing.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // (no explicit reload call). The watcher compares the file's content, so a write within
+    // the same second as the last one is seen.
     let strict = "[[slo.class]]\nname = \"strict\"\nmatch = { model = \"test-*\" }\nttft_ms = 5\n";
     std::fs::write(&path, file_text(&sim_url, strict)).unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
-    loop {
-        post_collect(&client(), &url, chat_body(true, 3, true)).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let recs = records(proxy.admin_addr).await;
-        let last = recs.last().unwrap();
-        if last["slo_class"] == "strict" {
-            assert_eq!(last["slo_met"], false);
-            assert_eq!(last["slo_miss_reason"], "ttft");
-            break;
+    let mut sent = 1;
+    poll_loop!(
+        deadline = tokio::time::Instant::now() + Duration::from_secs(6),
+        {
+            post_collect(&client(), &url, chat_body(true, 3, true)).await;
+            sent += 1;
+            let recs = wait_records(proxy.admin_addr, sent, T).await;
+            let last = recs.last().unwrap();
+            if last["slo_class"] == "strict" {
+                assert_eq!(last["slo_met"], false);
+                assert_eq!(last["slo_miss_reason"], "ttft");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the watcher never reloaded"
+            );
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the watcher never reloaded"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    );
     proxy.shutdown().await;
 }
 
@@ -189,31 +191,30 @@ async fn a_configmap_symlink_swap_is_reloaded() {
     let reloads = |text: &str| metric_value(text, "goodput_config_reloads_total");
     assert_eq!(reloads(&metrics(proxy.admin_addr).await), Some(0.0));
 
-    // Past one-second mtime granularity, as in the test above.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
     let strict = "[[slo.class]]\nname = \"strict\"\nmatch = { model = \"test-*\" }\nttft_ms = 5\n";
     version("..2026_12_04_20_01_00.2", &file_text(&sim_url, strict));
     symlink("..2026_12_04_20_01_00.2", root.join("..data_tmp")).unwrap();
     std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
     std::fs::remove_dir_all(root.join("..2026_12_04_20_00_00.1")).unwrap();
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
-    loop {
-        let text = metrics(proxy.admin_addr).await;
-        if reloads(&text) == Some(1.0) {
-            assert_eq!(
-                metric_value(&text, "goodput_config_reload_failures_total"),
-                Some(0.0),
-                "{text}"
+    poll_loop!(
+        deadline = tokio::time::Instant::now() + Duration::from_secs(6),
+        {
+            let text = metrics(proxy.admin_addr).await;
+            if reloads(&text) == Some(1.0) {
+                assert_eq!(
+                    metric_value(&text, "goodput_config_reload_failures_total"),
+                    Some(0.0),
+                    "{text}"
+                );
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the swap was not reloaded: {text}"
             );
-            break;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the swap was not reloaded: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    );
     let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
     post_collect(&client(), &url, chat_body(true, 3, true)).await;
     let recs = wait_records(proxy.admin_addr, 1, T).await;

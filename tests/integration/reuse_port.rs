@@ -126,29 +126,23 @@ async fn serve(dir: &Path, name: &str, proxy: &str, upstream: &str) -> Serving {
 
 /// Waits until the process's admin server answers `/readyz` with 200.
 async fn ready(served: &mut Serving) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    poll_until!("goodput to be ready", Duration::from_secs(20), {
         assert!(
             served.child.try_wait().unwrap().is_none(),
             "goodput exited before it was ready:\n{}",
             served.stderr()
         );
+        let mut ready = None;
         if let Ok(mut s) = TcpStream::connect(served.admin).await {
             let _ = s
                 .write_all(b"GET /readyz HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n")
                 .await;
             let mut out = Vec::new();
             let _ = s.read_to_end(&mut out).await;
-            if out.starts_with(b"HTTP/1.1 200") {
-                return;
-            }
+            ready = out.starts_with(b"HTTP/1.1 200").then_some(());
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "goodput not ready in 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        ready
+    });
 }
 
 async fn wait_exit(mut served: Serving) {
@@ -163,42 +157,37 @@ async fn wait_exit(mut served: Serving) {
 /// listening socket's `rx_queue` in `/proc/net/tcp` is its accept backlog).
 async fn queued(port: u16) {
     let port = format!(":{port:04X}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-        let waiting = table.lines().skip(1).any(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            f.len() > 4
-                && f[1].ends_with(&port)
-                && f[3] == "0A"
-                && f[4]
-                    .split_once(':')
-                    .and_then(|(_, rx)| u32::from_str_radix(rx, 16).ok())
-                    .is_some_and(|rx| rx > 0)
-        });
-        if waiting {
-            return;
+    poll_until!(
+        "a connection waiting in the stopped process's accept queue",
+        Duration::from_secs(30),
+        {
+            let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+            let waiting = table.lines().skip(1).any(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                f.len() > 4
+                    && f[1].ends_with(&port)
+                    && f[3] == "0A"
+                    && f[4]
+                        .split_once(':')
+                        .and_then(|(_, rx)| u32::from_str_radix(rx, 16).ok())
+                        .is_some_and(|rx| rx > 0)
+            });
+            waiting.then_some(())
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no connection waited in the stopped process's accept queue"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    );
 }
 
 /// Waits until `more` further streams have completed (the clients make progress).
 async fn progress(tally: &Tally, more: usize) {
     let target = tally.completed.load(Ordering::Relaxed) + more;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while tally.completed.load(Ordering::Relaxed) < target {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the clients made no progress: {:?}",
+    poll_until!(
+        format!(
+            "progress of the clients (first failure: {:?})",
             tally.failures.lock().unwrap().first()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        ),
+        Duration::from_secs(30),
+        { (tally.completed.load(Ordering::Relaxed) >= target).then_some(()) }
+    );
 }
 
 #[derive(Default)]

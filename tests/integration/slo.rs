@@ -190,8 +190,7 @@ async fn attainment_goodput_and_cost_equal_hand_computed_values() {
     );
     assert_eq!(v(r#"goodput_cost_per_hour{currency="EUR"}"#), Some(3600.0));
     // Windowed gauges are refreshed every second.
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
+    poll_loop!(deadline = tokio::time::Instant::now() + T, {
         let text = metrics(proxy.admin_addr).await;
         let fast = metric_value(
             &text,
@@ -220,8 +219,7 @@ async fn attainment_goodput_and_cost_equal_hand_computed_values() {
             tokio::time::Instant::now() < deadline,
             "gauges never refreshed:\n{text}"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    });
     let (status, _) = admin_get(proxy.admin_addr, "/api/v1/summary?window=7m").await;
     assert_eq!(status, 400);
     proxy.shutdown().await;

@@ -154,18 +154,7 @@ async fn post_collect_id(url: &str, id: &str, body: String) -> (u16, bytes::Byte
 }
 
 async fn record(proxy: &Running, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        if let Some(r) = records(proxy.admin_addr)
-            .await
-            .into_iter()
-            .find(|r| r["id"] == id)
-        {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no record for {id}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    record_of(proxy.admin_addr, id, T).await
 }
 
 #[tokio::test]
@@ -467,13 +456,14 @@ async fn a_saturated_pool_falls_back_and_says_so() {
 fn a_bad_tokenizer_file_is_a_config_problem_naming_its_path() {
     let dir = TempDir::new("broken");
     let broken = dir.write("broken.json", "{ not a tokenizer").unwrap();
-    let file = format!(
-        "[upstream]\nurl = \"http://127.0.0.1:1\"\n[tokenizer]\nmodels = [\n  {{ model = \"a-*\", path = \"{}\" }},\n  {{ model = \"b-*\", path = \"/nonexistent/tokenizer.json\" }},\n]\nworkers = 0\n",
+    let models = format!(
+        "[upstream]\nurl = \"http://127.0.0.1:1\"\n[tokenizer]\nmodels = [\n  {{ model = \"a-*\", path = \"{}\" }},\n  {{ model = \"b-*\", path = \"/nonexistent/tokenizer.json\" }},\n]\n",
         broken.display()
     );
-    let err = goodput::config::load_str(&file, "test", &Default::default())
-        .unwrap_err()
-        .to_string();
+    // The section itself is valid; its files are loaded as the server starts, by
+    // `check-config` and on a reload, each problem under its key.
+    let cfg = goodput::config::load_str(&models, "test", &Default::default()).unwrap();
+    let err = goodput::run::Resources::load(&cfg).unwrap_err().to_string();
     assert!(
         err.contains("tokenizer.models[0].path") && err.contains(&broken.display().to_string()),
         "{err}"
@@ -482,7 +472,40 @@ fn a_bad_tokenizer_file_is_a_config_problem_naming_its_path() {
         err.contains("tokenizer.models[1].path") && err.contains("/nonexistent/tokenizer.json"),
         "{err}"
     );
+    let file = dir.write("goodput.toml", &models).unwrap();
+    let checked = goodput::run::check(&file).unwrap_err().to_string();
+    assert!(checked.contains("tokenizer.models[1].path"), "{checked}");
+    let start = start_error(cfg);
+    assert!(start.contains("tokenizer.models[0].path"), "{start}");
+    let err = goodput::config::load_str(
+        &format!("{models}workers = 0\n"),
+        "test",
+        &Default::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("tokenizer.workers"), "{err}");
+}
+
+/// `run::start` on a configuration whose files cannot be loaded: the error it gives.
+fn start_error(cfg: Config) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        proxy.set_nonblocking(true).unwrap();
+        admin.set_nonblocking(true).unwrap();
+        let started = goodput::run::start_on(
+            cfg,
+            tokio::net::TcpListener::from_std(proxy).unwrap(),
+            tokio::net::TcpListener::from_std(admin).unwrap(),
+        );
+        assert!(started.is_err(), "started with an unloadable tokenizer");
+        started.err().unwrap().to_string()
+    })
 }
 
 #[tokio::test]

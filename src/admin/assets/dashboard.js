@@ -254,15 +254,41 @@
 
   function renderAttribution(s, cal) {
     const box = $("attribution");
-    const attr = (s && s.attribution) || [];
-    if (!cal || !cal.enabled) { empty(box, "calibration is off ([calibration] enabled)"); return; }
-    const kids = [el("div", { class: cal.up ? "good" : "bad" }, (cal.up ? "engine metrics up" : "engine metrics down") + " · " + (cal.engine || "unknown engine") + " · last scrape " + (cal.last_result || "–"))];
+    const all = (s && s.attribution) || [];
+    const attr = all.filter((a) => a.source !== "requests");
+    const perRequest = all.filter((a) => a.source === "requests");
+    const kids = [];
+    // The engine's own per-request timings: independent of the calibration scrapes.
+    if (perRequest.length) {
+      const p = (x) => (x && x.p50 !== null ? ms(x.p50) + " / " + ms(x.p95) + " / " + ms(x.p99) : "–");
+      const share = (a) => Object.entries(a.miss_share || {}).filter(([, v]) => v > 0).map(([k, v]) => k + " " + pct(v)).join(", ") || "–";
+      const t = el("table", {}, el("thead", {}, el("tr", {}, ...["class", "model", "requests", "queue P50/95/99", "prefill", "decode", "outside engine", "misses went to"].map((h) => el("th", {}, h)))));
+      const tb = el("tbody");
+      for (const a of perRequest) tb.append(el("tr", {}, el("td", {}, a.class), el("td", {}, a.model || "(no model)"), el("td", {}, int(a.requests)), el("td", {}, p(a.queue_ms)), el("td", {}, p(a.prefill_ms.count ? a.prefill_ms : a.inference_ms)), el("td", {}, p(a.decode_ms)), el("td", {}, p(a.outside_engine_ms)), el("td", {}, share(a))));
+      t.append(tb); kids.push(el("h3", {}, "Per request, by the engine's own timings"), t);
+    }
+    if (!cal || !cal.enabled) {
+      if (!kids.length) { empty(box, "calibration is off ([calibration] enabled) and no engine reports per-request timings"); return; }
+      kids.push(el("div", { class: "muted" }, "calibration is off ([calibration] enabled)"));
+      box.replaceChildren(...kids);
+      return;
+    }
+    kids.unshift(el("div", { class: cal.up ? "good" : "bad" }, (cal.up ? "engine metrics up" : "engine metrics down") + " · " + (cal.engine || "unknown engine") + " · last scrape " + (cal.last_result || "–")));
+    const g = cal.gpus;
+    if (g) {
+      // Beside the engine's KV-cache use: a busy GPU with a full cache is compute-bound;
+      // a full cache on an idle GPU points elsewhere (memory or interconnect).
+      const util = g.utilization_mean === null ? "GPU utilization –" : `GPU utilization ${num(g.utilization_mean, 0)}% mean, ${num(g.utilization_max, 0)}% max`;
+      const mem = g.memory_used_share_max === null ? "" : ` · GPU memory ${pct(g.memory_used_share_max)} (fullest)`;
+      const up = `${g.gpus} GPUs from ${g.exporters_up}/${g.exporters} exporters` + (g.last_error ? " · " + g.last_error : "");
+      kids.push(el("div", { class: g.exporters_up < g.exporters ? "warn" : "" }, util + mem + " · " + up));
+    }
     if (attr.length) {
       const t = el("table", {}, el("thead", {}, el("tr", {}, ...["model", "queue", "prefill", "decode", "outside engine", "KV cache", "waiting", "running"].map((h) => el("th", {}, h)))));
       const tb = el("tbody");
       const sec = (v) => (v === null || v === undefined ? "–" : ms(v * 1000));
       for (const a of attr) tb.append(el("tr", {}, el("td", {}, a.model || "(no model)"), el("td", {}, sec(a.queue_seconds)), el("td", {}, sec(a.prefill_seconds)), el("td", {}, sec(a.decode_seconds)), el("td", {}, sec(a.outside_engine_seconds)), el("td", {}, a.kv_cache_usage === null ? "–" : pct(a.kv_cache_usage)), el("td", {}, num(a.requests_waiting, 0)), el("td", {}, num(a.requests_running, 0))));
-      t.append(tb); kids.push(t);
+      t.append(tb); kids.push(el("h3", {}, "Scraped from the engine (window means)"), t);
     }
     const comps = (cal.comparisons || []).filter((c) => c.proxy_seconds !== null && c.engine_seconds !== null);
     if (comps.length) {

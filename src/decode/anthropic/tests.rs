@@ -223,6 +223,7 @@ fn body_is_read() {
         content: true,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     };
     assert_eq!(parse_body(body), Some(want));
 }

@@ -15,6 +15,7 @@ fn fixture_bodies() {
         content: true,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     };
     let cases: [(Api, &[u8], BodyInfo); 7] = [
         (

@@ -115,6 +115,7 @@ fn body_is_read() {
         content: true,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     };
     assert_eq!(parse_body(body), Some(want));
 }
@@ -132,6 +133,7 @@ fn multi_prompt_body_is_summed() {
         content: true,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     };
     assert_eq!(parse_body(body), Some(want));
     assert_eq!(parse_body(b"[]"), None);

@@ -126,6 +126,7 @@ fn bodies() {
         content: true,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     };
     assert_eq!(parse_body(chat), Some(want));
     let thinking_only = br#"{"model":"m","response":"","thinking":"t","done":true}"#;

@@ -50,6 +50,12 @@ pub(super) fn classify(json: &[u8]) -> Option<(EventInfo, EventText<'_>)> {
                     return None;
                 }
             }
+            // The engine's own timings (vLLM `metrics`, SGLang `meta_info`): read by serde.
+            "metrics" | "meta_info" => {
+                if s.value(0)? != "null" {
+                    return None;
+                }
+            }
             "object" => {
                 if object.is_some() {
                     return None;
@@ -75,6 +81,7 @@ pub(super) fn classify(json: &[u8]) -> Option<(EventInfo, EventText<'_>)> {
         terminal: false,
         error: object == Some(r#""error""#),
         cached_input_tokens: None,
+        engine: None,
     };
     Some((info, choices.text))
 }

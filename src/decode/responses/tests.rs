@@ -220,6 +220,7 @@ fn body_with_text() {
         content: true,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     };
     assert_eq!(parse_body(body), Some(want));
 }

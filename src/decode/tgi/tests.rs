@@ -50,6 +50,7 @@ fn last_event_has_details() {
         terminal: true,
         error: false,
         cached_input_tokens: None,
+        engine: None,
     };
     assert_eq!(ev(data), want);
 }
@@ -136,6 +137,29 @@ fn error_and_foreign_bodies() {
             ..BodyInfo::default()
         })
     );
-    assert_eq!(parse_body(br#"{"text":"sglang","meta_info":{}}"#), None);
+    assert_eq!(parse_body(br#"{"text":"sglang"}"#), None);
+    assert_eq!(parse_body(br#"{"meta_info":{}}"#), None);
     assert_eq!(parse_body(br#"[{"generated_text":"compat route"}]"#), None);
+}
+
+#[test]
+fn sglang_generate_bodies_carry_counts_and_the_engine_timings() {
+    let body = br#"{"text":" there","output_ids":[1,2],"meta_info":{"id":"a","finish_reason":{"type":"length","length":2},"prompt_tokens":9,"completion_tokens":2,"cached_tokens":4,"queue_time":0.04,"forward_entry_time":1700000000.5,"prefill_finished_time":1700000000.575,"inference_time":0.1,"e2e_latency":0.2}}"#;
+    let got = parse_body(body).unwrap();
+    assert!(got.content && !got.error);
+    assert_eq!(
+        got.usage,
+        Some(Usage {
+            input_tokens: Some(9),
+            output_tokens: Some(2)
+        })
+    );
+    assert_eq!(got.finish_reason, Some(FinishReason::Length));
+    assert_eq!(got.cached_input_tokens, Some(4));
+    let t = got.engine.unwrap();
+    assert_eq!((t.queue_us, t.inference_us), (Some(40_000), Some(100_000)));
+    assert!(t.prefill_us.unwrap().abs_diff(75_000) <= 1);
+    // Without timings it is still a body, with nothing of the engine's.
+    let plain = parse_body(br#"{"text":"x","meta_info":{"prompt_tokens":1}}"#).unwrap();
+    assert_eq!(plain.engine, None);
 }

@@ -74,8 +74,8 @@ pub(crate) fn profile_of(lines: &[ProfileLine]) -> Profile {
     p
 }
 
-fn config(baseline: &Profile) -> DriftConfig {
-    let mut cfg = DriftConfig::with_baseline(baseline.clone());
+fn config() -> DriftConfig {
+    let mut cfg = DriftConfig::with_defaults(std::path::PathBuf::new());
     cfg.window = Duration::from_secs(600);
     cfg
 }
@@ -96,7 +96,7 @@ fn run(m: &mut Monitor, lines: &[ProfileLine], t0: Instant, gap_ms: u64) -> Vec<
 #[test]
 fn quiet_on_a_resample_fires_on_a_shift_and_clears() {
     let base = profile_of(&synthetic(1, 3000, 180.0, 0, 200));
-    let mut m = Monitor::new(&config(&base), &base);
+    let mut m = Monitor::new(&config(), &base);
     let t0 = Instant::now();
     // Same distribution, another seed: 10 minutes of evaluations, nothing fires.
     let same = synthetic(2, 3000, 180.0, 0, 200);
@@ -168,7 +168,7 @@ fn quiet_on_a_resample_fires_on_a_shift_and_clears() {
 #[test]
 fn too_few_requests_never_fire() {
     let base = profile_of(&synthetic(1, 1000, 180.0, 0, 200));
-    let mut m = Monitor::new(&config(&base), &base);
+    let mut m = Monitor::new(&config(), &base);
     let t0 = Instant::now();
     let shifted = synthetic(3, 100, 5000.0, 0, 200);
     for (i, l) in shifted.iter().enumerate() {
@@ -184,7 +184,7 @@ fn too_few_requests_never_fire() {
 #[test]
 fn the_window_is_bounded_and_reuse_is_seen() {
     let base = profile_of(&synthetic(1, 500, 180.0, 0, 200));
-    let mut cfg = config(&base);
+    let mut cfg = config();
     cfg.window_max_requests = 300;
     cfg.min_samples = 100;
     let mut m = Monitor::new(&cfg, &base);
@@ -213,12 +213,12 @@ fn the_window_is_bounded_and_reuse_is_seen() {
 #[test]
 fn metrics_and_snapshot() {
     let base = profile_of(&synthetic(1, 1000, 180.0, 0, 200));
-    let mut m = Monitor::new(&config(&base), &base);
+    let mut m = Monitor::new(&config(), &base);
     let t0 = Instant::now();
     let statuses = run(&mut m, &synthetic(3, 3000, 900.0, 0, 200), t0, 200);
     assert!(statuses.last().unwrap().drifted);
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = crate::metrics::Metrics::register(&mut registry);
+    let metrics = crate::profile::ProfileMetrics::register(&mut registry);
     statuses.last().unwrap().publish(&metrics);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
@@ -427,7 +427,7 @@ fn window_rss_does_not_grow_with_requests() {
     let var = |k: &str| std::env::var(k).ok().map(|v| v.parse::<u64>().unwrap());
     let n = var("GOODPUT_DRIFT_REQUESTS").unwrap_or(2_000_000);
     let base = profile_of(&synthetic(1, 300, 180.0, 0, 200));
-    let mut cfg = config(&base);
+    let mut cfg = config();
     cfg.window = Duration::from_secs(3600);
     if let Some(k) = var("GOODPUT_DRIFT_KEEP") {
         cfg.window_max_requests = k as usize;

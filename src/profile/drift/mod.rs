@@ -32,7 +32,7 @@ mod window;
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 pub use monitor::{DimensionStatus, DriftStatus, Monitor, Transition, TransitionKind};
 pub use snapshot::{write_profile, write_snapshot};
@@ -41,58 +41,24 @@ pub use window::{ARRIVALS, PANES, REUSE_SLOTS, Window, binned, length_bin};
 
 use super::{shape::Shape, stats};
 
-/// `[drift.thresholds]`: when a statistic counts as drifted. Documented defaults.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Thresholds {
-    pub psi: f64,
-    pub ks: f64,
-    pub tvd: f64,
-    pub rate_ratio: f64,
-    pub burstiness_change: f64,
-    pub reuse_change: f64,
-    pub concurrency_ratio: f64,
-}
+pub use crate::config::drift::Thresholds;
 
-impl Default for Thresholds {
-    fn default() -> Self {
-        Thresholds {
-            psi: 0.2,
-            ks: 0.1,
-            tvd: 0.1,
-            rate_ratio: 2.0,
-            burstiness_change: 0.5,
-            reuse_change: 0.2,
-            concurrency_ratio: 2.0,
-        }
-    }
-}
-
-impl Thresholds {
-    /// Each unusable value as (key, why).
-    pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
-        let mut out = Vec::new();
-        let positive = [
-            ("psi", self.psi),
-            ("ks", self.ks),
-            ("tvd", self.tvd),
-            ("burstiness_change", self.burstiness_change),
-            ("reuse_change", self.reuse_change),
-        ];
-        for (k, v) in positive {
-            if !(v.is_finite() && v > 0.0) {
-                out.push((k, "must be a number greater than zero"));
-            }
-        }
-        for (k, v) in [
-            ("rate_ratio", self.rate_ratio),
-            ("concurrency_ratio", self.concurrency_ratio),
-        ] {
-            if !(v.is_finite() && v > 1.0) {
-                out.push((k, "must be a ratio greater than 1"));
-            }
-        }
-        out
+/// Reads `[drift] baseline`: a profile with at least one request. What is wrong with it is
+/// a configuration problem under `drift.baseline`, naming the file.
+pub fn read_baseline(
+    cfg: &crate::config::DriftConfig,
+) -> Result<super::Profile, crate::config::Problem> {
+    let path = &cfg.baseline_path;
+    match super::Profile::read(std::slice::from_ref(path)) {
+        Ok(p) if p.entries.is_empty() => Err(crate::config::Problem::invalid(
+            "drift.baseline",
+            format!("`{}` holds no requests", path.display()),
+        )),
+        Ok(p) => Ok(p),
+        Err(e) => Err(crate::config::Problem::invalid(
+            "drift.baseline",
+            e.to_string(),
+        )),
     }
 }
 

@@ -25,7 +25,8 @@ use super::{
 };
 use crate::{
     config::DriftConfig,
-    metrics::{DimensionLabel, DriftLabels, Metrics},
+    metrics::{DimensionLabel, DriftLabels},
+    profile::ProfileMetrics,
     profile::{
         ProfileLine,
         read::Profile,
@@ -94,7 +95,7 @@ pub struct DriftStatus {
 impl DriftStatus {
     /// Sets `goodput_profile_drift{dimension,statistic}` and
     /// `goodput_reacceptance_required{dimension}`.
-    pub fn publish(&self, metrics: &Metrics) {
+    pub fn publish(&self, metrics: &ProfileMetrics) {
         for d in &self.dimensions {
             let labels = DriftLabels {
                 dimension: d.stat.name,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::super::measure::{Pcts, Spread, Stats, TargetCheck, TimePoint};
+use crate::replay::tally::{Pcts, Spread, Stats, TargetCheck, TimePoint};
 use crate::stats::engine::Capacity;
 
 /// Bumped when a field changes meaning.
@@ -23,12 +23,15 @@ pub struct Report {
     pub contract: Contract,
     /// Stopped early by Ctrl-C: the report covers what ran.
     pub interrupted: bool,
-    /// Every class passed.
+    /// Every gate passed (`gates`).
     pub passed: bool,
     /// Per SLO class: `pass` or `fail`.
     pub verdict: BTreeMap<String, &'static str>,
     /// The numbers behind each verdict.
     pub verdicts: Vec<Verdict>,
+    /// The run passes only when every gate passes: `slo`, `quality`, `recovery`,
+    /// `abnormal_input`, `resources`, each with `pass`, `target` and `actual`.
+    pub gates: crate::replay::gates::Gates,
     /// The highest concurrency whose SLO attainment held (pooled classes; the engine's
     /// definition), as the step's concurrency.
     pub max_stable_concurrency: Option<u32>,
@@ -70,6 +73,12 @@ pub struct Report {
     /// absent with `--no-engine-metrics`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attribution: Option<crate::replay::attribution::AttributionOut>,
+    /// `--gpu-metrics`: the GPUs over every step's window, and a soak's GPU check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::replay::gpu::ResourcesOut>,
+    /// The command line, goodput's version, the files' digests and what the target said
+    /// about itself: what it takes to run the same test again.
+    pub reproducibility: crate::replay::describe::Reproducibility,
     pub notes: Vec<String>,
 }
 
@@ -114,7 +123,21 @@ pub struct Contract {
     pub duration_s: f64,
     pub goodput_version: String,
     pub slo: Vec<ClassTargets>,
+    /// The gates' thresholds (`gates` judges by them).
+    pub gates: GateThresholds,
     pub cost: Option<CostConfigOut>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GateThresholds {
+    /// `--quality-min` (`null` without probes).
+    pub quality_min: Option<f64>,
+    pub isolation_max_drop_points: f64,
+    /// `--recovery-deadline` (`null` without a fault).
+    pub recovery_deadline_s: Option<f64>,
+    pub soak_max_kv_growth: f64,
+    pub soak_max_waiting_growth: f64,
+    pub soak_max_jitter_growth: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -149,6 +172,8 @@ pub struct LoadOut {
     pub required_rate: Option<f64>,
     pub max_requests: Option<u64>,
     pub max_in_flight: u32,
+    /// `--repeat`: runs of each concurrency level (steps).
+    pub repeat: u32,
     pub seed: u64,
     pub ignore_eos: bool,
     pub idle_timeout_s: f64,
@@ -207,6 +232,9 @@ pub struct StepOut {
     #[serde(flatten)]
     pub stats: Stats,
     pub spread: Spread,
+    /// `--gpu-metrics`: the GPUs over the step's measuring window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::replay::gpu::GpuFigures>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -275,6 +303,10 @@ pub struct Drift {
     pub e2e_p95_change: Option<f64>,
     pub error_rate_first: Option<f64>,
     pub error_rate_last: Option<f64>,
+    /// P99 TTFT and ITL jitter across the intervals: coefficient of variation of each
+    /// interval's P99, as the live summary's `p99_ttft_jitter`.
+    pub p99_ttft_jitter: Option<f64>,
+    pub p99_itl_jitter: Option<f64>,
 }
 
 /// Writes `report.json` (pretty, newline-terminated).
@@ -306,7 +338,7 @@ struct RequestLine<'a> {
 /// sample's step and timing beside its whole `record` (the sample keeps only part of it).
 /// `probe` names the probe a probe request sent.
 pub fn request_line(
-    s: &super::super::measure::Sample,
+    s: &crate::replay::tally::Sample,
     record: &crate::measure::RequestRecord,
     probe: Option<&str>,
 ) -> Vec<u8> {

@@ -1,6 +1,5 @@
-//! `report.md`: the report for people, in the order an acceptance reader asks: what was
-//! tested (the contract), did it pass (verdict per class), where is the knee and what does
-//! it cost, then the per-step numbers, the generator's fidelity and the notes.
+//! `report.md`: the report's sections ([`super::sections`]) as Markdown, and the small
+//! formatting helpers the tables and sections share.
 
 use std::fmt::Write as _;
 
@@ -143,157 +142,30 @@ pub fn contract_rows(r: &Report) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// report.md: the sections of [`super::sections`] as Markdown (charts left out).
 pub fn render(r: &Report) -> String {
+    use super::sections::{Block, banner, sections};
     let mut o = String::new();
     let _ = writeln!(o, "# goodput replay: acceptance report\n");
-    let _ = writeln!(
-        o,
-        "**Verdict: {}**{}\n",
-        if r.passed { "PASS" } else { "FAIL" },
-        if r.interrupted {
-            " (interrupted: covers what ran)"
-        } else {
-            ""
+    let _ = writeln!(o, "**{}**", banner(r));
+    for sec in sections(r) {
+        if let Some(t) = sec.title {
+            let _ = writeln!(o, "\n## {t}");
         }
-    );
-    let _ = writeln!(o, "## Test contract\n\n| | |\n|---|---|");
-    for (k, v) in contract_rows(r) {
-        let _ = writeln!(o, "| {k} | {} |", v.replace('|', "\\|"));
-    }
-    o.push_str(&super::table::verdicts(r).md());
-    let _ = writeln!(o, "\n## Capacity and cost\n");
-    let _ = writeln!(
-        o,
-        "- max stable concurrency: **{}**",
-        r.max_stable_concurrency
-            .map_or("-".into(), |c| c.to_string())
-    );
-    let k = &r.knee;
-    let _ = writeln!(
-        o,
-        "- knee: concurrency {}, rate {}, throughput {} tok/s, P95 TTFT {} ms ({})",
-        k.concurrency.map_or("-".into(), |c| c.to_string()),
-        num(k.rate, 2),
-        num(k.throughput_tokens_per_s, 1),
-        num(k.ttft_p95_ms, 1),
-        k.rule
-    );
-    let _ = writeln!(
-        o,
-        "- effective goodput: **{} tok/s** (at {})",
-        num(r.effective_goodput_tokens_per_s, 1),
-        r.operating_point.as_deref().unwrap_or("-")
-    );
-    if let Some(c) = &r.cost {
-        for line in cost_lines(c) {
-            let _ = writeln!(o, "- {line}");
-        }
-    }
-    o.push_str(&super::table::steps(r).md());
-    o.push_str(&super::table::models(r).md());
-    if let Some(t) = super::table::attribution(r) {
-        o.push_str(&t.md());
-    }
-    if !r.overall.ttft_ms_by_input.is_empty() {
-        let _ = writeln!(
-            o,
-            "\n## TTFT by input length (all measured requests)\n\n| input tokens | requests | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|---|"
-        );
-        for b in &r.overall.ttft_ms_by_input {
-            let t = &b.ttft_ms;
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} | {} |",
-                b.bucket,
-                b.requests,
-                num(t.p50, 1),
-                num(t.p95, 1),
-                num(t.p99, 1)
-            );
-        }
-    }
-    let g = &r.generator;
-    let lag = g.schedule_lag_ms.as_ref();
-    let _ = writeln!(
-        o,
-        "\n## Generator fidelity\n\n{} requests sent; schedule lag p50 {} ms, p99 {} ms, max {} ms; {}.",
-        g.requests_sent,
-        num(lag.and_then(|l| l.p50), 2),
-        num(lag.and_then(|l| l.p99), 2),
-        num(lag.and_then(|l| l.max), 2),
-        if g.kept_up {
-            "the generator kept up".to_owned()
-        } else {
-            format!(
-                "**the generator did not keep up** (lag P99 over {} ms or in-flight cap reached): the target saw less load than planned",
-                g.lag_p99_limit_ms
-            )
-        }
-    );
-    if let Some(d) = &r.drift {
-        let _ = writeln!(
-            o,
-            "\n## Drift over the soak\n\nFirst against last {}s interval ({} intervals): raw throughput {}, effective goodput {}, P95 TTFT {}, P95 e2e {}, error rate {} → {}.",
-            d.interval_s,
-            d.intervals,
-            signed(d.raw_throughput_change),
-            signed(d.effective_goodput_change),
-            signed(d.ttft_p95_change),
-            signed(d.e2e_p95_change),
-            pct(d.error_rate_first),
-            pct(d.error_rate_last)
-        );
-    }
-    for t in [super::table::repeats(r), super::table::short(r)]
-        .into_iter()
-        .flatten()
-    {
-        o.push_str(&t.md());
-    }
-    if let Some(t) = super::table::quality(r) {
-        o.push_str(&t.md());
-        if let Some(q) = &r.quality {
-            let _ = writeln!(
-                o,
-                "\nProbes over the run: {} of {} passed ({}).",
-                q.passed,
-                q.probes,
-                pct(q.pass_rate)
-            );
-            for f in q.failures.iter().take(FAILURES_SHOWN) {
-                let _ = writeln!(
-                    o,
-                    "- {} ({}, `{}`): {}; answer: {:?}",
-                    f.name, f.step, f.request_id, f.reason, f.answer
-                );
+        for b in sec.blocks {
+            match b {
+                Block::Text(t) => {
+                    let _ = writeln!(o, "\n{t}");
+                }
+                Block::Items(items) => {
+                    o.push('\n');
+                    for i in items {
+                        let _ = writeln!(o, "- {i}");
+                    }
+                }
+                Block::Table(t) => o.push_str(&t.md()),
+                Block::Charts(_) => {}
             }
-            if q.failures.len() > FAILURES_SHOWN {
-                let _ = writeln!(
-                    o,
-                    "- … {} more in report.json",
-                    q.failures.len() - FAILURES_SHOWN
-                );
-            }
-        }
-    }
-    if let Some(inj) = &r.injection {
-        let (t, lines) = super::table::injection(inj);
-        o.push_str(&t.md());
-        let _ = writeln!(o);
-        for l in lines {
-            let _ = writeln!(o, "- {l}");
-        }
-    }
-    if let Some(rec) = &r.recovery {
-        let _ = writeln!(o, "\n## Recovery\n");
-        for line in recovery_lines(rec) {
-            let _ = writeln!(o, "- {line}");
-        }
-    }
-    if !r.notes.is_empty() {
-        let _ = writeln!(o, "\n## Notes\n");
-        for n in &r.notes {
-            let _ = writeln!(o, "- {n}");
         }
     }
     o
@@ -306,7 +178,7 @@ pub fn short_rows(r: &Report) -> Vec<[String; 5]> {
     if r.overall.short_ttft_ms.with_long_in_flight.count == 0 {
         return Vec::new();
     }
-    let row = |label: &str, s: &crate::replay::measure::ShortTtft| {
+    let row = |label: &str, s: &crate::replay::tally::ShortTtft| {
         let (w, o) = (&s.with_long_in_flight, &s.without);
         [
             label.to_owned(),

@@ -8,7 +8,7 @@ use super::{
     md::{REPEAT_HEAD, injection_parts, num, pct, quality_rows, repeat_rows, short_rows},
     svg::escape,
 };
-use crate::replay::{attribution::Resources, measure::Pcts};
+use crate::replay::{attribution::Resources, tally::Pcts};
 
 /// One cell: its text, and `pass`/`fail` when it carries a verdict (bold in Markdown,
 /// coloured in HTML).
@@ -52,7 +52,11 @@ impl Table {
 
     /// `## title`, the paragraph, and a pipe table (pipes and newlines in cells escaped).
     pub fn md(&self) -> String {
-        let mut o = format!("\n## {}\n\n", self.title);
+        let mut o = if self.title.is_empty() {
+            "\n".to_owned()
+        } else {
+            format!("\n## {}\n\n", self.title)
+        };
         if let Some(i) = &self.intro {
             let _ = writeln!(o, "{i}\n");
         }
@@ -81,7 +85,11 @@ impl Table {
 
     /// `<h2>`, `<p>` and `<table>`, every text escaped.
     pub fn html(&self) -> String {
-        let mut o = format!("<h2>{}</h2>", escape(self.title));
+        let mut o = if self.title.is_empty() {
+            String::new()
+        } else {
+            format!("<h2>{}</h2>", escape(self.title))
+        };
         if let Some(i) = &self.intro {
             let _ = write!(o, "<p>{}</p>", escape(i));
         }

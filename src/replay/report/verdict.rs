@@ -22,8 +22,8 @@ use crate::{
     config::{Config, Cost},
     replay::{
         cli::Mode,
-        measure::{Sample, Stats},
         tables::Tables,
+        tally::{Sample, Stats},
     },
     stats::engine::{Capacity, Engine, HOURS_PER_MONTH, Observation},
 };
@@ -68,6 +68,8 @@ pub fn capacity(
             miss_cause: s.miss_cause,
             finish_reason: s.finish_reason,
             cached_input_tokens: None,
+            engine_parts: Default::default(),
+            miss_component: None,
         });
         now = now.max(at(s.ended_s));
     }
@@ -133,7 +135,7 @@ pub fn knee(cap: Option<&Capacity>, steps: &[StepOut], mode: Mode) -> Knee {
     }
 }
 
-/// The step demonstrably held (see [`crate::replay::measure::Stats::holds`]).
+/// The step demonstrably held (see [`crate::replay::tally::Stats::holds`]).
 pub fn step_holds(s: &StepOut) -> bool {
     s.stats.holds()
 }
@@ -170,7 +172,7 @@ pub fn judged_step(
 pub fn verdicts(
     classes: &[String],
     judged: Result<Option<&StepOut>, String>,
-    overall: &crate::replay::measure::Stats,
+    overall: &crate::replay::tally::Stats,
     by_class: &[Capacity],
     target_of: impl Fn(&str) -> f64,
 ) -> Vec<Verdict> {
@@ -212,7 +214,7 @@ pub fn verdicts(
         .collect()
 }
 
-fn miss_reason(c: &crate::replay::measure::ClassStats) -> String {
+fn miss_reason(c: &crate::replay::tally::ClassStats) -> String {
     let mut why = Vec::new();
     if let Some(a) = c.attainment
         && a + 1e-9 < c.attainment_target

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 pub use crate::decode::FinishReason;
 use crate::measure::Outcome;
+pub use crate::measure::record::Component;
 pub use crate::measure::slo::MissCause;
 
 /// Name of the class that takes every request no configured class matched; also where
@@ -26,6 +27,8 @@ pub struct Observation<'a> {
     pub outcome: Outcome,
     /// `None` = excluded from attainment (client aborts).
     pub slo_met: Option<bool>,
+    /// TTFT and e2e as the SLO judges them: from the end of the request body
+    /// (`ttft_after_upload_ms`, `e2e_after_upload_ms`).
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
     pub e2e_ms: f64,
@@ -42,6 +45,11 @@ pub struct Observation<'a> {
     pub finish_reason: Option<FinishReason>,
     /// Input tokens the upstream served from its prefix cache, when it reports them.
     pub cached_input_tokens: Option<u64>,
+    /// The engine's own split of the request's time (ms), indexed like [`Component::ALL`];
+    /// all `None` when the engine reported none.
+    pub engine_parts: [Option<f64>; Component::ALL.len()],
+    /// The part a latency miss is attributed to, with engine timings.
+    pub miss_component: Option<Component>,
 }
 
 /// Runtime configuration of the engine.
@@ -92,7 +100,7 @@ pub struct PercentileTarget {
 }
 
 /// The latency a percentile target is about; the same type the config validates.
-pub use crate::config::slo::LatencyMetric;
+pub use crate::slo::LatencyMetric;
 
 /// Cost of the serving system.
 #[derive(Debug, Clone, PartialEq)]

@@ -51,6 +51,7 @@ mod label;
 mod reload;
 mod ring;
 mod slice;
+mod split;
 mod stability;
 mod summary;
 #[cfg(test)]
@@ -64,8 +65,8 @@ use std::{
 
 pub use capacity::{CAPACITY_SLICES, KNEE_SLOPE_FRACTION};
 pub use config::{
-    ClassConfig, CostConfig, DEFAULT_CLASS, EngineConfig, FinishReason, LatencyMetric, MIN_WINDOW,
-    MissCause, Observation, PercentileTarget,
+    ClassConfig, Component, CostConfig, DEFAULT_CLASS, EngineConfig, FinishReason, LatencyMetric,
+    MIN_WINDOW, MissCause, Observation, PercentileTarget,
 };
 pub use cost::{CostSummary, HOURS_PER_MONTH};
 pub use curve::{Capacity, Level};
@@ -73,6 +74,8 @@ pub use gauges::{ClassGauges, Gauges, WindowGauges};
 pub use hist::Percentiles;
 pub use label::{ParseWindowError, bucket_labels, bucket_of, format_window, parse_window};
 pub use ring::SLICES_PER_WINDOW;
+pub use slice::OUTPUT_BUCKETS;
+pub use split::{PartPercentiles, RequestAttribution};
 pub use stability::{MAX_POINTS, PointOut, Stability};
 pub use summary::{
     ByInput, FinishReasons, Group, InFlight, MissReasons, ModelGroup, OutcomeCounts, Overall,
@@ -113,6 +116,8 @@ pub struct Engine {
     /// The shortest window, whose slices the timeline is made of.
     timeline_window: usize,
     timeline: Timeline,
+    /// The engine's own per-request timings, per (class, model).
+    splits: split::Splits,
 }
 
 #[derive(Debug)]
@@ -217,6 +222,7 @@ impl Engine {
             late_dropped: 0,
             timeline_window,
             timeline: Timeline::new(cfg.timeline_points),
+            splits: split::Splits::new(),
         }
     }
 
@@ -241,6 +247,7 @@ impl Engine {
             let rings = self.windows.iter().map(|_| None).collect();
             self.models.insert(key.to_owned(), ModelState { rings });
         }
+        let key_owned = key.to_owned();
         let Some(model) = self.models.get_mut(key) else {
             return;
         };
@@ -289,6 +296,11 @@ impl Engine {
         if late {
             self.late_dropped = self.late_dropped.saturating_add(1);
         }
+        let class = self
+            .classes
+            .get(ci)
+            .map_or_else(String::new, |c| c.cfg.name.clone());
+        self.observe_split(obs, &class, key_owned.as_str(), epoch);
     }
 
     /// One sample of in-flight concurrency (the aggregator calls this every ~100 ms); also
@@ -391,6 +403,6 @@ impl Engine {
                         .sum::<usize>()
             })
             .sum();
-        windows + classes + models + self.timeline.heap_bytes()
+        windows + classes + models + self.timeline.heap_bytes() + self.splits_bytes()
     }
 }

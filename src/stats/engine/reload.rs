@@ -48,6 +48,7 @@ impl Engine {
                 s.trim(w.series_cap);
             }
         }
+        self.retain_splits();
         self.timeline.set_cap(fresh.timeline.cap);
         self.min_samples = fresh.min_samples;
         self.cost = fresh.cost;

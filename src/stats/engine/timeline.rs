@@ -21,8 +21,7 @@ use super::{
     summary::per_s,
 };
 
-/// Upper bound on points, whatever the configuration says (a day of 5 s slices).
-pub const MAX_TIMELINE_POINTS: usize = 17_280;
+pub use crate::slo::MAX_TIMELINE_POINTS;
 
 /// Upper bound on one point's size in bytes (pinned by a test).
 pub const TIMELINE_POINT_BYTES: usize = 640;

@@ -1,8 +1,8 @@
 //! The real `goodput serve` binary as a child process. It binds the ports it is given, and
 //! `127.0.0.1:0` is the usual choice: the addresses it really bound are read back from its
 //! start-up line (`goodput serving proxy=… admin=…`), which it logs once its listeners are
-//! bound and its signal handlers installed. No test guesses a free port or sleeps hoping
-//! the process is up.
+//! bound and its signal handlers installed. No test guesses a free port or waits on the
+//! clock hoping the process is up.
 #![expect(
     clippy::unwrap_used,
     reason = "test support: a failed set-up must stop the test"
@@ -14,7 +14,7 @@ use std::{
     process::{Child, Command, ExitStatus, Stdio},
     sync::{Arc, Mutex, mpsc},
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 /// A running `goodput serve`; killed if the test ends without stopping it.
@@ -83,15 +83,19 @@ impl Serving {
 
     /// Waits up to `within` for the process to exit, then for the last of its output.
     pub fn exited(&mut self, within: Duration) -> Result<ExitStatus, String> {
-        let deadline = Instant::now() + within;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                break status;
+        let mut failed = None;
+        let status = super::wait::blocking(within, || match self.child.try_wait() {
+            Ok(status) => status,
+            Err(e) => {
+                failed = Some(e.to_string());
+                Some(std::process::ExitStatus::default())
             }
-            if Instant::now() >= deadline {
-                return Err(format!("goodput did not exit within {within:?}"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let Some(status) = status else {
+            return Err(format!("goodput did not exit within {within:?}"));
         };
         for reader in self.readers.drain(..) {
             let _ = reader.join();

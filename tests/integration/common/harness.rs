@@ -39,6 +39,18 @@ pub fn test_config(upstream: &str) -> Config {
     cfg
 }
 
+/// Starts goodput in front of `upstream` with the configuration `toml` (the access log
+/// off; ephemeral ports).
+pub async fn start_proxy_toml(upstream: &str, toml: &str) -> Running {
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".into()),
+        upstream: Some(upstream.into()),
+        admin: Some("127.0.0.1:0".into()),
+    };
+    let text = format!("[log]\naccess_log = false\n{toml}");
+    start_proxy_with(config::load_str(&text, "test", &overrides).unwrap()).await
+}
+
 /// Starts goodput in front of `upstream`.
 pub async fn start_proxy(upstream: &str) -> Running {
     start_proxy_with(test_config(upstream)).await
@@ -143,14 +155,20 @@ pub async fn records(admin: SocketAddr) -> Vec<Value> {
 /// Waits until at least `n` requests are recorded (records are finished off the data path,
 /// so they appear shortly after the response ends).
 pub async fn wait_records(admin: SocketAddr, n: usize, timeout: Duration) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
+    poll_loop!(deadline = tokio::time::Instant::now() + timeout, {
         let r = records(admin).await;
         if r.len() >= n || tokio::time::Instant::now() >= deadline {
             return r;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    });
+}
+
+/// The record of request `id` (its `x-request-id`), waiting up to `timeout` for it to be
+/// finished off the data path.
+pub async fn record_of(admin: SocketAddr, id: &str, timeout: Duration) -> Value {
+    poll_until!(format!("the record of {id}"), timeout, {
+        records(admin).await.into_iter().find(|r| r["id"] == id)
+    })
 }
 
 /// Sends raw bytes on a fresh connection and reads until the peer closes (or `timeout`).

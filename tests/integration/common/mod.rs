@@ -9,7 +9,11 @@
 //!   token, reset or close mid-stream, stalls, wrong framing) and can see what the proxy sent
 //!   upstream and when it hung up.
 //!
-//! [`temp`] gives a test a scratch directory of its own, removed when the test ends.
+//! [`temp`] gives a test a scratch directory of its own, removed when the test ends;
+//! [`wait`] polls, bounded, for work that finishes off the data path.
+
+#[macro_use]
+pub mod wait;
 
 pub mod binary;
 pub mod fake;

@@ -127,16 +127,8 @@ fn sigterm_stops_serve_with_exit_code_0() {
         .status()
         .unwrap();
     assert!(killed.success());
-    let signalled = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if signalled.elapsed() > Duration::from_secs(5) {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status =
+        crate::common::wait::blocking(Duration::from_secs(5), || child.try_wait().unwrap());
     let Some(status) = status else {
         let _ = child.kill();
         panic!("goodput serve did not exit within 5 s of SIGTERM");

@@ -108,10 +108,11 @@ async fn client_abort_reaches_the_simulator_as_client_gone() {
     drop(client);
     // Cancelled or not, the simulator's request ends (it streams for 2 s); how it ended
     // is the test.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sim.truth().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    poll_loop!(deadline = Instant::now() + Duration::from_secs(10), {
+        if !sim.truth().is_empty() || Instant::now() >= deadline {
+            break;
+        }
+    });
     let truth = sim.truth();
     assert_eq!(truth.len(), 1, "the simulator's request did not end");
     assert!(

@@ -4,14 +4,14 @@ use super::*;
 
 /// Polls until connecting to `addr` is refused; false if it never is within `timeout`.
 async fn refused_within(addr: SocketAddr, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
+    poll_loop!(deadline = Instant::now() + timeout, {
         if TcpStream::connect(addr).await.is_err() {
             return true;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
+        if Instant::now() >= deadline {
+            return false;
+        }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]

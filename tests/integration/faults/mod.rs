@@ -169,7 +169,7 @@ fn concat(events: &[Vec<u8>]) -> Vec<u8> {
 fn prefix_then(events: &[Vec<u8>], n: usize, last: Step) -> Script {
     let mut s = Script::sse_then_close(events, n);
     s.steps.pop();
-    s.then(Step::Sleep(Duration::from_millis(50))).then(last)
+    s.then(Step::Pause(Duration::from_millis(50))).then(last)
 }
 
 /// [`SSE_HEAD`] and the first `n` events, then `last` at once.

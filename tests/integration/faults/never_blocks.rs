@@ -27,8 +27,7 @@ async fn a_full_measurement_queue_never_holds_traffic_back() {
     }
     assert_eq!(complete, N);
 
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let (recorded, dropped) = loop {
+    let (recorded, dropped) = poll_loop!(deadline = Instant::now() + Duration::from_secs(3), {
         let recorded = records(proxy.admin_addr).await.len();
         let text = metrics(proxy.admin_addr).await;
         let dropped = metric_value(&text, "goodput_measurement_dropped_total").unwrap_or(-1.0);
@@ -40,8 +39,7 @@ async fn a_full_measurement_queue_never_holds_traffic_back() {
             );
             break (recorded, dropped);
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    });
     assert!(dropped >= 0.0, "goodput_measurement_dropped_total missing");
     assert_eq!(
         recorded + dropped as usize,

@@ -69,9 +69,9 @@ async fn non_stream_content_length_json_passes_exactly() {
     let script = Script::new(vec![
         Step::Write(Bytes::from(head)),
         Step::Write(Bytes::copy_from_slice(&body[..1])),
-        Step::Sleep(Duration::from_millis(10)),
+        Step::Pause(Duration::from_millis(10)),
         Step::Write(Bytes::copy_from_slice(&body[1..100])),
-        Step::Sleep(Duration::from_millis(10)),
+        Step::Pause(Duration::from_millis(10)),
         Step::Write(Bytes::copy_from_slice(&body[100..])),
     ]);
     let fake = FakeUpstream::start(script).await;

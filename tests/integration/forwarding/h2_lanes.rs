@@ -220,16 +220,10 @@ async fn with_one_connection_allowed_the_third_stream_waits_and_is_counted() {
     tasks.extend(third);
     // The upstream allows no third stream on its one connection: that request waits
     // inside it, and goodput counts it when it sends it.
-    let counted = async {
-        loop {
-            let text = metrics(proxy.admin_addr).await;
-            if metric_value(&text, "goodput_upstream_http2_saturated_total") == Some(1.0) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(T, counted).await.unwrap();
+    poll_until!("a saturated HTTP/2 send counted", T, {
+        let text = metrics(proxy.admin_addr).await;
+        (metric_value(&text, "goodput_upstream_http2_saturated_total") == Some(1.0)).then_some(())
+    });
     assert!(
         firsts.try_recv().is_err(),
         "the third stream got an event while held"

@@ -109,16 +109,14 @@ fn head_names(head: &str) -> Vec<String> {
 
 /// The record with this id, waiting for it to be finished; `None` after [`T`].
 async fn record(admin: SocketAddr, id: &str) -> Option<Value> {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
+    poll_loop!(deadline = tokio::time::Instant::now() + T, {
         if let Some(r) = records(admin).await.into_iter().find(|r| r["id"] == id) {
             return Some(r);
         }
         if tokio::time::Instant::now() >= deadline {
             return None;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    });
 }
 
 /// A numeric record field.

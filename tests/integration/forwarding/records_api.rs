@@ -5,8 +5,16 @@ use super::*;
 /// The contract field set of a record (the records API), then the fields later
 /// capabilities added (TTFO from the dialects; the SLO verdict; the finish reason; whether
 /// the terminal event was delivered).
-const RECORD_FIELDS: [&str; 25] = [
+const RECORD_FIELDS: [&str; 36] = [
     "id",
+    "slo_miss_component",
+    "slo_source",
+    "engine_queue_ms",
+    "engine_prefill_ms",
+    "engine_decode_ms",
+    "engine_inference_ms",
+    "outside_engine_ms",
+    "engine_timing_source",
     "clock",
     "started_at",
     "model",
@@ -17,6 +25,9 @@ const RECORD_FIELDS: [&str; 25] = [
     "ttft_ms",
     "tpot_ms",
     "e2e_ms",
+    "upload_ms",
+    "ttft_after_upload_ms",
+    "e2e_after_upload_ms",
     "itl_ms",
     "input_tokens",
     "input_tokens_source",

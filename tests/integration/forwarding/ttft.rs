@@ -6,7 +6,7 @@ use super::*;
 async fn ttft_skips_the_role_only_chunk() {
     let events = openai_chat_events(3, true); // role, tok0, tok1, tok2, usage, [DONE]
     let chunk = |i: usize| Step::Write(http_chunk(&events[i]));
-    let ms = |n| Step::Sleep(Duration::from_millis(n));
+    let ms = |n| Step::Pause(Duration::from_millis(n));
     let script = Script::new(vec![
         Step::Write(Bytes::from_static(SSE_HEAD)),
         chunk(0),
@@ -68,7 +68,7 @@ async fn keep_alive_comments_and_empty_deltas_are_not_tokens() {
     let empty_delta = br#"data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":null}]}
 
 "#;
-    let ms = |n| Step::Sleep(Duration::from_millis(n));
+    let ms = |n| Step::Pause(Duration::from_millis(n));
     let write = |b: &[u8]| Step::Write(http_chunk(b));
     let script = Script::new(vec![
         Step::Write(Bytes::from_static(SSE_HEAD)),

@@ -61,14 +61,12 @@ async fn metric(admin: SocketAddr, series: &str) -> f64 {
 
 /// Waits (bounded) until `series` reaches `at_least`, and returns its last value.
 async fn wait_metric(admin: SocketAddr, series: &str, at_least: f64) -> f64 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    poll_loop!(deadline = tokio::time::Instant::now() + WAIT, {
         let v = metric(admin, series).await;
         if v >= at_least || tokio::time::Instant::now() >= deadline {
             return v;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    });
 }
 
 /// A raw HTTP/1.1 exchange: status code and body of the response (0 and empty if none).
@@ -120,10 +118,12 @@ fn h2_post(addr: SocketAddr, body: &'static str) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
+mod authority;
 mod client_connections;
 mod control_floods;
 mod half_close;
 mod http2_settings;
 mod request_bodies;
 mod request_heads;
+mod slow_uploads;
 mod upstream_connections;

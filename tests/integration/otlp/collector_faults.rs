@@ -30,25 +30,21 @@ async fn proxy_survives(endpoint: &str) -> (Running, String) {
         .expect("proxying slowed down behind a failing collector");
     let records = wait_records(proxy.admin_addr, 30, Duration::from_secs(10)).await;
     assert!(records.iter().all(|r| r["outcome"] == "ok"));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let text = loop {
-        let text = metrics(proxy.admin_addr).await;
-        let failures = |signal: &str| {
-            metric_value(
-                &text,
-                &format!("goodput_otlp_export_failures_total{{signal=\"{signal}\"}}"),
-            )
-            .unwrap_or(0.0)
-        };
-        if failures("metrics") >= 1.0 && failures("traces") >= 1.0 {
-            break text;
+    let text = poll_until!(
+        "export failures of both signals",
+        Duration::from_secs(15),
+        {
+            let text = metrics(proxy.admin_addr).await;
+            let failures = |signal: &str| {
+                metric_value(
+                    &text,
+                    &format!("goodput_otlp_export_failures_total{{signal=\"{signal}\"}}"),
+                )
+                .unwrap_or(0.0)
+            };
+            (failures("metrics") >= 1.0 && failures("traces") >= 1.0).then_some(text)
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "failures not counted:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    );
     (proxy, text)
 }
 

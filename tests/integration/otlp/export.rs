@@ -259,3 +259,61 @@ async fn shutdown_exports_what_is_left() {
         })
         .await;
 }
+
+/// With `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` (the real binary, so the
+/// variable is its own) the latest client-inference instruments and the cost per request
+/// (`gen_ai.usage.cost.source = local`) are exported beside today's.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_latest_genai_instruments_are_exported_when_opted_in() {
+    use crate::common::binary::Serving;
+    let mut receiver = Receiver::start(Mode::Accept).await;
+    let (_sim, upstream) = start_sim(fast_sim(5.0, 1.0)).await;
+    let tmp = TempDir::new("otlp-latest");
+    let cfg = tmp.path().join("goodput.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [upstream]\nurl = \"{upstream}\"\n[log]\naccess_log = false\n\
+             [cost]\ncurrency = \"EUR\"\nper_hour = {{ hardware = 36.0 }}\n\
+             [otlp]\nendpoint = \"{}\"\ninterval = \"200ms\"\ntimeout = \"2s\"\n",
+            receiver.endpoint()
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_goodput"));
+    cmd.args(["serve", "--config", cfg.to_str().unwrap()]).env(
+        "OTEL_SEMCONV_STABILITY_OPT_IN",
+        "gen_ai_latest_experimental",
+    );
+    let mut served = Serving::start(cmd, Duration::from_secs(20)).unwrap();
+    let url = format!("http://{}/v1/chat/completions", served.proxy);
+    let client = client();
+    // The cost per token needs a window with tokens in it: requests until one is priced.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut sent = 0;
+    let (ttfc, cost) = loop {
+        let (status, _) = post_with(&client, &url, chat_body(true, 8, true), None).await;
+        assert_eq!(status, 200);
+        sent += 1;
+        let got = tokio::time::timeout(Duration::from_secs(2), receiver.rx.recv()).await;
+        if let Ok(Some(Got::Metrics(m))) = got {
+            let ttfc = histogram(&m, "gen_ai.client.inference.time_to_first_chunk");
+            let cost = histogram(&m, "gen_ai.client.operation.cost");
+            if !ttfc.is_empty() && !cost.is_empty() {
+                break (ttfc[0].clone(), cost[0].clone());
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no priced request after {sent}"
+        );
+    };
+    assert!(ttfc.count >= 1 && ttfc.explicit_bounds.last().copied() >= Some(600.0));
+    assert_eq!(s(&ttfc.attributes, "gen_ai.request.model"), "test-model");
+    assert_eq!(s(&cost.attributes, "gen_ai.usage.cost.source"), "local");
+    assert_eq!(s(&cost.attributes, "goodput.cost.currency"), "EUR");
+    assert!(cost.sum.unwrap() > 0.0, "{cost:?}");
+    served.signal("-TERM");
+    served.exited(Duration::from_secs(10)).unwrap();
+}

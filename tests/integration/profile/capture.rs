@@ -11,8 +11,7 @@ use bytes::Bytes;
 use goodput::{
     config::{self, Overrides},
     decode::Api,
-    metrics::Metrics,
-    profile::{Anonymizer, ProfileLine, ProfileRecorder, unix_ms},
+    profile::{Anonymizer, Clock, ProfileLine, ProfileMetrics, ProfileRecorder, unix_ms},
     sim::SimConfig,
 };
 use http_body_util::{BodyExt, Full};
@@ -60,9 +59,10 @@ async fn capture_simulator_traffic_through_the_proxy() {
     };
     let cfg = config::load_str(&text, "capture", &o).unwrap();
     let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
+    let metrics = ProfileMetrics::register(&mut registry);
     let anon = Anonymizer::new(&cfg.profile);
-    let recorder = ProfileRecorder::start(&cfg.profile, anon.clone(), &metrics).unwrap();
+    let recorder =
+        ProfileRecorder::start(&cfg.profile, anon.clone(), &metrics, Clock::system()).unwrap();
 
     let http = client();
     let mut bodies = HashMap::new();

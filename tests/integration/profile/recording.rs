@@ -5,8 +5,7 @@ use std::{path::Path, time::Duration};
 
 use goodput::{
     config::{self, Config, Overrides},
-    metrics::Metrics,
-    profile::{Anonymizer, Profile, ProfileLine, ProfileRecorder},
+    profile::{Anonymizer, Clock, Profile, ProfileLine, ProfileMetrics, ProfileRecorder},
 };
 use prometheus_client::registry::Registry;
 
@@ -33,9 +32,10 @@ struct Rig {
 
 fn start(cfg: &Config) -> Rig {
     let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
+    let metrics = ProfileMetrics::register(&mut registry);
     let anon = Anonymizer::new(&cfg.profile);
-    let recorder = ProfileRecorder::start(&cfg.profile, anon.clone(), &metrics).unwrap();
+    let recorder =
+        ProfileRecorder::start(&cfg.profile, anon.clone(), &metrics, Clock::of_runtime()).unwrap();
     Rig {
         registry,
         anon,
@@ -149,7 +149,8 @@ async fn rotation_by_size_restarts_ids_and_retention_keeps_the_newest() {
     );
 }
 
-#[tokio::test]
+// The writer reads the runtime's clock: paused, it moves only when the test advances it.
+#[tokio::test(start_paused = true)]
 async fn rotation_by_time_without_traffic() {
     let dir = TempDir::new("time");
     let rig = start(&config(dir.path(), "rotate_every = \"300ms\""));
@@ -158,7 +159,8 @@ async fn rotation_by_time_without_traffic() {
         rig.recorder.record(l.clone());
     }
     rig.recorder.flush().await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::advance(Duration::from_millis(800)).await;
+    rig.recorder.flush().await;
     // The idle file was closed on its own: the directory holds one finished file.
     assert_eq!(files(dir.path()).len(), 1);
     for l in &lines[5..] {
@@ -196,7 +198,7 @@ async fn a_torn_last_line_is_skipped_and_reported() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("requests       19"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_unwritable_directory_drops_and_recording_resumes() {
     let dir = TempDir::new("disk");
     let target = dir.path().join("profiles");
@@ -213,7 +215,8 @@ async fn an_unwritable_directory_drops_and_recording_resumes() {
     assert_eq!(sample_value(&text, dropped), 5.0, "{text}");
     assert_eq!(sample_value(&text, "goodput_profile_records_total"), 0.0);
     std::fs::remove_file(&target).unwrap();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Past the first retry (1 s after the error).
+    tokio::time::advance(Duration::from_millis(1200)).await;
     for l in &lines[5..] {
         rig.recorder.record(l.clone());
     }
@@ -229,7 +232,7 @@ async fn an_unwritable_directory_drops_and_recording_resumes() {
 }
 
 /// A small tmpfs filled up, then made read-only: needs root (mount); skipped otherwise.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_then_read_only_disk_drops_and_resumes() {
     let dir = TempDir::new("tmpfs");
     let mnt = dir.path().join("mnt");
@@ -274,7 +277,8 @@ async fn a_full_then_read_only_disk_drops_and_resumes() {
     let dropped = "goodput_profile_records_dropped_total{reason=\"disk\"}";
     assert_eq!(sample_value(&scrape(&rig.registry), dropped), 4.0);
     std::fs::remove_file(&filler).unwrap();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Past the first retry (1 s after the error).
+    tokio::time::advance(Duration::from_millis(1200)).await;
     for l in &lines[4..8] {
         rig.recorder.record(l.clone());
     }
@@ -294,7 +298,8 @@ async fn a_full_then_read_only_disk_drops_and_resumes() {
     rig.recorder.flush().await;
     assert_eq!(sample_value(&scrape(&rig.registry), dropped), 2.0);
     assert!(mount(&["-o", "remount,rw"]));
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Past the first retry (1 s after the error).
+    tokio::time::advance(Duration::from_millis(1200)).await;
     for l in &lines[10..] {
         rig.recorder.record(l.clone());
     }

@@ -121,6 +121,9 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         ttfo_ms: None,
         tpot_ms: Some(12.0),
         e2e_ms: 900.0,
+        upload_ms: Some(0.0),
+        ttft_after_upload_ms: Some(80.0),
+        e2e_after_upload_ms: 900.0,
         itl_ms: None,
         input_tokens: Some(120),
         input_tokens_source: Some(TokenSource::Usage),
@@ -133,6 +136,8 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         slo_class: "default".into(),
         slo_met: Some(true),
         slo_miss_reason: None,
+        slo_miss_component: None,
+        engine: Default::default(),
         clock: goodput::measure::Clock::User,
         finished_at: None,
         bytes_in: 3000,
@@ -141,6 +146,8 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
         arrival: Default::default(),
         tenant: None,
         slo_overrides: Default::default(),
+        slo_header_invalid: 0,
+        slo_source: None,
         trace: None,
     }
 }

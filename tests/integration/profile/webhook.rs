@@ -73,13 +73,9 @@ async fn notifications_are_retried_until_delivered() {
     let (url, bodies) = server(2).await;
     let hook = Webhook::start_with(url.parse().unwrap(), Duration::from_millis(20));
     assert!(hook.notify(&status()));
-    for _ in 0..100 {
-        if bodies.lock().unwrap().len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    poll_until!("three deliveries", Duration::from_secs(2), {
+        (bodies.lock().unwrap().len() >= 3).then_some(())
+    });
     let bodies = bodies.lock().unwrap().clone();
     assert_eq!(bodies.len(), 3, "two failures, then delivered once");
     let v: serde_json::Value = serde_json::from_str(&bodies[2]).unwrap();

@@ -168,10 +168,11 @@ fn five_hundred_streams_multiplexed_on_one_h2_connection_all_reach_the_upstream_
         // Hanging up the connection cancels every one of the upstream requests.
         drop((open, sender));
         conn.abort();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while upstream.client_closes().len() < N && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        poll_loop!(deadline = Instant::now() + Duration::from_secs(10), {
+            if upstream.client_closes().len() >= N || Instant::now() >= deadline {
+                break;
+            }
+        });
         assert_eq!(
             upstream.client_closes().len(),
             N,

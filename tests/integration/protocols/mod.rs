@@ -256,8 +256,7 @@ async fn records_by_id(
     ids: &[String],
     timeout: Duration,
 ) -> anyhow::Result<BTreeMap<String, Value>> {
-    let deadline = Instant::now() + timeout;
-    loop {
+    poll_loop!(deadline = Instant::now() + timeout, {
         let by_id: BTreeMap<String, Value> = records(admin)
             .await?
             .into_iter()
@@ -273,8 +272,7 @@ async fn records_by_id(
                 ids.len()
             );
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    });
 }
 
 /// What an OpenAI chat stream contained.

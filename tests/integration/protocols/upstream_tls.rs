@@ -53,14 +53,12 @@ impl Relay {
 
     /// [`Relay::seen`] once it holds at least `n` entries, or whatever it holds at `timeout`.
     async fn wait_seen(&self, n: usize, timeout: Duration) -> Vec<Seen> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        poll_loop!(deadline = Instant::now() + timeout, {
             let seen = self.seen();
             if seen.len() >= n || Instant::now() >= deadline {
                 return seen;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        });
     }
 }
 

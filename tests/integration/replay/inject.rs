@@ -115,6 +115,16 @@ async fn abnormal_requests_and_bursts_are_reported_apart() {
     for k in ["over_long", "empty", "malformed", "burst"] {
         assert!(log.contains(&format!("\"inject\":\"{k}\"")), "{k}");
     }
+    // The abnormal_input gate: every injected request got its 400 from the simulator, and
+    // its isolation numbers are the injection report's.
+    let g = &r["gates"]["abnormal_input"];
+    assert_eq!(g["judged"], true, "{g}");
+    assert_eq!(g["actual"], 1.0, "{g}");
+    assert_eq!(
+        g["isolation"]["attainment_alone"],
+        inj["normal_alone"]["attainment"]
+    );
+    assert_eq!(g["isolation"]["max_drop_points"], 5.0);
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("## Abnormal input and bursts"), "{md}");
     assert!(md.contains("| over_long | "), "{md}");

@@ -49,9 +49,9 @@ async fn the_log_grows_during_the_run_and_agrees_with_the_report() {
     let log = out.join("requests.jsonl");
     let watched = log.clone();
     let stop = async move {
-        while lines(&watched) < 200 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        poll_until!("200 lines in the log", Duration::from_secs(120), {
+            (lines(&watched) >= 200).then_some(())
+        });
     };
     let done = replay::execute(&a, stop).await.unwrap();
     let r = &done.report;

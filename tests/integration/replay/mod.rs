@@ -3,7 +3,8 @@
 //! and cost in the report ([`attribution`]), profile filtering ([`filter`]), abnormal input
 //! and bursts ([`inject`]), the request log ([`log`]), the comparison matrix ([`matrix`]),
 //! quality probes and repeats ([`quality`]), recovery from a fault ([`recovery`]) and
-//! tenants and models ([`tenants`]), and one run answering all of them ([`acceptance`]). Replays are timing-sensitive: each takes
+//! tenants and models ([`tenants`]), the gates, reproducibility and GPU telemetry
+//! ([`gates`]), and one run answering all of them ([`acceptance`]). Replays are timing-sensitive: each takes
 //! [`crate::common::SERIAL`] so that two never run at once.
 #![expect(
     clippy::unwrap_used,
@@ -23,6 +24,7 @@ use serde_json::Value;
 mod acceptance;
 mod attribution;
 mod filter;
+mod gates;
 mod inject;
 mod log;
 mod matrix;
@@ -127,14 +129,18 @@ impl SimProcess {
 
     /// Waits until the simulator accepts connections (it binds before answering).
     pub(super) async fn ready(&self) {
-        for _ in 0..3000 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let listening = async {
+            poll_until!("the simulator to listen", Duration::from_secs(30), {
+                tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                    .await
+                    .ok()
+            })
+        };
+        if tokio::time::timeout(Duration::from_secs(31), listening)
+            .await
+            .is_ok()
+        {
+            return;
         }
         panic!(
             "the simulator never listened: {}",

@@ -142,6 +142,8 @@ async fn repeats_give_mean_and_confidence_interval_per_level() {
         "1,2",
         "--repeat",
         "3",
+        "--inject",
+        "empty=0.2",
         "--warmup",
         "50ms",
         "--step-duration",
@@ -181,6 +183,16 @@ async fn repeats_give_mean_and_confidence_interval_per_level() {
             g["ci95_low"].as_f64().unwrap() <= mean && mean <= g["ci95_high"].as_f64().unwrap()
         );
     }
+    // The SLO gate is judged on each repeat of the judged level (c=1 here).
+    let g = &r["gates"]["slo"]["repeats"];
+    assert_eq!(g["values"].as_array().unwrap().len(), 3, "{g}");
+    assert_eq!(g["passed"].as_array().unwrap().len(), 3, "{g}");
+    assert_eq!(g["ci"]["n"].as_u64().unwrap(), 3, "{g}");
+    assert_eq!(r["contract"]["load"]["repeat"], 3);
+    // So is the abnormal_input gate: the simulator answers every empty request with a 400.
+    let g = &r["gates"]["abnormal_input"];
+    assert_eq!(g["repeats"]["values"].as_array().unwrap().len(), 3, "{g}");
+    assert_eq!(g["repeats"]["worst"], 1.0, "{g}");
     // A 300 ms step holds far fewer than the 100 requests a P99 needs.
     assert!(
         r["notes"]

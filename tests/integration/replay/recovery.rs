@@ -172,8 +172,21 @@ async fn a_target_that_stays_down_never_recovers() {
     assert!(rec.failed_requests >= 30, "{rec:?}");
     assert_eq!(rec.dip_attainment, Some(0.0));
     assert_eq!(done.report.verdict["interactive"], "fail");
+    // The recovery gate fails on its own, whatever the attainment did, and the run exits 1.
+    assert_eq!(done.exit_code(), replay::EXIT_FAIL);
+    let r = read_json(&out.join("report.json"));
+    let g = &r["gates"]["recovery"];
+    assert_eq!(g["pass"], false, "{g}");
+    assert_eq!(g["target"], 60.0);
+    assert_eq!(g["actual"], Value::Null);
+    assert!(
+        g["reason"].as_str().unwrap().contains("not recovered"),
+        "{g}"
+    );
+    assert_eq!(r["passed"], false);
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("recovered: NO"), "{md}");
+    assert!(md.contains("| recovery | **fail** |"), "{md}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -260,7 +260,7 @@ async fn steps_find_the_simulators_knee() {
     assert_eq!(replay::run(args(&allowed)), std::process::ExitCode::SUCCESS);
     let md = std::fs::read_to_string(cmp.join("compare.md")).unwrap();
     assert!(
-        md.contains("Key contract fields differ")
+        md.contains("measured under different conditions")
             && md.contains("model (\"sim-model\" vs \"other-model\")"),
         "{md}"
     );

@@ -126,7 +126,11 @@ async fn recording_upstream() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
                                 .lines()
                                 .find_map(|l| l.strip_prefix("x-tenant:"))
                                 .map(|v| v.trim().to_owned());
-                            log.lock().unwrap().push(tenant);
+                            // The load's requests (the replay also GETs /v1/models and
+                            // a version endpoint for its reproducibility record).
+                            if head.starts_with("post ") {
+                                log.lock().unwrap().push(tenant);
+                            }
                             got.drain(..end + 4 + len);
                             let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
                             let resp = format!(

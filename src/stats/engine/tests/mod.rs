@@ -96,6 +96,8 @@ pub fn ob(base: Instant, at_s: f64) -> Observation<'static> {
         miss_cause: None,
         finish_reason: Some(FinishReason::Stop),
         cached_input_tokens: None,
+        engine_parts: Default::default(),
+        miss_component: None,
     }
 }
 

@@ -111,8 +111,8 @@ impl Conn {
                         return Flow::Done;
                     }
                 }
-                Step::Sleep(duration) => {
-                    if !self.sleep_watching(*duration).await {
+                Step::Pause(duration) => {
+                    if !self.pause_watching(*duration).await {
                         self.record_close(head_at);
                         return Flow::Done;
                     }
@@ -136,9 +136,9 @@ impl Conn {
         Flow::KeepAlive
     }
 
-    /// Sleeps for `duration` while reading (and keeping) whatever the peer sends. Returns
-    /// false as soon as the peer has gone away.
-    async fn sleep_watching(&mut self, duration: Duration) -> bool {
+    /// Pauses for `duration` (the script's delay) while reading (and keeping) whatever the
+    /// peer sends. Returns false as soon as the peer has gone away.
+    async fn pause_watching(&mut self, duration: Duration) -> bool {
         let deadline = tokio::time::sleep(duration);
         tokio::pin!(deadline);
         loop {

@@ -5,7 +5,7 @@
 //! request). Testing that needs an upstream whose bytes *and socket* the test controls, which a
 //! hyper server would hide: it re-frames bodies, coalesces writes and never sends an RST on
 //! purpose. So this server parses requests itself and answers each one with a [`Script`]:
-//! a list of [`Step`]s that write exact bytes, sleep, reset, close, or stall.
+//! a list of [`Step`]s that write exact bytes, pause, reset, close, or stall.
 //!
 //! - Every request is parsed (request line, headers, body by `Content-Length` or decoded
 //!   chunked coding) and recorded as a [`Received`] *before* its script runs, so a test can
@@ -14,7 +14,7 @@
 //!   recorded.
 //! - A connection carries any number of keep-alive requests; each is served with the script
 //!   again, as long as the previous script ran to its end without a reset, close or stall.
-//! - While a script sleeps, stalls or writes, the server watches for the peer going away (EOF,
+//! - While a script pauses, stalls or writes, the server watches for the peer going away (EOF,
 //!   including a half-close, or an error) and records when it did
 //!   ([`FakeUpstream::wait_client_close`]), which is how tests check that the proxy cancels
 //!   the upstream request when its client aborts. The script then ends there.

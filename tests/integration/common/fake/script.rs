@@ -21,7 +21,7 @@ pub enum Step {
     /// gone (or the write fails) the close is recorded and the script ends.
     Write(Bytes),
     /// Wait this long (watching for the peer going away meanwhile).
-    Sleep(Duration),
+    Pause(Duration),
     /// Abort the connection with an RST: `SO_LINGER` 0, then drop the socket.
     Reset,
     /// Orderly close: shut down the write side (FIN), then drop the socket.
@@ -56,9 +56,9 @@ impl Script {
         self
     }
 
-    /// This script with a [`Step::Sleep`] of `delay` first: a slow first byte.
+    /// This script with a [`Step::Pause`] of `delay` first: a slow first byte.
     pub fn delayed(mut self, delay: Duration) -> Script {
-        self.steps.insert(0, Step::Sleep(delay));
+        self.steps.insert(0, Step::Pause(delay));
         self
     }
 
@@ -98,7 +98,7 @@ impl Script {
             .chain([Bytes::from_static(LAST_CHUNK)]);
         for chunk in chunks {
             if !gap.is_zero() {
-                steps.push(Step::Sleep(gap));
+                steps.push(Step::Pause(gap));
             }
             steps.push(Step::Write(chunk));
         }

@@ -3,8 +3,8 @@
 //! generator's schedule lag, and the step's own spread (for `--compare`).
 //!
 //! Definitions are docs/DESIGN.md's: attainment = met / (met + missed) (client aborts have no
-//! verdict); effective goodput = output tokens of requests that met their SLO / the
-//! measuring duration; errors = every outcome but `ok` and `client_abort`. Percentiles
+//! verdict); effective goodput = output tokens of requests that met their SLO (and, for
+//! quality probes, answered correctly) / the measuring duration; errors = every outcome but `ok` and `client_abort`. Percentiles
 //! are nearest-rank over every value (no histogram rounding), except ITL's: those come
 //! from HDR histograms of every gap of every request ([`super::tables`]), each at most
 //! 0.1% above the exact nearest rank (count, mean and max exact). Spread: the step's
@@ -12,6 +12,9 @@
 //! on both; spread = |first − second| / 2.
 
 use serde::Serialize;
+
+pub use buckets::{CacheTtft, InputBucket, OutputBucket, ShortTtft};
+use buckets::{by_cache, by_input, by_output, short_ttft};
 
 use super::tables::{GroupId, NO_GROUP, NameId, Tables};
 use crate::{
@@ -24,7 +27,6 @@ use crate::{
         Outcome, RequestRecord,
         slo::{MissCause, MissReason},
     },
-    stats::engine::{bucket_labels, bucket_of},
 };
 
 /// One finished request of the run, as the report reads it: fixed-size fields and no
@@ -63,6 +65,9 @@ pub struct Sample {
     pub finish_reason: Option<FinishReason>,
     /// A long-input request was in flight when it was sent.
     pub long_in_flight: bool,
+    /// The target reported cached input tokens (`Some(true)`), none (`Some(false)`), or
+    /// nothing about its prefix cache.
+    pub cache_hit: Option<bool>,
     /// Finished inside its step's measuring window.
     pub measured: bool,
     /// An injected or burst request (`--inject`, `--burst`), kept out of the steps.
@@ -98,6 +103,7 @@ impl Sample {
             miss_cause: MissCause::of(r),
             finish_reason: r.finish_reason,
             long_in_flight: r.arrival.long_in_flight,
+            cache_hit: r.cached_input_tokens.map(|n| n > 0),
             measured: false,
             inject: None,
         }
@@ -105,6 +111,12 @@ impl Sample {
 
     pub fn ttft_ms(&self) -> Option<f64> {
         (!self.ttft_ms.is_nan()).then_some(self.ttft_ms)
+    }
+
+    /// Effective output: it met its SLO and, if a quality probe, answered correctly (a
+    /// wrong answer is no output, however fast).
+    pub fn effective(&self) -> bool {
+        self.slo_met == Some(true) && self.probe.as_ref().is_none_or(|p| p.passed)
     }
 
     pub fn tpot_ms(&self) -> Option<f64> {
@@ -195,13 +207,6 @@ pub struct ClassStats {
     pub enough_samples: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct InputBucket {
-    pub bucket: String,
-    pub requests: usize,
-    pub ttft_ms: Pcts,
-}
-
 /// Half the difference between the step's two halves (see the module doc).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Spread {
@@ -239,6 +244,12 @@ pub struct Stats {
     pub input_tokens: Pcts,
     pub output_tokens_per_request: Pcts,
     pub ttft_ms_by_input: Vec<InputBucket>,
+    /// E2E by output length (the live summary's buckets).
+    pub e2e_ms_by_output: Vec<OutputBucket>,
+    /// TTFT of prefix-cache hits and misses, where the target reports cached tokens.
+    pub ttft_ms_by_cache: CacheTtft,
+    pub input_tokens_total: u64,
+    pub input_tokens_per_s: f64,
     /// TTFT of short requests (the first input bucket) sent while a long request (body
     /// of at least `[slo] long_input_bytes`) was in flight, and of those sent without.
     pub short_ttft_ms: ShortTtft,
@@ -286,13 +297,15 @@ impl Stats {
             .collect();
         let missed = samples.iter().filter(|s| s.slo_met == Some(false)).count() as u64;
         let tokens = |s: &[&Sample]| s.iter().filter_map(|s| s.output_tokens()).sum::<u64>();
-        let (output_tokens, effective) = (tokens(samples), tokens(&met));
+        let good: Vec<&Sample> = met.iter().copied().filter(|s| s.effective()).collect();
+        let (output_tokens, effective) = (tokens(samples), tokens(&good));
         let missed_output_tokens = samples
             .iter()
             .filter(|s| s.slo_met == Some(false))
             .filter_map(|s| s.output_tokens())
             .sum::<u64>();
         let concurrency: Vec<f64> = samples.iter().map(|s| f64::from(s.concurrency)).collect();
+        let input: u64 = samples.iter().filter_map(|s| s.input_tokens()).sum();
         let lags: Vec<f64> = samples.iter().filter_map(|s| s.lag_ms()).collect();
         Stats {
             requests,
@@ -327,6 +340,10 @@ impl Stats {
                 s.output_tokens().map(|n| n as f64)
             })),
             ttft_ms_by_input: by_input(samples, &slo.input_buckets),
+            e2e_ms_by_output: by_output(samples),
+            ttft_ms_by_cache: by_cache(samples),
+            input_tokens_total: input,
+            input_tokens_per_s: per_s(input, duration_s),
             short_ttft_ms: short_ttft(samples, &slo.input_buckets),
             classes: slo
                 .all_classes()
@@ -336,56 +353,6 @@ impl Stats {
             schedule_lag_ms: (!lags.is_empty()).then(|| Pcts::of(lags)),
         }
     }
-}
-
-/// Short requests' TTFT with and without a long request in flight.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct ShortTtft {
-    /// Short means at most this many input tokens.
-    pub short_max_input_tokens: Option<u64>,
-    pub with_long_in_flight: Pcts,
-    pub without: Pcts,
-}
-
-fn short_ttft(samples: &[&Sample], bounds: &[u64]) -> ShortTtft {
-    let (mut with, mut without) = (Vec::new(), Vec::new());
-    for s in samples {
-        let short = s.input_tokens().is_some_and(|n| bucket_of(bounds, n) == 0);
-        match (short, s.ttft_ms(), s.long_in_flight) {
-            (true, Some(t), true) => with.push(t),
-            (true, Some(t), false) => without.push(t),
-            _ => {}
-        }
-    }
-    ShortTtft {
-        short_max_input_tokens: bounds.first().copied(),
-        with_long_in_flight: Pcts::of(with),
-        without: Pcts::of(without),
-    }
-}
-
-fn by_input(samples: &[&Sample], bounds: &[u64]) -> Vec<InputBucket> {
-    let labels = bucket_labels(bounds);
-    let mut ttfts: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
-    let mut counts = vec![0usize; labels.len()];
-    for s in samples {
-        if let Some(n) = s.input_tokens() {
-            let b = bucket_of(bounds, n).min(labels.len() - 1);
-            counts[b] += 1;
-            ttfts[b].extend(s.ttft_ms());
-        }
-    }
-    labels
-        .into_iter()
-        .zip(counts)
-        .zip(ttfts)
-        .filter(|((_, n), _)| *n > 0)
-        .map(|((bucket, requests), v)| InputBucket {
-            bucket,
-            requests,
-            ttft_ms: Pcts::of(v),
-        })
-        .collect()
 }
 
 fn class_stats(
@@ -403,7 +370,11 @@ fn class_stats(
         .filter(|s| Some(s.class) == id)
         .collect();
     let met = s.iter().filter(|s| s.slo_met == Some(true));
-    let met_tokens: u64 = met.clone().filter_map(|s| s.output_tokens()).sum();
+    let met_tokens: u64 = met
+        .clone()
+        .filter(|s| s.effective())
+        .filter_map(|s| s.output_tokens())
+        .sum();
     let met = met.count() as u64;
     let missed = s.iter().filter(|s| s.slo_met == Some(false)).count() as u64;
     let attainment = ratio(met, met + missed);
@@ -554,148 +525,6 @@ pub fn timeline(samples: &[Sample], run_s: f64, slo: &Slo, t: &Tables) -> Vec<Ti
         .collect()
 }
 
+mod buckets;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let p = Pcts::of((1..=100).map(f64::from).collect());
-        assert_eq!(
-            (p.p50, p.p95, p.p99, p.max),
-            (Some(50.0), Some(95.0), Some(99.0), Some(100.0))
-        );
-        assert_eq!(p.count, 100);
-        assert_eq!(Pcts::of(vec![f64::NAN]).p50, None);
-        let json = serde_json::to_value(Pcts::of(vec![1.0])).unwrap();
-        for key in ["p50", "p90", "p95", "p99", "max"] {
-            assert_eq!(json[key], 1.0, "{key}");
-        }
-    }
-
-    #[test]
-    fn itl_from_the_groups_is_within_its_stated_error_of_the_exact_computation() {
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let mut t = Tables::default();
-        let slo = crate::config::load(
-            None,
-            &crate::config::Overrides {
-                upstream: Some("http://127.0.0.1:1".into()),
-                ..Default::default()
-            },
-        )
-        .unwrap()
-        .slo;
-        let mut all_gaps: Vec<u32> = Vec::new();
-        let mut by_class: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
-        let samples: Vec<Sample> = (0..300usize)
-            .map(|i| {
-                // Skewed: mostly 5–25 ms, some stalls up to 2 s, a few zeros.
-                let gaps: Vec<u32> = (0..(i % 50))
-                    .map(|k| {
-                        let r = next();
-                        match (k + i) % 97 {
-                            0 => 0,
-                            1 => (r % 2_000_000) as u32,
-                            _ => 5_000 + (r % 20_000) as u32,
-                        }
-                    })
-                    .collect();
-                let mut r = crate::profile::line::tests::record();
-                r.slo_class = ["default", "batch"][i % 2].into();
-                r.model = Some(["a", "b", "c"][i % 3].into());
-                let mut s = Sample::of(&r, &mut t);
-                (s.step, s.measured) = (i % 4, true);
-                let key = super::super::tables::Key {
-                    step: s.step,
-                    slice: (i % 5) as u32,
-                    class: s.class,
-                    model: s.model,
-                };
-                s.itl = t.record(key, &gaps);
-                all_gaps.extend(&gaps);
-                by_class[i % 2].extend(&gaps);
-                s
-            })
-            .collect();
-        let exact = |g: &[u32]| Pcts::of(g.iter().map(|g| f64::from(*g) / 1000.0).collect());
-        let refs: Vec<&Sample> = samples.iter().collect();
-        let (h, e) = (t.gaps(refs.iter().map(|s| s.itl)).pcts(), exact(&all_gaps));
-        assert_eq!(h.count, e.count);
-        assert!(e.count > 5_000);
-        assert_eq!(h.max, e.max);
-        assert!((h.mean.unwrap() - e.mean.unwrap()).abs() < 1e-9);
-        let close = |a: Option<f64>, b: Option<f64>| {
-            let (a, b) = (a.unwrap(), b.unwrap());
-            // Rounded up to the bucket: never below the exact value, at most 0.1% above.
-            assert!(a >= b && a <= b * (1.0 + 1e-3) + 1e-3, "{a} vs exact {b}");
-        };
-        for (a, b) in [
-            (h.p50, e.p50),
-            (h.p90, e.p90),
-            (h.p95, e.p95),
-            (h.p99, e.p99),
-        ] {
-            close(a, b);
-        }
-        // The same through Stats::of, and a class's percentile over its groups only.
-        let stats = Stats::of(&refs, 1.0, &slo, &t);
-        assert_eq!(stats.itl_ms, h);
-        let class = t.id("default").unwrap();
-        let mine: Vec<GroupId> = refs
-            .iter()
-            .filter(|s| s.class == class)
-            .map(|s| s.itl)
-            .collect();
-        let mut sorted: Vec<f64> = by_class[0].iter().map(|g| f64::from(*g) / 1000.0).collect();
-        sorted.sort_by(f64::total_cmp);
-        for q in [0.5, 0.9, 0.99, 0.999] {
-            close(
-                t.gaps(mine.iter().copied()).quantile_ms(q),
-                quantile(&sorted, q),
-            );
-        }
-        let none = t.gaps(std::iter::empty()).pcts();
-        assert_eq!((none.count, none.p50, none.max), (0, None, None));
-        // Without ITL: everything else the same.
-        let mut without = Stats::without_itl(&refs, 1.0, &slo, &t);
-        assert_eq!(without.itl_ms, Pcts::default());
-        without.itl_ms = stats.itl_ms;
-        assert_eq!(
-            serde_json::to_value(&without).unwrap(),
-            serde_json::to_value(&stats).unwrap()
-        );
-    }
-
-    #[test]
-    fn a_finished_request_holds_a_tenth_of_its_record_and_gaps() {
-        // What a finished request used to hold, at the least: its whole record (strings
-        // not counted) and one u32 per gap. A typical request: 200 output tokens.
-        let before = std::mem::size_of::<RequestRecord>() + 199 * std::mem::size_of::<u32>();
-        let mut t = Tables::default();
-        let mut r = crate::profile::line::tests::record();
-        r.output_tokens = Some(200);
-        let s = Sample::of(&r, &mut t);
-        // No heap: names are ids, gaps are in the run's histograms, a probe's verdict is
-        // the only thing boxed.
-        assert!(s.probe.is_none());
-        let now = std::mem::size_of::<Sample>();
-        assert!(now <= 112, "Sample is {now} bytes");
-        assert!(now * 10 <= before, "{now} bytes against {before}");
-        // Absent values survive the packing.
-        r.ttft_ms = None;
-        r.input_tokens = None;
-        let s = Sample::of(&r, &mut t);
-        assert_eq!(
-            (s.ttft_ms(), s.input_tokens(), s.lag_ms()),
-            (None, None, None)
-        );
-        assert_eq!(s.output_tokens(), Some(200));
-    }
-}
+mod tests;

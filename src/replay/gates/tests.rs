@@ -1,0 +1,166 @@
+//! Unit tests of [`super`].
+
+use super::*;
+
+fn q(probes: u64, passed: u64) -> Quality {
+    Quality {
+        probes,
+        passed,
+        pass_rate: (probes > 0).then(|| passed as f64 / probes as f64),
+        failures: Vec::new(),
+    }
+}
+
+#[test]
+fn quality_needs_its_minimum_on_every_repeat() {
+    assert!(quality(None, None, 1.0).pass);
+    assert!(!quality(None, None, 1.0).judged);
+    let all = quality(Some(&q(10, 10)), None, 1.0);
+    assert!(all.pass && all.judged);
+    let bad = quality(Some(&q(20, 9)), None, 1.0);
+    assert!(!bad.pass);
+    assert_eq!(bad.actual, Some(0.45));
+    assert!(bad.reason.unwrap().contains("9 of 20 probes passed"));
+    assert!(quality(Some(&q(20, 19)), None, 0.9).pass);
+    // No probe answered: nothing shows the answers are right.
+    assert!(!quality(Some(&q(0, 0)), None, 0.5).pass);
+    let reps = [q(10, 10), q(10, 7), q(10, 10)];
+    let g = quality(Some(&q(30, 27)), Some(&reps), 0.8);
+    assert!(!g.pass, "{g:?}");
+    let r = g.repeats.unwrap();
+    assert_eq!(r.passed, [true, false, true]);
+    assert_eq!(r.worst, Some(0.7));
+    assert_eq!(r.ci.n, 3);
+}
+
+fn verdict(class: &str, pass: bool, attainment: f64, target: f64) -> Verdict {
+    Verdict {
+        class: class.into(),
+        verdict: if pass { "pass" } else { "fail" },
+        judged_at: "c=4".into(),
+        requests: 100,
+        attainment: Some(attainment),
+        attainment_target: target,
+        percentile_targets: Vec::new(),
+        max_stable_concurrency: None,
+        reason: (!pass).then(|| "attainment low".to_owned()),
+    }
+}
+
+#[test]
+fn slo_names_the_tightest_class_and_fails_on_any_repeat() {
+    let v = [
+        verdict("a", true, 0.99, 0.9),
+        verdict("b", true, 0.96, 0.95),
+    ];
+    let g = slo(&v, None);
+    assert!(g.pass);
+    assert_eq!((g.target, g.actual), (Some(0.95), Some(0.96)));
+    let reps = vec![v.to_vec(), vec![verdict("a", false, 0.5, 0.9)]];
+    let g = slo(&v, Some(&reps));
+    assert!(!g.pass);
+    assert!(g.reason.unwrap().contains("repeat #2 failed"));
+    assert_eq!(g.repeats.unwrap().worst, Some(0.5));
+    assert!(!slo(&[], None).pass);
+}
+
+#[test]
+fn resources_fail_on_xid_and_drift_and_say_absent() {
+    assert!(!resources(None, None, None).judged);
+    let mut f = GpuFigures {
+        gpu_xid_errors: Some(0),
+        ..GpuFigures::default()
+    };
+    assert!(resources(Some(&f), None, None).pass);
+    f.gpu_xid_errors = Some(2);
+    let g = resources(Some(&f), None, None);
+    assert!(!g.pass);
+    assert_eq!(g.actual, Some(2.0));
+    f.gpu_xid_errors = None;
+    let g = resources(Some(&f), None, None);
+    assert!(g.pass && g.actual.is_none());
+    let reasons = ["KV-cache usage grew".to_owned()];
+    assert!(!resources(None, None, Some((Some(false), &reasons))).pass);
+    assert!(resources(None, None, Some((None, &reasons))).pass);
+}
+
+fn injected(status: Option<u16>, outcome: Outcome) -> Sample {
+    let mut record = crate::profile::line::tests::record();
+    (record.status, record.outcome) = (status, outcome);
+    let mut s = Sample::of(&record, &mut crate::replay::tables::Tables::default());
+    s.inject = Some(Kind::Malformed);
+    s
+}
+
+fn injection(beside: Option<f64>, alone: Option<f64>) -> Injection {
+    let latency = |attainment| crate::replay::inject::Latency {
+        attainment,
+        ..Default::default()
+    };
+    Injection {
+        shares: [("malformed", 0.1)].into_iter().collect(),
+        context_tokens: None,
+        kinds: Vec::new(),
+        normal_beside_injected: latency(beside),
+        normal_alone: latency(alone),
+        burst: None,
+    }
+}
+
+#[test]
+fn abnormal_input_needs_an_answer_and_isolation() {
+    let ok = [
+        injected(Some(400), Outcome::ClientError),
+        injected(Some(200), Outcome::Ok),
+    ];
+    let refs: Vec<&Sample> = ok.iter().collect();
+    let g = abnormal_input(&refs, Some(&injection(Some(0.97), Some(0.99))), 5.0);
+    assert!(g.pass, "{g:?}");
+    assert_eq!(g.actual, Some(1.0));
+    // A 5xx, a reset and a timeout are no answer to bad input.
+    let bad = [
+        injected(Some(400), Outcome::ClientError),
+        injected(Some(500), Outcome::UpstreamError),
+        injected(None, Outcome::UpstreamReset),
+        injected(Some(200), Outcome::Timeout),
+    ];
+    let refs: Vec<&Sample> = bad.iter().collect();
+    let g = abnormal_input(&refs, Some(&injection(None, None)), 5.0);
+    assert!(!g.pass);
+    assert_eq!(g.actual, Some(0.25));
+    assert!(g.reason.unwrap().contains("3 of 4 injected"));
+    // Normal requests lost 10 points of attainment beside injected ones.
+    let refs: Vec<&Sample> = ok.iter().collect();
+    let g = abnormal_input(&refs, Some(&injection(Some(0.85), Some(0.95))), 5.0);
+    assert!(!g.pass);
+    let drop = g.isolation.unwrap().drop_points.unwrap();
+    assert!((drop - 10.0).abs() < 1e-9, "{drop}");
+    assert!(!abnormal_input(&[], None, 5.0).judged);
+}
+
+#[test]
+fn a_gate_judged_on_each_repeat_fails_on_one() {
+    let pass = |actual| Gate {
+        pass: true,
+        judged: true,
+        measure: "share",
+        target: Some(1.0),
+        actual: Some(actual),
+        reason: None,
+        repeats: None,
+        isolation: None,
+    };
+    let fail = Gate {
+        pass: false,
+        ..pass(0.5)
+    };
+    let g = with_repeats(pass(0.9), &[pass(1.0), fail.clone(), pass(0.8)]);
+    assert!(!g.pass);
+    assert_eq!(g.reason.as_deref(), Some("repeat #2 failed"));
+    let r = g.repeats.unwrap();
+    assert_eq!(r.passed, [true, false, true]);
+    assert_eq!(r.worst, Some(0.5));
+    // One repeat, or an untested gate, is left as it is.
+    assert!(with_repeats(pass(1.0), std::slice::from_ref(&fail)).pass);
+    assert!(with_repeats(untested("share", "no --inject"), &[fail.clone(), fail]).pass);
+}

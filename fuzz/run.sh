@@ -84,6 +84,18 @@ exchange_seeds=(
   "$post_cl${sep}HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n"
 )
 
+# Response bodies for `framing`, after its header byte (fuzz/fuzz_targets/framing.rs):
+# 0x00 chunked and whole, 0x03 and three knob bytes in small reads, 0xc0 a length, 0xe0
+# the close.
+framing_seeds=(
+  '\x0016\r\ndata: {"choices":[]}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n'
+  '\x03\x01\x05\x02A;name=v\r\n0123456789\r\n1 \t\r\nz\r\n0\r\nx-usage: 3\r\n\r\n'
+  '\x005\r\nhelloX\r\n'
+  '\x005\r\nhel'
+  '\xc0{"choices":[{"message":{"content":"hi"}}]}'
+  '\xe0data: {}\n\ndata: [DONE]\n\n'
+)
+
 # Seeds: request-side targets take the body as is, openai_scan the fixture as is (it
 # checks every line); the others read a header byte first
 # (fuzz/src/lib.rs): 0x00 feeds the fixture whole, 0x11 0x07 in 7-byte chunks with the
@@ -104,6 +116,11 @@ seed() {
       # A real stream, unframed (it runs to the close).
       { printf '%b' "$post_cl$sep${ok}content-type: text/event-stream\r\n\r\n"
         cat "$fixtures/openai_chat_stream.sse"; } >"$dir/seed-openai-stream"
+      ;;
+    framing)
+      for i in "${!framing_seeds[@]}"; do
+        printf '%b' "${framing_seeds[$i]}" >"$dir/seed-$i"
+      done
       ;;
     openai_scan)
       for f in $(fixtures_for "$target"); do

@@ -134,18 +134,36 @@ pub fn outcome(
     }
 }
 
-fn joined(chunks: &[Bytes]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(chunks.iter().map(Bytes::len).sum());
-    for c in chunks {
-        out.extend_from_slice(c);
+/// The body in one piece: the piece itself when it already is one (a small request body
+/// is kept in a buffer of its own, a short response often comes in one frame), without a
+/// copy.
+fn joined(chunks: &[Bytes]) -> Bytes {
+    match chunks {
+        [one] => one.clone(),
+        _ => {
+            let mut out = Vec::with_capacity(chunks.iter().map(Bytes::len).sum());
+            for c in chunks {
+                out.extend_from_slice(c);
+            }
+            Bytes::from(out)
+        }
     }
-    out
+}
+
+/// A finished request: its record, its inter-token gaps (µs, for the ITL histogram) and
+/// what the request asked for as read from its body, so that nothing downstream parses
+/// the body again for it.
+pub struct Finished {
+    pub record: RequestRecord,
+    pub gaps: Vec<u32>,
+    /// The dialect's output cap (`RequestInfo::max_tokens`), when the body said.
+    pub max_tokens: Option<u64>,
 }
 
 impl Pending {
     /// The client's request body, when it was complete and within the inspection limit
     /// (for profile fingerprints). The capture stays in place for [`Pending::finish`].
-    pub fn request_body(&mut self) -> Option<Vec<u8>> {
+    pub fn request_body(&mut self) -> Option<Bytes> {
         if self.request_capture.is_none()
             && let Some(mut rx) = self.request.take()
         {
@@ -235,8 +253,15 @@ impl Pending {
     }
 
     /// Builds the record; also returns the inter-token gaps (µs) for the ITL histogram.
-    pub fn finish(mut self) -> (RequestRecord, Vec<u32>) {
+    pub fn finish(self) -> (RequestRecord, Vec<u32>) {
+        let f = self.finish_all();
+        (f.record, f.gaps)
+    }
+
+    /// [`Pending::finish`], with what else the request body said.
+    pub fn finish_all(mut self) -> Finished {
         let (request, bytes_in) = self.request_info();
+        let max_tokens = request.as_ref().and_then(|r| r.max_tokens);
         let body =
             (self.kind == StreamKind::Json && self.api != Api::Unknown && !self.body_overflow)
                 .then(|| decode::parse_response_body(self.api, &joined(&self.body)))
@@ -343,7 +368,11 @@ impl Pending {
             }),
             pairing: std::mem::take(&mut self.pairing),
         };
-        (record, gaps)
+        Finished {
+            record,
+            gaps,
+            max_tokens,
+        }
     }
 }
 

@@ -55,6 +55,7 @@ mod error;
 mod fds;
 mod first_bytes;
 mod forward;
+mod framing;
 mod h2guard;
 mod headers;
 mod inline;
@@ -75,6 +76,7 @@ pub use body::UpstreamBody;
 pub use error::ProxyError;
 pub use fds::{Division, FileBudget};
 pub use forward::Forward;
+pub use framing::{Broken, Delimiter, Fed, Framing, Violation};
 pub use limit_metrics::{LIMITS, LimitMetrics};
 pub use server::{Proxy, serve};
 

@@ -1,6 +1,7 @@
 //! The single consumer of finished measurements. Besides the records it keeps the clock
 //! of the live views: in-flight concurrency is sampled every [`SAMPLE_EVERY`], and the
-//! windowed gauges are refreshed every [`REFRESH_EVERY`].
+//! windowed gauges are refreshed every [`REFRESH_EVERY`]. The access log's lines gathered
+//! meanwhile are written out at each sample, in one write (see [`crate::telemetry`]).
 
 use std::{
     sync::Arc,
@@ -20,12 +21,16 @@ use crate::{
     calibrate::ProxyTotals,
     config::Config,
     measure::{Pending, RequestMetrics, RequestRecord, Target, slo},
+    telemetry,
 };
 
 /// How often in-flight concurrency is sampled for the mean/peak and capacity views.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// How often the windowed gauges are recomputed (a scrape interval is rarely shorter).
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Finished requests handled in a row before the aggregator's clock gets a look in: a
+/// backlog never holds the sampling (and the access log's writes) off for long.
+const BATCH: usize = 256;
 
 /// The metrics the aggregator updates: per request, and the windowed gauges.
 #[derive(Clone, Debug)]
@@ -118,7 +123,7 @@ impl Aggregator {
         loop {
             tokio::select! {
                 pending = self.rx.recv() => match pending {
-                    Some(pending) => self.handle(pending),
+                    Some(pending) => self.handle_batch(pending),
                     None => break,
                 },
                 _ = sample.tick() => {
@@ -145,10 +150,24 @@ impl Aggregator {
                     }
                     drop(engine);
                     self.profiling.tick(&self.config.load(), now);
+                    // The access log's lines of the last tick, in one write.
+                    telemetry::flush_access_log();
                 }
             }
         }
+        telemetry::flush_access_log();
         self.profiling.shutdown().await;
+    }
+
+    /// `first` and whatever else is queued behind it (up to [`BATCH`]).
+    fn handle_batch(&mut self, first: Pending) {
+        self.handle(first);
+        for _ in 1..BATCH {
+            match self.rx.try_recv() {
+                Ok(pending) => self.handle(pending),
+                Err(_) => break,
+            }
+        }
     }
 
     /// Rebuilds the engine's configuration after a reload (keeping its data when the
@@ -171,7 +190,8 @@ impl Aggregator {
         } else {
             None
         };
-        let (mut record, gaps) = pending.finish();
+        let finished = pending.finish_all();
+        let (mut record, gaps) = (finished.record, finished.gaps);
         let config = self.config.load();
         if record.pairing.target == Target::Shadow {
             slo::judge(&mut record, &config.slo);
@@ -182,9 +202,9 @@ impl Aggregator {
             self.passthrough(record, config.log.access_log);
             return;
         }
-        self.profiling.observe(&record, api, body.as_deref());
+        self.profiling
+            .observe(&record, api, body.as_deref(), finished.max_tokens);
         let model = self.models.label(record.model.as_deref());
-        let class = record.slo_class.clone();
         let miss_cause = slo::MissCause::of(&record);
         self.metrics.observe(&record, &model, &gaps, miss_cause);
         self.live.lock().observe(&Observation {
@@ -193,7 +213,7 @@ impl Aggregator {
                     .unwrap_or(end)
             }),
             finished: record.finished_at.unwrap_or_else(Instant::now),
-            class: &class,
+            class: &record.slo_class,
             model: &model,
             outcome: record.outcome,
             slo_met: record.slo_met,
@@ -259,7 +279,7 @@ impl Aggregator {
 /// One line per request with the record's numbers; no header values, no content.
 fn access_log(r: &RequestRecord) {
     tracing::info!(
-        target: "goodput::access",
+        target: telemetry::ACCESS_TARGET,
         id = %r.id,
         target = r.pairing.target.as_str(),
         pair_id = r.pairing.pair_id.as_deref(),

@@ -11,7 +11,7 @@ use std::{
 
 use crate::{
     config::Config,
-    decode::{self, Api},
+    decode::Api,
     measure::RequestRecord,
     profile::{
         Anonymizer, Clock, Profile, ProfileLine, ProfileMetrics, ProfileRecorder,
@@ -91,14 +91,18 @@ impl Profiling {
         self.recorder.is_some() || self.monitor.is_some()
     }
 
-    /// One finished, SLO-judged request.
-    pub fn observe(&mut self, record: &RequestRecord, api: Api, body: Option<&[u8]>) {
+    /// One finished, SLO-judged request; `max_tokens` as its record's making read it from
+    /// the body.
+    pub fn observe(
+        &mut self,
+        record: &RequestRecord,
+        api: Api,
+        body: Option<&[u8]>,
+        max_tokens: Option<u64>,
+    ) {
         if !self.active() {
             return;
         }
-        let max_tokens = body
-            .and_then(|b| decode::inspect_request(api, b))
-            .and_then(|i| i.max_tokens);
         let blocks = body.map_or_else(Vec::new, |b| {
             self.anon.blocks(api, record.model.as_deref(), b)
         });

@@ -82,15 +82,10 @@ async fn shadow_report(proxy: &Running) -> Value {
 
 /// Polls the report until `done` holds (records are finished off the data path).
 async fn report_when(proxy: &Running, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
+    poll_until!("the shadow report to be ready", T, {
         let report = shadow_report(proxy).await;
-        if done(&report) {
-            return report;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{report:#}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        done(&report).then_some(report)
+    })
 }
 
 fn pairs(report: &Value) -> u64 {
@@ -101,18 +96,10 @@ fn pairs(report: &Value) -> u64 {
 
 /// Polls `/metrics` until `series` reaches `want`.
 async fn metric_reaches(proxy: &Running, series: &str, want: f64) -> String {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
+    poll_until!(format!("{series} to reach {want}"), T, {
         let text = metrics(proxy.admin_addr).await;
-        if metric_value(&text, series) == Some(want) {
-            return text;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{series} never reached {want}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (metric_value(&text, series) == Some(want)).then_some(text)
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -404,24 +391,16 @@ shadow_on_trigger = "30m"
     assert_eq!(copies[0].header("x-request-id"), Some("after-trigger"));
     // The snapshot written when the trigger fired records the shadow's verdicts.
     // (written off the aggregator's task, so it may land a moment after the switch-on).
-    let deadline = tokio::time::Instant::now() + T;
-    let snapshot = loop {
-        let found = std::fs::read_dir(dir.path())
+    let snapshot = poll_until!("a snapshot to be written", T, {
+        std::fs::read_dir(dir.path())
             .unwrap()
             .filter_map(Result::ok)
             .find(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 name.starts_with("goodput-snapshot-") && e.metadata().is_ok_and(|m| m.len() > 0)
-            });
-        if let Some(entry) = found {
-            break entry.path();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no snapshot written"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+            })
+            .map(|entry| entry.path())
+    });
     let text = std::fs::read_to_string(snapshot).unwrap();
     let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(header["shadow"]["window_s"], 3600.0, "{header}");

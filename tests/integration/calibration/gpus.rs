@@ -25,14 +25,14 @@ async fn gpu_exporters_show_beside_the_engine() {
     ];
     let proxy = start_proxy_with(cfg).await;
     dcgm.wait_served(2).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let g = loop {
-        let s = status(&proxy).await;
-        if s["gpus"]["gpus"] == 2 || tokio::time::Instant::now() > deadline {
-            break s["gpus"].clone();
+    let g = poll_until!(
+        "both GPUs of the exporter that answers",
+        Duration::from_secs(15),
+        {
+            let s = status(&proxy).await;
+            (s["gpus"]["gpus"] == 2).then(|| s["gpus"].clone())
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    );
     assert_eq!(
         (g["exporters"].as_u64(), g["exporters_up"].as_u64()),
         (Some(2), Some(1)),

@@ -10,10 +10,7 @@ use std::{path::Path, time::Duration};
 
 use crate::common::{binary::Serving, harness::*, temp::TempDir};
 use bytes::Bytes;
-use goodput::{
-    config::{self, Overrides},
-    run::Running,
-};
+use goodput::run::Running;
 use http::{Request, header::CONTENT_TYPE};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
@@ -26,13 +23,7 @@ const CANARIES: [&str; 4] = [
 ];
 
 async fn proxy_with(upstream: &str, toml: &str) -> Running {
-    let overrides = Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        upstream: Some(upstream.into()),
-        admin: Some("127.0.0.1:0".into()),
-    };
-    let text = format!("[log]\naccess_log = false\n{toml}");
-    start_proxy_with(config::load_str(&text, "test", &overrides).unwrap()).await
+    start_proxy_toml(upstream, toml).await
 }
 
 /// A chat request whose prompt starts with a long shared system text (several blocks).

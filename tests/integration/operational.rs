@@ -26,13 +26,7 @@ use serde_json::Value;
 const T: Duration = Duration::from_secs(5);
 
 async fn proxy_with(upstream: &str, toml: &str) -> Running {
-    let overrides = Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        upstream: Some(upstream.into()),
-        admin: Some("127.0.0.1:0".into()),
-    };
-    let text = format!("[log]\naccess_log = false\n{toml}");
-    start_proxy_with(config::load_str(&text, "test", &overrides).unwrap()).await
+    start_proxy_toml(upstream, toml).await
 }
 
 async fn chat(proxy: &Running, tokens: u32) -> u16 {

@@ -10,11 +10,7 @@ use std::time::Duration;
 
 use crate::common::harness::*;
 use bytes::Bytes;
-use goodput::{
-    config::{self, Overrides},
-    run::Running,
-    sim::SimConfig,
-};
+use goodput::{run::Running, sim::SimConfig};
 use http::{Request, header::CONTENT_TYPE};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
@@ -22,13 +18,7 @@ use serde_json::Value;
 const T: Duration = Duration::from_secs(5);
 
 async fn proxy_with(upstream: &str, toml: &str) -> Running {
-    let overrides = Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        upstream: Some(upstream.into()),
-        admin: Some("127.0.0.1:0".into()),
-    };
-    let text = format!("[log]\naccess_log = false\n{toml}");
-    start_proxy_with(config::load_str(&text, "test", &overrides).unwrap()).await
+    start_proxy_toml(upstream, toml).await
 }
 
 fn body(model: &str, tokens: u32) -> String {

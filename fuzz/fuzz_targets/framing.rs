@@ -38,7 +38,10 @@ fn observe(delimiter: Delimiter, pieces: &[&[u8]]) -> Observed {
         }
         let mut end = 0;
         let fed = framing.feed(piece, |r| {
-            assert!(r.start >= end && r.start < r.end && r.end <= piece.len(), "{r:?}");
+            assert!(
+                r.start >= end && r.start < r.end && r.end <= piece.len(),
+                "{r:?}"
+            );
             end = r.end;
             seen.payload.extend_from_slice(&piece[r]);
         });

@@ -28,8 +28,7 @@ use arc_swap::ArcSwap;
 use goodput::{
     config::{self, Overrides},
     measure::{MeasureLayer, Pending, Recorder, Settings},
-    metrics::LimitMetrics,
-    proxy::{self, ClientBudget, Forward, Proxy},
+    proxy::{self, FileBudget, Forward, LimitMetrics, Proxy},
 };
 use goodput_fuzz::http1::{self, Received, Sent};
 use libfuzzer_sys::fuzz_target;
@@ -132,10 +131,18 @@ fn start() -> World {
         let settings = Arc::new(ArcSwap::from_pointee(Settings::from_config(&cfg)));
         let layer = MeasureLayer::new(recorder.clone(), settings);
         let limits = LimitMetrics::default();
+        // No open-files limit to divide: the configured bounds stand.
+        let files = FileBudget::unlimited();
+        let division = files.divide(
+            cfg.server.limits.max_connections,
+            cfg.upstream.max_connections,
+        );
         let forward = Forward::new(
             &cfg.upstream,
             cfg.server.limits.request_body_timeout,
             limits.clone(),
+            files,
+            division,
         );
         let proxy = Proxy::new(
             &cfg.server,
@@ -143,7 +150,7 @@ fn start() -> World {
             layer,
             recorder.clone(),
             limits,
-            ClientBudget::unlimited(),
+            division.clients,
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");

@@ -48,6 +48,7 @@ macro_rules! write_through {
     };
 }
 
+mod accept_errors;
 mod body;
 mod client;
 mod coalesce;

@@ -9,7 +9,7 @@
 //! ([`super::room`]), and if none may be, the new connection is closed as soon as it is
 //! accepted, so that the ones served keep their descriptors and a flood of idle
 //! connections costs the flood, not the listener. Failed accepts (out of
-//! descriptors) back off and warn at most once per [`ACCEPT_WARN_EVERY`].
+//! descriptors) back off and warn at most once per [`super::accept_errors::ACCEPT_WARN_EVERY`].
 //!
 //! A plaintext connection's first bytes are peeked at, not read: one that does not open
 //! with the HTTP/2 preface goes straight to hyper's HTTP/1 server. hyper-util's `auto`
@@ -47,6 +47,7 @@ use tower::{Layer, ServiceExt, service_fn};
 
 use super::{
     ConnInfo, Forward, UpstreamBody,
+    accept_errors::AcceptErrors,
     coalesce::Coalesce,
     first_bytes::{FirstBytes, H2_PREFACE},
     h2guard::{self, H2Guard},
@@ -73,10 +74,8 @@ const H2_MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
 /// told to close to make room for it.
 const ROOM_WAIT: Duration = Duration::from_secs(1);
 
-/// Failed accepts (out of descriptors) are retried after this pause...
+/// Failed accepts (out of descriptors) are retried after this pause.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-/// ...and warned about at most this often, with the number since the last warning.
-const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Everything a connection needs; shared by all of them.
 pub struct Proxy {
@@ -392,45 +391,6 @@ fn head_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Failed accepts since the last warning, to warn about them at most once per
-/// [`ACCEPT_WARN_EVERY`] instead of 20 times a second.
-#[derive(Default)]
-struct AcceptErrors {
-    last_warning: Option<Instant>,
-    since: u64,
-}
-
-impl AcceptErrors {
-    fn failed(
-        &mut self,
-        e: &std::io::Error,
-        counter: &prometheus_client::metrics::counter::Counter,
-    ) {
-        counter.inc();
-        if let Some(failed) = self.warn_now(Instant::now()) {
-            tracing::warn!(
-                error = %e,
-                failed,
-                every = ?ACCEPT_WARN_EVERY,
-                "accept failed (out of file descriptors?); backing off, warning at most once per interval"
-            );
-        }
-    }
-
-    /// One more failure at `now`: the number to warn about, if a warning is due.
-    fn warn_now(&mut self, now: Instant) -> Option<u64> {
-        self.since += 1;
-        if self
-            .last_warning
-            .is_some_and(|at| now.saturating_duration_since(at) < ACCEPT_WARN_EVERY)
-        {
-            return None;
-        }
-        self.last_warning = Some(now);
-        Some(std::mem::take(&mut self.since))
-    }
-}
-
 /// How a plaintext connection opens.
 #[derive(Debug, PartialEq, Eq)]
 enum Opening {
@@ -631,25 +591,5 @@ async fn serve_accepted(
         Some(Ok(Err(e))) => tracing::debug!(error = %e, %remote, "TLS handshake failed"),
         Some(Err(_)) => tracing::debug!(%remote, "TLS handshake timed out"),
         None => tracing::debug!(%remote, "draining: TLS handshake abandoned"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failed_accepts_warn_once_per_interval_with_the_count() {
-        let mut errors = AcceptErrors::default();
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        assert_eq!(errors.warn_now(at(0)), Some(1));
-        // 20 a second for the next ten seconds: silent...
-        let warned: Vec<_> = (1..200)
-            .filter_map(|i| errors.warn_now(at(i * 50)))
-            .collect();
-        assert!(warned.is_empty(), "{warned:?}");
-        // ...then one warning that counts them all.
-        assert_eq!(errors.warn_now(at(10_000)), Some(200));
     }
 }

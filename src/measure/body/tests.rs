@@ -86,7 +86,7 @@ fn a_client_gone_before_a_flush_is_not_counted_as_delivered() {
         prometheus_client::metrics::counter::Counter::default(),
         prometheus_client::metrics::gauge::Gauge::default(),
     );
-    let (_, request) = oneshot::channel();
+    let (_, request) = tokio::sync::oneshot::channel();
     let mut tap = Tap::new(
         recorder,
         "r".into(),

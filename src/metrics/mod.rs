@@ -1,0 +1,263 @@
+//! Every exported metric's name, help text and unit in one place ([`names`]), and the label
+//! sets they carry. Each subsystem owns the struct of its handles and registers it with
+//! [`Spec::register`], in one registry that the wiring (`run`) creates and passes down (no
+//! globals): `measure::RequestMetrics`, `stats::WindowMetrics`, `profile::ProfileMetrics`,
+//! `calibrate::CalibrationMetrics`, `otlp::OtlpMetrics`, `proxy::LimitMetrics`,
+//! `tokenize::Fallbacks`, `admin::AdminMetrics` and `run::ReloadMetrics`. Names follow
+//! `<namespace>_<name>_<unit>[_total]`; the unit and `_total` suffixes are added by
+//! prometheus-client from the registration. Where the OpenTelemetry GenAI semantic
+//! conventions define a metric, its name is used. docs/METRICS.md lists every name.
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{family::Family, histogram::Histogram},
+    registry::{Metric, Registry, Unit},
+};
+
+/// The unit a metric is registered with (its name then ends in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricUnit {
+    Seconds,
+    Ratio,
+}
+
+/// One exported metric: its name (without the suffixes the library adds), help text and
+/// unit.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub unit: Option<MetricUnit>,
+}
+
+impl Spec {
+    /// Registers `metric` under this name, help text and unit.
+    pub fn register(&self, registry: &mut Registry, metric: impl Metric) {
+        match self.unit {
+            None => registry.register(self.name, self.help, metric),
+            Some(MetricUnit::Seconds) => {
+                registry.register_with_unit(self.name, self.help, Unit::Seconds, metric)
+            }
+            Some(MetricUnit::Ratio) => registry.register_with_unit(
+                self.name,
+                self.help,
+                Unit::Other("ratio".into()),
+                metric,
+            ),
+        }
+    }
+}
+
+/// Boundaries of the client-inference latencies (`gen_ai.client.inference.*`, on `/metrics`
+/// and over OTLP): 1 ms to 20 minutes, because reasoning calls run for many minutes.
+pub const INFERENCE_BUCKETS: [f64; 20] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+    81.92, 163.84, 327.68, 655.36, 1200.0,
+];
+
+/// A family of histograms that all share one set of buckets.
+pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+pub mod names;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelApi {
+    pub model: String,
+    pub api: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LatencyLabels {
+    pub model: String,
+    pub api: &'static str,
+    pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub model: String,
+    pub api: &'static str,
+    pub outcome: &'static str,
+    pub class: String,
+    /// `met`, `missed`, or `excluded` (client aborts and client errors, not counted in
+    /// attainment).
+    pub slo: &'static str,
+    /// The response status's class: `2xx`, `4xx`, `5xx` (`1xx`, `3xx`, or `none` when no
+    /// response head was sent).
+    pub status_class: &'static str,
+}
+
+/// A request that is no generation (`api` = `unknown`, `embeddings`, `upgrade`), passed
+/// through unjudged; `status_class` as on [`RequestLabels`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PassthroughLabels {
+    pub api: &'static str,
+    pub status_class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    pub model: String,
+    pub api: &'static str,
+    pub class: String,
+    pub gen_ai_token_type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassSlo {
+    pub class: String,
+    pub slo: &'static str,
+}
+
+/// A class and a bounded reason: a miss cause (`ttft`, `tpot`, `e2e`, `rejected`,
+/// `upstream_error`, `upstream_reset`, `timeout`, `proxy_error`) or a finish reason
+/// (`stop`, `length`, `tool_calls`, `content_filter`, `other`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassReason {
+    pub class: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassWindow {
+    pub class: String,
+    pub window: String,
+    /// `primary`, or `shadow` for a candidate's mirrored answers (`[shadow]`).
+    pub target: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WindowCurrency {
+    pub window: String,
+    pub currency: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CurrencyLabel {
+    pub currency: String,
+}
+
+/// Why a token count fell back: `queue_full`, `tokenize_error`, `text_limit`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+/// An OTLP signal: `metrics` or `traces`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabel {
+    pub signal: &'static str,
+}
+
+/// Why a profile record was dropped: `queue_full`, `disk`, `closed`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropReasonLabel {
+    pub reason: &'static str,
+}
+
+/// A drift dimension (`input_length`, `output_length`, `arrival_rate`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DimensionLabel {
+    pub dimension: &'static str,
+}
+
+/// A drift dimension and the statistic measuring it (`psi`, `ks`, `tvd`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriftLabels {
+    pub dimension: &'static str,
+    pub statistic: &'static str,
+}
+
+/// An engine model (`model_name`, `""` when it gives none) and a calibrated quantity
+/// (`ttft`, `e2e`, `tpot`, `itl`, `queue`, `prefill`, `decode`, `inference`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CalibrationLabels {
+    pub model: String,
+    pub metric: &'static str,
+}
+
+/// As [`CalibrationLabels`], and whose observations: `engine` or `proxy`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CalibrationSampleLabels {
+    pub model: String,
+    pub metric: &'static str,
+    pub source: &'static str,
+}
+
+/// How a calibration scrape ended: `ok`, `unreachable`, `timeout`, `http_error`,
+/// `transport_error`, `too_large`, `invalid`, `no_engine_metrics`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScrapeResultLabel {
+    pub result: &'static str,
+}
+
+/// The bound that turned work away, named by its config key: `server.max_connections`,
+/// `server.http2_max_control_frames_per_second`, `server.max_request_header_bytes`, `server.request_body_timeout`,
+/// `upstream.max_connections`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabel {
+    pub limit: &'static str,
+}
+
+/// A share of the open-files budget: `open_files` (the whole), `client_connections`,
+/// `upstream_connections`, `reserve`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShareLabel {
+    pub share: &'static str,
+}
+
+/// What a connection closed for room was waiting for: `first_request` (it never sent a
+/// complete request head) or `next_request` (idle between requests).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitingLabel {
+    pub waiting: &'static str,
+}
+
+/// An engine model (`model_name`, `""` when it gives none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineModel {
+    pub model: String,
+}
+
+/// An engine model and where its requests' time went: `queue`, `prefill`, `decode`,
+/// `outside_engine`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelPhase {
+    pub model: String,
+    pub phase: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        let mut seen = std::collections::HashSet::new();
+        for spec in names::ALL {
+            assert!(seen.insert(spec.name), "{} twice", spec.name);
+            assert!(
+                spec.name.starts_with("goodput_") || spec.name.starts_with("gen_ai_"),
+                "{}",
+                spec.name
+            );
+            assert!(
+                spec.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{}",
+                spec.name
+            );
+            assert!(
+                !spec.help.is_empty() && !spec.help.ends_with('.'),
+                "{}",
+                spec.name
+            );
+        }
+    }
+}

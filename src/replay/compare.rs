@@ -242,7 +242,7 @@ type Row = (String, String, String, String, &'static str);
 
 fn rows(a: &Value, b: &Value) -> (Vec<Row>, Vec<(String, Vec<Row>)>) {
     let mut head: Vec<Row> = Vec::new();
-    for key in [
+    let recorded = [
         "target",
         "model",
         "model_revision",
@@ -250,21 +250,8 @@ fn rows(a: &Value, b: &Value) -> (Vec<Row>, Vec<(String, Vec<Row>)>) {
         "engine_version",
         "hardware",
         "precision",
-        "run_id",
-        "parameters",
-        "architecture",
-        "task",
-        "batching",
-        "prefix_cache",
-        "kv_cache",
-        "speculative_decoding",
-        "cards",
-        "nodes",
-        "interconnect",
-        "driver_version",
-        "framework_version",
-        "container_image",
-    ] {
+    ];
+    for key in recorded.into_iter().chain(super::report::NAMED_FIELDS) {
         let (x, y) = (text(a, &["contract", key]), text(b, &["contract", key]));
         let mark = if x == y { "" } else { "differs" };
         head.push((key.into(), x, y, String::new(), mark));

@@ -178,17 +178,7 @@ pub fn slo(verdicts: &[Verdict], per_repeat: Option<&[Vec<Verdict>]>) -> Gate {
             .map(|v| !v.is_empty() && v.iter().all(|v| v.verdict == "pass"))
             .collect();
         let values = reps.iter().map(|v| tightest(v).and_then(|t| t.1)).collect();
-        let bad: Vec<String> = passed
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| !**p)
-            .map(|(i, _)| format!("#{}", i + 1))
-            .collect();
-        if !bad.is_empty() {
-            g.pass = false;
-            let why = format!("repeat {} failed its SLO", bad.join(", "));
-            g.reason = Some(g.reason.map_or(why.clone(), |r| format!("{r}; {why}")));
-        }
+        fail_repeats(&mut g, &passed, "failed its SLO");
         g.repeats = Some(repeats_of(values, passed, true));
     }
     g
@@ -371,17 +361,7 @@ pub fn with_repeats(mut g: Gate, reps: &[Gate]) -> Gate {
         return g;
     }
     let passed: Vec<bool> = reps.iter().map(|r| r.pass).collect();
-    let bad: Vec<String> = passed
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| !**p)
-        .map(|(i, _)| format!("#{}", i + 1))
-        .collect();
-    if !bad.is_empty() {
-        g.pass = false;
-        let why = format!("repeat {} failed", bad.join(", "));
-        g.reason = Some(g.reason.map_or(why.clone(), |r| format!("{r}; {why}")));
-    }
+    fail_repeats(&mut g, &passed, "failed");
     g.repeats = Some(repeats_of(
         reps.iter().map(|r| r.actual).collect(),
         passed,
@@ -453,6 +433,26 @@ pub fn of_run(r: RunGates<'_>) -> Gates {
             r.resources.and_then(|res| res.soak.as_ref()),
             engine_soak,
         ),
+    }
+}
+
+/// Fails `g` when any repeat did not pass, naming them (`repeat #2, #3 failed`) after
+/// whatever reason it already had.
+fn fail_repeats(g: &mut Gate, passed: &[bool], what: &str) {
+    let bad: Vec<String> = passed
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !**p)
+        .map(|(i, _)| format!("#{}", i + 1))
+        .collect();
+    if !bad.is_empty() {
+        g.pass = false;
+        let why = format!("repeat {} {what}", bad.join(", "));
+        g.reason = Some(
+            g.reason
+                .take()
+                .map_or(why.clone(), |r| format!("{r}; {why}")),
+        );
     }
 }
 

@@ -72,10 +72,15 @@ async fn wait_metric(admin: SocketAddr, series: &str, at_least: f64) -> f64 {
 /// A raw HTTP/1.1 exchange: status code and body of the response (0 and empty if none).
 async fn raw_status(addr: SocketAddr, request: &[u8]) -> (u16, Vec<u8>) {
     let (raw, _) = raw_exchange(addr, request, WAIT).await;
+    status_and_body(&raw)
+}
+
+/// The status code and body of a raw HTTP/1.1 response (0 and empty if there is none).
+fn status_and_body(raw: &[u8]) -> (u16, Vec<u8>) {
     if raw.is_empty() {
         return (0, Vec::new());
     }
-    let (head, body) = split_head(&raw);
+    let (head, body) = split_head(raw);
     let status = head
         .split(' ')
         .nth(1)

@@ -31,13 +31,7 @@ async fn upload_slowly(addr: SocketAddr, after: Duration) -> (u16, Vec<u8>) {
     let _ = s.write_all(body.as_bytes()).await;
     let mut raw = Vec::new();
     let _ = tokio::time::timeout(WAIT, s.read_to_end(&mut raw)).await;
-    let (head, body) = split_head(&raw);
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_vec())
+    status_and_body(&raw)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -236,6 +236,7 @@ fn target(s: &ShadowSection, problems: &mut Vec<Problem>) -> Option<Upstream> {
         pool_wait_timeout: d.pool_wait_timeout,
         http2_max_connections: 1,
         http2_max_streams_per_connection: s.max_in_flight,
+        http1_relay: d.http1_relay,
     })
 }
 

@@ -39,6 +39,9 @@ pub struct UpstreamSection {
     /// used; set it to the upstream's SETTINGS_MAX_CONCURRENT_STREAMS, past which requests
     /// would wait inside the connection.
     pub http2_max_streams_per_connection: usize,
+    /// Plain HTTP/1.1 upstreams: goodput's own client connections, which relay the
+    /// response body as read, instead of hyper's.
+    pub http1_relay: bool,
 }
 
 impl Default for UpstreamSection {
@@ -62,6 +65,7 @@ impl Default for UpstreamSection {
             // 100 is what many announce; 16 connections carry 1,600 streams.
             http2_max_connections: 16,
             http2_max_streams_per_connection: 100,
+            http1_relay: true,
         }
     }
 }
@@ -87,6 +91,7 @@ pub struct Upstream {
     pub pool_wait_timeout: Duration,
     pub http2_max_connections: usize,
     pub http2_max_streams_per_connection: usize,
+    pub http1_relay: bool,
 }
 
 /// The runtime `[upstream]`; `url` is the flag's, replacing the file's.
@@ -189,5 +194,6 @@ pub(super) fn validate(
         pool_wait_timeout: u.pool_wait_timeout,
         http2_max_connections: u.http2_max_connections,
         http2_max_streams_per_connection: u.http2_max_streams_per_connection,
+        http1_relay: u.http1_relay,
     })
 }

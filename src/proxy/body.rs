@@ -20,15 +20,55 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
-use super::inline::Lease;
+use super::{inline::Lease, relay::RelayBody};
 use crate::{BoxError, measure::IdleTimeout};
+
+/// The upstream's response body: read by hyper's client, or by the relay.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "the relay's body is the usual one; boxing it would cost an allocation per \
+              request to save a few hundred bytes per stream on hyper's path"
+)]
+pub enum Source {
+    Hyper(Incoming),
+    Relay(RelayBody),
+}
+
+impl Body for Source {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Source::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            Source::Relay(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Source::Hyper(b) => b.is_end_stream(),
+            Source::Relay(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Source::Hyper(b) => b.size_hint(),
+            Source::Relay(b) => b.size_hint(),
+        }
+    }
+}
 
 pin_project! {
     #[project = Proj]
     pub enum UpstreamBody {
         Stream {
             #[pin]
-            body: Incoming,
+            body: Source,
             #[pin]
             idle: Sleep,
             timeout: Duration,
@@ -48,14 +88,14 @@ pin_project! {
 /// The upstream's body failed before any of it could be handed on.
 #[derive(Debug, thiserror::Error)]
 #[error("upstream body failed at its start: {0}")]
-pub struct BrokenStart(#[source] pub hyper::Error);
+pub struct BrokenStart(#[source] pub BoxError);
 
 impl UpstreamBody {
     /// The upstream's body, looked at once before its response head goes to the client: a
     /// body that is already known to be broken (a malformed first chunk) is an error the
     /// proxy can still answer with a 502, instead of a 200 cut short.
     pub async fn open(
-        mut body: Incoming,
+        mut body: Source,
         timeout: Duration,
         mut lease: Option<Lease>,
     ) -> Result<UpstreamBody, BrokenStart> {
@@ -95,10 +135,10 @@ impl UpstreamBody {
 
 /// Polls the body after letting its upstream connection, if this body drives it, read.
 fn drive_then_poll(
-    mut body: Pin<&mut Incoming>,
+    mut body: Pin<&mut Source>,
     lease: &mut Option<Lease>,
     cx: &mut Context<'_>,
-) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
     match lease {
         Some(lease) => lease.poll_with(cx, |cx| body.as_mut().poll_frame(cx)),
         None => body.poll_frame(cx),
@@ -165,7 +205,7 @@ impl Body for UpstreamBody {
                     }
                     Poll::Ready(Some(Ok(frame)))
                 }
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     release(lease);
                     Poll::Ready(None)

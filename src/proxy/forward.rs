@@ -25,7 +25,7 @@ use tower::Service;
 
 use super::{
     ConnInfo,
-    body::UpstreamBody,
+    body::{Source, UpstreamBody},
     client::Clients,
     error::ProxyError,
     fds::{Division, FileBudget},
@@ -208,7 +208,7 @@ impl Inner {
                     let slot = self.slots.take().await?;
                     let (client, stream) = self.clients.pick();
                     match client.request(request).await {
-                        Ok(resp) => Ok((resp, Some(Lease::slot(slot, stream)))),
+                        Ok(resp) => Ok((resp.map(Source::Hyper), Some(Lease::slot(slot, stream)))),
                         Err(e) => Err(ProxyError::from_client(e)),
                     }
                 }
@@ -238,7 +238,9 @@ impl Inner {
         }
         if let Some(client_upgrade) = client_upgrade
             && parts.status == StatusCode::SWITCHING_PROTOCOLS
+            && let Source::Hyper(body) = body
         {
+            // Upgrades always go through hyper's client.
             let mut upstream_resp = Response::from_parts(parts, body);
             let upstream_upgrade = hyper::upgrade::on(&mut upstream_resp);
             let (mut parts, _) = upstream_resp.into_parts();

@@ -19,6 +19,11 @@
 //! Each connection holds a slot of the upstream budget ([`super::slots`]) from its connect
 //! to its close, idle or not: there are never more than `upstream.max_connections`.
 //!
+//! With `upstream.http1_relay` (the default) the connections are goodput's own
+//! ([`super::relay`]): the response body reads the socket itself, and no channel or
+//! waker stands between them. Without it they are hyper's client connections, driven as
+//! above. The pool, its budget and its sweep are the same for both.
+//!
 //! A connection whose response ended cleanly goes back to a small pool. Nobody polls an
 //! idle connection, so a sweep polls each one every second to notice an upstream that
 //! closed it, and drops those idle for longer than `pool_idle_timeout`. A reused
@@ -47,8 +52,10 @@ use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
 use tower::Service;
 
 use super::{
+    body::Source,
     client::StreamHold,
     error::ProxyError,
+    relay::{self, Home, RawConn, SendError},
     request_body::{BodyFault, ClientBody},
     slots::{Got, Slot, Slots},
     wire::WireStream,
@@ -82,10 +89,12 @@ pub struct Pool {
     /// The upstream budget, shared with hyper's client.
     slots: Arc<Slots>,
     sweeper: std::sync::OnceLock<()>,
+    /// Connections are goodput's own ([`super::relay`]), not hyper's.
+    relay: bool,
 }
 
 struct Idle {
-    conn: Conn,
+    conn: Pooled,
     since: Instant,
 }
 
@@ -93,6 +102,34 @@ impl Idle {
     /// Still open, ready for a request, and idle for less than `timeout` (a read attempt).
     fn usable(&mut self, timeout: Duration) -> bool {
         self.since.elapsed() < timeout && self.conn.reusable()
+    }
+}
+
+/// A connection of either kind (one pool holds one kind).
+#[expect(
+    clippy::large_enum_variant,
+    reason = "idle connections of one kind only; boxing hyper's would cost an allocation \
+              per connection to save room in a list of at most pool_max_idle_per_host"
+)]
+enum Pooled {
+    Hyper(Conn),
+    Raw(RawConn),
+}
+
+impl Pooled {
+    #[cfg(test)]
+    fn reads(&self) -> &Arc<ReadClock> {
+        match self {
+            Pooled::Hyper(conn) => &conn.reads,
+            Pooled::Raw(conn) => conn.reads(),
+        }
+    }
+
+    fn reusable(&mut self) -> bool {
+        match self {
+            Pooled::Hyper(conn) => conn.reusable(),
+            Pooled::Raw(conn) => conn.reusable(),
+        }
     }
 }
 
@@ -288,6 +325,9 @@ enum Held {
         conn: Conn,
         pool: Arc<Pool>,
     },
+    /// A relayed response: its body holds the connection; the lease only carries the
+    /// connection's read clock.
+    Relay(Arc<ReadClock>),
     /// Held only to be given back when dropped: the connection budget's slot and the
     /// request's place on its HTTP/2 lane.
     Slot(
@@ -308,6 +348,7 @@ impl Lease {
     pub fn reads(&self) -> Option<Arc<ReadClock>> {
         match &self.0 {
             Held::Conn { conn, .. } => Some(Arc::clone(&conn.reads)),
+            Held::Relay(reads) => Some(Arc::clone(reads)),
             Held::Slot(..) => None,
         }
     }
@@ -321,7 +362,7 @@ impl Lease {
     ) -> Poll<T> {
         match &mut self.0 {
             Held::Conn { conn, .. } => conn.poll_with(cx, then),
-            Held::Slot(..) => then(cx),
+            Held::Relay(_) | Held::Slot(..) => then(cx),
         }
     }
 
@@ -331,7 +372,7 @@ impl Lease {
         if let Held::Conn { mut conn, pool } = self.0 {
             conn.nudge.forget();
             if conn.reusable() {
-                pool.put(conn);
+                pool.put(Pooled::Hyper(conn));
             }
         }
     }
@@ -366,6 +407,7 @@ impl Pool {
             max_idle: cfg.pool_max_idle_per_host,
             slots,
             sweeper: std::sync::OnceLock::new(),
+            relay: cfg.http1_relay,
         }))
     }
 
@@ -375,33 +417,22 @@ impl Pool {
         self: &Arc<Self>,
         req: Request<ForwardBody<ClientBody<RequestTap<Incoming>>>>,
         fault: &BodyFault,
-    ) -> Result<(Response<Incoming>, Lease), ProxyError> {
+    ) -> Result<(Response<Source>, Lease), ProxyError> {
         let mut req = req.map(BodyExt::boxed_unsync);
         req.headers_mut()
             .entry(HOST)
             .or_insert_with(|| self.host.clone());
         *req.uri_mut() = origin_form(req.uri());
+        if self.relay {
+            return self.relay(req, fault).await;
+        }
         // Set by the first connect that failed for want of descriptors: the pool wait
         // timeout from then on.
-        let mut out_of_files: Option<tokio::time::Instant> = None;
+        let mut out_of_files = None;
         loop {
-            // An idle connection, else a new one; when the budget is spent, whichever
-            // comes first: a connection back in the pool or a slot given back.
-            let (mut conn, reused) = match self.slots.take_or(|| self.take()).await? {
-                Got::Other(conn) => (conn, true),
-                Got::Slot(slot) => match self.connect(slot).await {
-                    Ok(conn) => (conn, false),
-                    // Out of descriptors: a pool wait like any other, not a failure.
-                    Err(ProxyError::OutOfFiles(e)) => {
-                        let until = *out_of_files
-                            .get_or_insert_with(|| tokio::time::Instant::now() + self.slots.wait());
-                        if self.slots.wait_for_files(until).await {
-                            continue;
-                        }
-                        return Err(ProxyError::OutOfFiles(e));
-                    }
-                    Err(e) => return Err(e),
-                },
+            let (conn, reused) = self.checkout(&mut out_of_files).await?;
+            let Pooled::Hyper(mut conn) = conn else {
+                continue;
             };
             let before = conn.reads.latest();
             let sent = conn.send.try_send_request(req);
@@ -422,7 +453,7 @@ impl Pool {
                         conn,
                         pool: Arc::clone(self),
                     });
-                    return Ok((resp, lease));
+                    return Ok((resp.map(Source::Hyper), lease));
                 }
                 Err(mut e) => match e.take_message() {
                     // A pooled connection closed before the request went out: nothing
@@ -437,9 +468,67 @@ impl Pool {
         }
     }
 
+    /// [`Pool::send`] on connections of goodput's own ([`super::relay`]).
+    async fn relay(
+        self: &Arc<Self>,
+        req: Request<ReqBody>,
+        fault: &BodyFault,
+    ) -> Result<(Response<Source>, Lease), ProxyError> {
+        let mut out = relay::outgoing(req);
+        let mut out_of_files = None;
+        loop {
+            let (conn, reused) = self.checkout(&mut out_of_files).await?;
+            let Pooled::Raw(conn) = conn else {
+                continue;
+            };
+            let reads = Arc::clone(conn.reads());
+            let home: Arc<dyn Home> = Arc::clone(self) as Arc<dyn Home>;
+            match relay::send(conn, out, fault, home).await {
+                Ok(resp) => {
+                    return Ok((resp.map(Source::Relay), Lease(Held::Relay(reads))));
+                }
+                // A pooled connection closed before the request went out: nothing was
+                // written, so another connection may carry it.
+                Err(SendError::Unsent(unsent)) if reused => out = unsent,
+                Err(SendError::Unsent(_)) => {
+                    return Err(ProxyError::UpstreamFailed(
+                        "upstream closed a new connection before the request".into(),
+                    ));
+                }
+                Err(SendError::Failed(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// An idle connection, else a new one; when the budget is spent, whichever comes
+    /// first: a connection back in the pool or a slot given back. Whether it was reused.
+    async fn checkout(
+        self: &Arc<Self>,
+        out_of_files: &mut Option<tokio::time::Instant>,
+    ) -> Result<(Pooled, bool), ProxyError> {
+        loop {
+            match self.slots.take_or(|| self.take()).await? {
+                Got::Other(conn) => return Ok((conn, true)),
+                Got::Slot(slot) => match self.connect(slot).await {
+                    Ok(conn) => return Ok((conn, false)),
+                    // Out of descriptors: a pool wait like any other, not a failure.
+                    Err(ProxyError::OutOfFiles(e)) => {
+                        let until = *out_of_files
+                            .get_or_insert_with(|| tokio::time::Instant::now() + self.slots.wait());
+                        if self.slots.wait_for_files(until).await {
+                            continue;
+                        }
+                        return Err(ProxyError::OutOfFiles(e));
+                    }
+                    Err(e) => return Err(e),
+                },
+            }
+        }
+    }
+
     /// The most recently used idle connection that is still open and young enough. Each
     /// is checked (a read attempt) after the lock is let go.
-    fn take(&self) -> Option<Conn> {
+    fn take(&self) -> Option<Pooled> {
         loop {
             let mut entry = self
                 .idle
@@ -452,7 +541,7 @@ impl Pool {
         }
     }
 
-    async fn connect(self: &Arc<Self>, slot: Slot) -> Result<Conn, ProxyError> {
+    async fn connect(self: &Arc<Self>, slot: Slot) -> Result<Pooled, ProxyError> {
         let io = self
             .connector
             .clone()
@@ -460,17 +549,20 @@ impl Pool {
             .await
             .map_err(|e| ProxyError::connect(Box::new(e)))?;
         let reads = Arc::new(ReadClock::new());
-        let io: Stamped = TokioIo::new(WireStream::new(io.into_inner(), Arc::clone(&reads)));
+        let wire = WireStream::new(io.into_inner(), Arc::clone(&reads));
+        self.start_sweeping();
+        if self.relay {
+            return Ok(Pooled::Raw(RawConn::new(wire, reads, slot)));
+        }
         let (send, driver) = self
             .builder
-            .handshake(io)
+            .handshake(TokioIo::new(wire))
             .await
             .map_err(|e| ProxyError::Unreachable(Box::new(e)))?;
-        self.start_sweeping();
-        Ok(Conn::new(send, driver, reads, slot))
+        Ok(Pooled::Hyper(Conn::new(send, driver, reads, slot)))
     }
 
-    fn put(&self, conn: Conn) {
+    fn put(&self, conn: Pooled) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < self.max_idle {
             idle.push(Idle {
@@ -519,6 +611,12 @@ impl Pool {
                 }
             });
         });
+    }
+}
+
+impl Home for Pool {
+    fn put_back(&self, conn: RawConn) {
+        self.put(Pooled::Raw(conn));
     }
 }
 

@@ -61,6 +61,7 @@ mod h2guard;
 mod headers;
 mod inline;
 mod limit_metrics;
+mod relay;
 mod request_body;
 mod room;
 mod server;

@@ -105,6 +105,24 @@ impl WireStream {
         &self.reads
     }
 
+    /// Resolves once the socket has something to read (or has closed).
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.io.poll_read_ready(cx)
+    }
+
+    /// The room the next read should offer: twice what the last read took, within
+    /// [`MIN_CHUNK`]..=[`READ_CHUNK`] (what a stamped read takes at most).
+    pub fn next_read(&self) -> usize {
+        self.chunk
+    }
+
+    /// Open, with nothing to read: a read attempt that would block. An upstream that
+    /// closed an idle connection (or sent bytes nobody asked for) fails it.
+    pub fn open_and_silent(&self) -> bool {
+        let mut one = [0u8; 1];
+        matches!(self.io.try_read(&mut one), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     /// Receives into `buf` without taking the bytes off the socket (no stamp).
     pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.io.peek(buf).await
@@ -119,8 +137,10 @@ impl AsyncRead for WireStream {
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.cmsg.is_empty() || buf.remaining() == 0 {
+            let before = buf.filled().len();
             let read = Pin::new(&mut this.io).poll_read(cx, buf);
             if let Poll::Ready(Ok(())) = read {
+                this.chunk = next_chunk(buf.filled().len() - before);
                 this.reads.stamp();
             }
             return read;

@@ -116,7 +116,7 @@ fn the_sweep_drops_closed_connections_and_keeps_open_ones_in_order()
         // The upstream closes the first of the three; the other two wait in its backlog.
         let (closed, _) = upstream.accept()?;
         drop(closed);
-        let reads: Vec<_> = opened.iter().map(|c| Arc::as_ptr(&c.reads)).collect();
+        let reads: Vec<_> = opened.iter().map(|c| Arc::as_ptr(c.reads())).collect();
         for conn in opened {
             pool.put(conn);
         }
@@ -128,7 +128,7 @@ fn the_sweep_drops_closed_connections_and_keeps_open_ones_in_order()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|e| Arc::as_ptr(&e.conn.reads))
+            .map(|e| Arc::as_ptr(e.conn.reads()))
             .collect();
         assert_eq!(
             left,

@@ -56,7 +56,13 @@ pub async fn start_proxy(upstream: &str) -> Running {
     start_proxy_with(test_config(upstream)).await
 }
 
-pub async fn start_proxy_with(cfg: Config) -> Running {
+/// Starts goodput with `cfg`. `GOODPUT_TEST_UPSTREAM_CLIENT=hyper` runs every test on
+/// hyper's HTTP/1.1 client instead of goodput's relay (`upstream.http1_relay = false`), so
+/// that the suite checks both.
+pub async fn start_proxy_with(mut cfg: Config) -> Running {
+    if std::env::var("GOODPUT_TEST_UPSTREAM_CLIENT").is_ok_and(|v| v == "hyper") {
+        cfg.upstream.http1_relay = false;
+    }
     run::start(cfg).await.unwrap()
 }
 

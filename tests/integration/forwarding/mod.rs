@@ -270,6 +270,7 @@ mod byte_exact;
 mod h2_lanes;
 mod inspection_limit;
 mod records_api;
+mod relay_parity;
 mod request_side;
 mod token_counts;
 mod ttft;

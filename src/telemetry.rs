@@ -7,11 +7,16 @@
 //! have gathered, and when the aggregator stops, instead of one unbuffered write per line
 //! (nginx's `access_log ... buffer= flush=` does the same). A line waits about 100 ms at
 //! most. Every other line goes out at once, after the access lines before it, so the
-//! order of lines is kept.
+//! order of lines is kept. In the text format without colour the aggregator writes its
+//! access lines into that buffer itself ([`write_access_line`]), the bytes `tracing`
+//! would have written.
 
 use std::{
     io::{self, Write},
-    sync::{Mutex, PoisonError},
+    sync::{
+        Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use tracing::Metadata;
@@ -38,10 +43,32 @@ pub fn init(format: LogFormat, level: &str) {
         .with_env_filter(filter)
         .with_writer(Logs(&LOG))
         .with_ansi(ansi);
-    let _ = match format {
+    let installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+    DIRECT_ACCESS_LINES.store(
+        installed.is_ok() && format == LogFormat::Text && !ansi,
+        Ordering::Relaxed,
+    );
+}
+
+/// Set once [`init`] installed the text formatter without colour: access lines may then be
+/// written by their maker, as that formatter would write them.
+static DIRECT_ACCESS_LINES: AtomicBool = AtomicBool::new(false);
+
+/// Whether an access line is to be written with [`write_access_line`] rather than logged
+/// as a `tracing` event: the subscriber is [`init`]'s text formatter without colour and
+/// its filter lets the access target through.
+pub fn access_lines_direct() -> bool {
+    DIRECT_ACCESS_LINES.load(Ordering::Relaxed)
+        && tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO)
+}
+
+/// Appends one access line, written by `line`, to the access log's buffer (in order with
+/// every other line, as an access event's line would be).
+pub fn write_access_line(line: impl FnOnce(&mut Vec<u8>)) {
+    let _ = log().access_with(line);
 }
 
 /// Writes out the access lines gathered since the last call, in one write. The aggregator
@@ -67,7 +94,12 @@ impl<W: Write> Batcher<W> {
 
     /// An access line: kept for the batch's write (written at once past the limit).
     fn access(&mut self, line: &[u8]) -> io::Result<()> {
-        self.pending.extend_from_slice(line);
+        self.access_with(|pending| pending.extend_from_slice(line))
+    }
+
+    /// An access line written into the batch by `line`.
+    fn access_with(&mut self, line: impl FnOnce(&mut Vec<u8>)) -> io::Result<()> {
+        line(&mut self.pending);
         if self.pending.len() >= ACCESS_BUFFER_LIMIT {
             self.flush_pending()?;
         }

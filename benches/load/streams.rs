@@ -38,6 +38,8 @@ pub const ITL_MS: f64 = 2_000.0;
 const OPENING: usize = 200;
 /// Descriptors this process keeps for everything but the streams.
 const SPARE_FILES: u64 = 300;
+/// The most descriptors goodput keeps for everything but connections (its file budget).
+const GOODPUT_RESERVE_MAX: u64 = 1024;
 
 pub fn sim_config() -> SimConfig {
     SimConfig {
@@ -51,7 +53,7 @@ pub fn sim_config() -> SimConfig {
 /// Raises this process's open-file limit (soft and hard, as root) so that the streams fit;
 /// returns how many streams fit in what it got.
 pub fn raise_file_limit() -> usize {
-    let want = (STREAMS as u64) * 2 + SPARE_FILES;
+    let want = (STREAMS as u64) * 2 + SPARE_FILES.max(GOODPUT_RESERVE_MAX);
     let (soft, hard) = rlimit::Resource::NOFILE.get().unwrap_or((1024, 1024));
     let got = if soft >= want {
         soft
@@ -62,8 +64,12 @@ pub fn raise_file_limit() -> usize {
         rlimit::Resource::NOFILE.get().map_or(soft, |(s, _)| s)
     };
     // Two descriptors per stream here (client, simulator); the proxy needs two as well and
-    // inherits the same limit.
-    let fit = (got.saturating_sub(SPARE_FILES) / 2 / 100 * 100) as usize;
+    // inherits the same limit. goodput keeps a reserve of its limit (an eighth, 32 to 1,024
+    // descriptors: src/proxy/fds.rs) and gives client and upstream connections half of
+    // the rest each: past that it refuses clients, so fewer streams are opened for every
+    // path alike.
+    let reserve = (got / 8).clamp(32, GOODPUT_RESERVE_MAX).max(SPARE_FILES);
+    let fit = (got.saturating_sub(reserve) / 2 / 100 * 100) as usize;
     if fit < STREAMS {
         eprintln!(
             "load: {NAME}: open-file limit {got} (could not raise it to {want}): {fit} streams instead of {STREAMS}"

@@ -247,7 +247,7 @@ impl Aggregator {
             book.note(&record);
         }
         if config.log.access_log {
-            access_log(&record);
+            super::access::log(&record);
         }
         self.recent.push(Arc::new(record));
     }
@@ -260,7 +260,7 @@ impl Aggregator {
             book.note(&record);
         }
         if log {
-            access_log(&record);
+            super::access::log(&record);
         }
         self.recent.push(Arc::new(record));
     }
@@ -270,43 +270,8 @@ impl Aggregator {
     fn passthrough(&mut self, record: RequestRecord, log: bool) {
         self.metrics.passthrough(&record);
         if log {
-            access_log(&record);
+            super::access::log(&record);
         }
         self.recent.push(Arc::new(record));
     }
-}
-
-/// One line per request with the record's numbers; no header values, no content.
-fn access_log(r: &RequestRecord) {
-    tracing::info!(
-        target: telemetry::ACCESS_TARGET,
-        id = %r.id,
-        target = r.pairing.target.as_str(),
-        pair_id = r.pairing.pair_id.as_deref(),
-        model = r.model.as_deref().unwrap_or("-"),
-        api = r.api,
-        stream = r.stream,
-        status = r.status.unwrap_or(0),
-        outcome = r.outcome.as_str(),
-        slo_class = %r.slo_class,
-        slo_met = r.slo_met,
-        slo_miss = r.slo_miss_reason,
-        finish_reason = r.finish_reason.map(|f| f.as_str()),
-        ttft_ms = r.ttft_ms.map(round2),
-        ttfo_ms = r.ttfo_ms.map(round2),
-        tpot_ms = r.tpot_ms.map(round2),
-        e2e_ms = round2(r.e2e_ms),
-        upload_ms = r.upload_ms.map(round2),
-        input_tokens = r.input_tokens,
-        output_tokens = r.output_tokens,
-        output_tokens_source = r.output_tokens_source.map(|s| s.as_str()),
-        events = r.events,
-        bytes_in = r.bytes_in,
-        bytes_out = r.bytes_out,
-        "request"
-    );
-}
-
-fn round2(v: f64) -> f64 {
-    (v * 100.0).round() / 100.0
 }

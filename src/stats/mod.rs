@@ -3,6 +3,7 @@
 //! updates the metrics, writes the access log and keeps the recent-requests ring; and the
 //! [`engine`] of sliding windows behind the SLO, goodput, cost and capacity views.
 
+mod access;
 mod aggregator;
 pub mod engine;
 mod labels;

@@ -470,6 +470,9 @@ def main():
     ap.add_argument("--tcpdump", default=shutil.which("tcpdump") or "/usr/bin/tcpdump")
     ap.add_argument("--out", default="target/goodput-bench/pcap-ttft.json")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir with the capture")
+    ap.add_argument("--upstream", action="append", default=[], metavar="KEY=VALUE",
+                    help="one more key of goodput's [upstream] table, as TOML "
+                         "(e.g. http1_relay=false); repeatable")
     a = ap.parse_args()
 
     for tool in (a.goodput, a.nginx, a.tcpdump):
@@ -494,7 +497,9 @@ def main():
         cfg = os.path.join(d, "goodput.toml")
         with open(cfg, "w") as f:
             f.write(f'[server]\nlisten = "127.0.0.1:{g_port}"\n\n'
-                    f'[upstream]\nurl = "http://127.0.0.1:{sim_port}"\n\n'
+                    f'[upstream]\nurl = "http://127.0.0.1:{sim_port}"\n'
+                    + "".join(f"{kv}\n" for kv in a.upstream) + "\n"
+                    +
                     f'[admin]\nlisten = "127.0.0.1:{admin_port}"\n')
         serve = start([a.goodput, "serve", "--config", cfg], log)
         procs.append(serve)

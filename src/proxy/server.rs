@@ -544,7 +544,7 @@ async fn serve_accepted(
     };
     // Reads are stamped with the packets' arrival where the kernel tells it (`wire`).
     let reads = Arc::new(ReadClock::new());
-    let stream = WireStream::new(stream, Arc::clone(&reads));
+    let stream = WireStream::new(stream, Arc::clone(&reads)).probing();
     let reads = Some(reads);
     let Some(acceptor) = proxy.tls.as_ref().map(|t| TlsAcceptor::from(t.load_full())) else {
         let conn = ConnInfo {

@@ -76,6 +76,11 @@ pub struct WireStream {
     cmsg: Vec<u8>,
     /// The most the next stamped read takes ([`next_chunk`]).
     chunk: usize,
+    /// Look before zeroing room for a stamped read after one that drained the socket
+    /// ([`WireStream::probing`]).
+    probe: bool,
+    /// The last stamped read took less than it offered room for.
+    drained: bool,
 }
 
 impl WireStream {
@@ -91,7 +96,22 @@ impl WireStream {
             reads,
             cmsg,
             chunk: MIN_CHUNK,
+            probe: false,
+            drained: false,
         }
+    }
+
+    /// After a stamped read that drained the socket, the next one first peeks at one byte
+    /// (into a byte of its own) before it zeroes the caller's room. hyper's server reads on
+    /// while a response streams, to notice the client closing, into a fresh 8 KiB buffer
+    /// (the request's bytes still hold the first): zeroed and left waiting, that buffer's
+    /// page would stay resident for the whole stream. The cost is one more system call
+    /// when the next bytes come after such a read (on a client connection: once per
+    /// request), so upstream connections, whose events each follow a drained read, do
+    /// without it.
+    pub fn probing(mut self) -> WireStream {
+        self.probe = true;
+        self
     }
 
     /// Whether reads carry the kernel's stamps.
@@ -147,6 +167,11 @@ impl AsyncRead for WireStream {
         }
         loop {
             std::task::ready!(this.io.poll_read_ready(cx))?;
+            if this.probe && this.drained {
+                let mut one = [0u8; 1];
+                std::task::ready!(this.io.poll_peek(cx, &mut ReadBuf::new(&mut one)))?;
+                this.drained = false;
+            }
             let cmsg = &mut this.cmsg;
             let want = buf.remaining().min(this.chunk);
             let dst = buf.initialize_unfilled_to(want);
@@ -157,6 +182,7 @@ impl AsyncRead for WireStream {
                 Ok((n, stamp)) => {
                     buf.advance(n);
                     this.chunk = next_chunk(n);
+                    this.drained = n < want;
                     // Bytes, or the end of the stream (no packet, so no stamp): now.
                     match stamp {
                         Some(wall) => this.reads.stamp_kernel(wall),
@@ -295,6 +321,44 @@ mod tests {
             at + Duration::from_millis(25) >= sent && at <= written + Duration::from_millis(1),
             "stamp {at:?} outside the write {sent:?}..{written:?}"
         );
+    }
+
+    /// After a read that drained the socket, a probing stream zeroes no room until bytes
+    /// come (hyper's end-of-stream read into a fresh buffer stays untouched); the other
+    /// zeroes the room it offers before it finds nothing.
+    #[tokio::test]
+    async fn a_probing_stream_leaves_the_room_untouched_while_nothing_comes() {
+        for probing in [false, true] {
+            let (mut client, server) = pair().await;
+            let wire = WireStream::new(server, Arc::new(ReadClock::new()));
+            let mut wire = if probing { wire.probing() } else { wire };
+            if !wire.kernel_stamps() {
+                return;
+            }
+            client.write_all(b"request").await.unwrap();
+            let mut buf = [0u8; 64];
+            let n = wire.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"request");
+            let mut room = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+            let mut next = ReadBuf::uninit(&mut room);
+            let polled = std::future::poll_fn(|cx| {
+                Poll::Ready(Pin::new(&mut wire).poll_read(cx, &mut next))
+            })
+            .await;
+            assert!(polled.is_pending());
+            let zeroed = next.initialized().len();
+            assert_eq!(
+                zeroed,
+                if probing { 0 } else { MIN_CHUNK },
+                "probing {probing}"
+            );
+            // Bytes then come and are read as ever.
+            client.write_all(b"next request").await.unwrap();
+            let n = wire.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], b"next request");
+            client.shutdown().await.unwrap();
+            assert_eq!(wire.read(&mut buf).await.unwrap(), 0);
+        }
     }
 
     #[test]

@@ -495,11 +495,10 @@ def main():
         procs.append(sim)
         wait_port(sim_port, sim)
         cfg = os.path.join(d, "goodput.toml")
+        upstream_keys = "".join(f"{kv}\n" for kv in a.upstream)
         with open(cfg, "w") as f:
             f.write(f'[server]\nlisten = "127.0.0.1:{g_port}"\n\n'
-                    f'[upstream]\nurl = "http://127.0.0.1:{sim_port}"\n'
-                    + "".join(f"{kv}\n" for kv in a.upstream) + "\n"
-                    +
+                    f'[upstream]\nurl = "http://127.0.0.1:{sim_port}"\n{upstream_keys}\n'
                     f'[admin]\nlisten = "127.0.0.1:{admin_port}"\n')
         serve = start([a.goodput, "serve", "--config", cfg], log)
         procs.append(serve)

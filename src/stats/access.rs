@@ -72,16 +72,12 @@ fn text_line(out: &mut Vec<u8>, r: &RequestRecord, now: SystemTime) {
     text(out, "pair_id", r.pairing.pair_id.as_deref());
     text(out, "model", Some(r.model.as_deref().unwrap_or("-")));
     text(out, "api", Some(r.api));
-    key(out, "stream");
-    out.extend_from_slice(if r.stream { b"true" } else { b"false" });
+    flag(out, "stream", Some(r.stream));
     number(out, "status", Some(u64::from(r.status.unwrap_or(0))));
     text(out, "outcome", Some(r.outcome.as_str()));
     key(out, "slo_class");
     out.extend_from_slice(r.slo_class.as_bytes());
-    if let Some(met) = r.slo_met {
-        key(out, "slo_met");
-        out.extend_from_slice(if met { b"true" } else { b"false" });
-    }
+    flag(out, "slo_met", r.slo_met);
     text(out, "slo_miss", r.slo_miss_reason);
     text(out, "finish_reason", r.finish_reason.map(|f| f.as_str()));
     float(out, "ttft_ms", r.ttft_ms.map(round2));
@@ -123,6 +119,12 @@ fn text(out: &mut Vec<u8>, name: &str, value: Option<&str>) {
         // Writing into a Vec cannot fail.
         let _ = write!(out, "{value:?}");
     }
+}
+
+fn flag(out: &mut Vec<u8>, name: &str, value: Option<bool>) {
+    let Some(value) = value else { return };
+    key(out, name);
+    out.extend_from_slice(if value { b"true" } else { b"false" });
 }
 
 fn number(out: &mut Vec<u8>, name: &str, value: Option<u64>) {
@@ -350,6 +352,8 @@ mod tests {
             bytes in any::<u64>(),
             status in proptest::option::of(any::<u16>()),
             model in proptest::option::of(".{0,12}"),
+            met in proptest::option::of(any::<bool>()),
+            stream in any::<bool>(),
         ) {
             let mut r = example::record();
             r.ttft_ms = ttft;
@@ -358,6 +362,8 @@ mod tests {
             r.bytes_out = bytes;
             r.status = status;
             r.model = model;
+            r.slo_met = met;
+            r.stream = stream;
             assert_same_line(&r);
         }
     }

@@ -13,7 +13,8 @@
 //!   configuration names, registers every subsystem's metrics in one registry.
 //! - [`admin`]: `/metrics`, the JSON API, health and readiness, on their own address.
 //! - [`shadow`]: a mirrored share of the traffic sent to a candidate, paired and judged.
-//! - [`proxy`]: the data path: listener, TLS, HTTP/1.1 + HTTP/2, forwarding, tunnels.
+//! - [`proxy`]: the data path in two wings: the client side (listener, TLS, HTTP/1.1 +
+//!   HTTP/2) and the upstream side (pool, relay, hyper's client); forwarding, tunnels.
 //! - [`otlp`]: OpenTelemetry export (GenAI metrics, request spans) to a collector.
 //! - [`stats`]: the aggregator that finishes records, updates metrics, keeps recent ones,
 //!   and hands them to the sinks it is given.

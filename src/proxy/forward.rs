@@ -25,15 +25,16 @@ use tower::Service;
 
 use super::{
     ConnInfo,
-    body::{Source, UpstreamBody},
-    client::Clients,
-    error::ProxyError,
     fds::{Division, FileBudget},
-    headers,
-    inline::{self, Lease},
-    request_body::{BodyFault, ClientBody},
-    slots::Slots,
-    tunnel,
+    headers, tunnel,
+    upstream::{
+        body::{Source, UpstreamBody},
+        client::Clients,
+        error::ProxyError,
+        inline::{self, Lease},
+        request_body::{BodyFault, ClientBody},
+        slots::Slots,
+    },
 };
 use crate::{
     config::Upstream,
@@ -63,7 +64,7 @@ struct Fixed {
 struct Inner {
     /// TLS and HTTP/2 upstreams, and upgrades on any upstream.
     clients: Clients,
-    /// Plain HTTP/1.1 upstreams (see [`super::inline`]).
+    /// Plain HTTP/1.1 upstreams (see [`super::upstream::inline`]).
     inline: Option<Arc<inline::Pool>>,
     /// `upstream.max_connections`, shared by `client` and `inline`. A reload starts a new
     /// budget; requests still on the old client keep theirs until they end.

@@ -1,6 +1,12 @@
 //! The data path: listener (optionally TLS), HTTP/1.1 and HTTP/2 connections, and the
 //! forwarding service. Bytes pass unchanged and unbuffered; the measurement layer wraps
 //! the forwarding service and only observes.
+//!
+//! Two wings with imports one way: [`downstream`] (the client side: accept, admission,
+//! server connections) and [`upstream`] (pool, relay, framing, hyper's client, the
+//! response body), which never imports the client side. [`forward`] joins them; the
+//! leaves both use ([`wire`], [`headers`], [`fds`], [`limit_metrics`]) sit here beside
+//! them, and [`tunnel`] splices an upgraded connection to its upstream.
 
 /// `AsyncWrite` for a wrapper that only watches reads: every write goes to its `io` field
 /// untouched. `$pin` turns `self` (a `Pin<&mut Self>`) into the pinned field.
@@ -48,39 +54,27 @@ macro_rules! write_through {
     };
 }
 
-mod accept_errors;
-mod body;
-mod client;
-mod coalesce;
-mod error;
+mod downstream;
 mod fds;
-mod first_bytes;
 mod forward;
-mod framing;
-mod h2guard;
 mod headers;
-mod inline;
 mod limit_metrics;
-mod relay;
-mod request_body;
-mod room;
-mod server;
-mod slots;
 mod tunnel;
+mod upstream;
 mod wire;
-pub use client::build as pooled_client;
 pub use headers::strip_hop_by_hop;
+pub use upstream::client::build as pooled_client;
 pub use wire::kernel_timestamps;
 
 use std::net::SocketAddr;
 
-pub use body::UpstreamBody;
-pub use error::ProxyError;
+pub use downstream::server::{Proxy, serve};
 pub use fds::{Division, FileBudget};
 pub use forward::Forward;
-pub use framing::{Broken, Delimiter, Fed, Framing, Violation};
 pub use limit_metrics::{LIMITS, LimitMetrics};
-pub use server::{Proxy, serve};
+pub use upstream::body::UpstreamBody;
+pub use upstream::error::ProxyError;
+pub use upstream::framing::{Broken, Delimiter, Fed, Framing, Violation};
 
 /// What the forwarding service knows about the client connection.
 #[derive(Debug, Clone)]

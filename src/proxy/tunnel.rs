@@ -12,7 +12,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::inline::Lease;
+use super::upstream::inline::Lease;
 use crate::measure::{Ending, TunnelDone, Upgraded};
 
 /// Joins the two upgraded connections once both sides have switched protocols, and

@@ -58,8 +58,8 @@ use super::{
     relay::{self, Home, RawConn, SendError},
     request_body::{BodyFault, ClientBody},
     slots::{Got, Slot, Slots},
-    wire::WireStream,
 };
+use crate::proxy::wire::WireStream;
 use crate::{
     BoxError,
     config::Upstream,

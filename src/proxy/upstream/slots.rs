@@ -14,8 +14,8 @@ use std::{pin::pin, sync::Arc, time::Duration};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::LimitMetrics;
 use super::error::ProxyError;
+use crate::proxy::LimitMetrics;
 
 /// How often a request that could not connect for want of descriptors tries again
 /// while it waits (besides whenever a connection comes back to the pool).

@@ -42,9 +42,8 @@ pub use outgoing::{Outgoing, WriteError};
 
 use super::{
     error::ProxyError, framing::Violation, inline::ReqBody, request_body::BodyFault, slots::Slot,
-    wire::WireStream,
 };
-use crate::measure::ReadClock;
+use crate::{measure::ReadClock, proxy::wire::WireStream};
 
 /// Where a connection goes when its response has ended cleanly (the pool).
 pub trait Home: Send + Sync {

@@ -20,7 +20,7 @@ use http_body::Body;
 use sync_wrapper::SyncWrapper;
 use tokio::io::AsyncWrite;
 
-use crate::{BoxError, proxy::inline::ReqBody};
+use crate::{BoxError, proxy::upstream::inline::ReqBody};
 
 /// Bytes gathered before they are written, at most (a body frame is never split).
 const GATHER: usize = 64 * 1024;

@@ -9,7 +9,7 @@ use http::{
     header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING},
 };
 
-use crate::proxy::framing::Delimiter;
+use crate::proxy::upstream::framing::Delimiter;
 
 /// The most a response head may take: hyper's HTTP/1 read buffer limit.
 pub const MAX_HEAD: usize = 8192 + 4096 * 100;

@@ -46,19 +46,17 @@ use tokio_rustls::TlsAcceptor;
 use tower::{Layer, ServiceExt, service_fn};
 
 use super::{
-    ConnInfo, Forward, UpstreamBody,
     accept_errors::AcceptErrors,
     coalesce::Coalesce,
     first_bytes::{FirstBytes, H2_PREFACE},
     h2guard::{self, H2Guard},
     room::{Held, Presence, Registered, Room},
-    wire::WireStream,
 };
 use crate::{
     BoxError,
     config::Server,
     measure::{ClientReads, Delivery, Measure, MeasureLayer, MeasuredBody, ReadClock, Recorder},
-    proxy::LimitMetrics,
+    proxy::{ConnInfo, Forward, LimitMetrics, UpstreamBody, wire::WireStream},
 };
 
 /// Streams an HTTP/2 client may reset before the server has seen them, before the
@@ -123,7 +121,7 @@ impl Proxy {
     }
 
     /// `max_connections` is `server.max_connections` as the open-files budget allows
-    /// (see [`super::fds`]).
+    /// (see [`crate::proxy::fds`]).
     pub fn new(
         server: &Server,
         forward: Forward,

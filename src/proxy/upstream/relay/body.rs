@@ -20,7 +20,7 @@ use http_body::{Body, Frame, SizeHint};
 use super::{Home, RawConn, RelayError, outgoing::Outgoing};
 use crate::{
     BoxError,
-    proxy::framing::{Delimiter, Framing},
+    proxy::upstream::framing::{Delimiter, Framing},
 };
 
 pub struct RelayBody {

@@ -34,7 +34,7 @@ pub use server::{Server, ServerLimits};
 pub use shadow::ShadowConfig;
 pub use slo::{Slo, SloClass};
 pub use tokenizer::Counting;
-pub use upstream::Upstream;
+pub use upstream::{MIN_RESPONSE_HEADER_BYTES, Upstream};
 pub use usage_injection::UsageInjection;
 pub use validate::{load, load_str, load_with_salt};
 

@@ -237,6 +237,9 @@ fn target(s: &ShadowSection, problems: &mut Vec<Problem>) -> Option<Upstream> {
         http2_max_connections: 1,
         http2_max_streams_per_connection: s.max_in_flight,
         http1_relay: d.http1_relay,
+        max_response_header_bytes: d.max_response_header_bytes,
+        // The shadow's own budget (`max_answer_bytes`, `timeout`) bounds a slow answer.
+        min_body_rate: None,
     })
 }
 

@@ -42,7 +42,21 @@ pub struct UpstreamSection {
     /// Plain HTTP/1.1 upstreams: goodput's own client connections, which relay the
     /// response body as read, instead of hyper's.
     pub http1_relay: bool,
+    /// The most a response head (status line and fields) may take; past it the client
+    /// gets a 502 and the upstream connection is closed.
+    pub max_response_header_bytes: usize,
+    /// Bytes per second a response body must average over `min_body_rate_window`, or it
+    /// is cut (0: off). Slow token streams are legitimate, hence off by default.
+    pub min_body_rate: u64,
+    #[serde(with = "humantime_serde")]
+    pub min_body_rate_window: Duration,
 }
+
+/// hyper's smallest read buffer: a response head limit below it cannot be kept on
+/// hyper's path.
+pub const MIN_RESPONSE_HEADER_BYTES: usize = 8192;
+/// The most `upstream.max_response_header_bytes` may be set to.
+pub const MAX_RESPONSE_HEADER_BYTES: usize = 1 << 20;
 
 impl Default for UpstreamSection {
     fn default() -> Self {
@@ -66,6 +80,13 @@ impl Default for UpstreamSection {
             http2_max_connections: 16,
             http2_max_streams_per_connection: 100,
             http1_relay: true,
+            // The client side's head limit (`server.max_request_header_bytes`) is of the
+            // same order; no inference server sends heads anywhere near it.
+            max_response_header_bytes: 64 * 1024,
+            min_body_rate: 0,
+            // Long enough that a model pausing to think (or a tool call being prepared)
+            // does not count as a trickle; short enough to free a held connection soon.
+            min_body_rate_window: Duration::from_secs(30),
         }
     }
 }
@@ -92,6 +113,9 @@ pub struct Upstream {
     pub http2_max_connections: usize,
     pub http2_max_streams_per_connection: usize,
     pub http1_relay: bool,
+    pub max_response_header_bytes: usize,
+    /// `(bytes per second, window)` a response body must keep up; `None`: off.
+    pub min_body_rate: Option<(u64, Duration)>,
 }
 
 /// The runtime `[upstream]`; `url` is the flag's, replacing the file's.
@@ -125,6 +149,26 @@ pub(super) fn validate(
         ),
     ] {
         positive(key, value, problems);
+    }
+    if !(MIN_RESPONSE_HEADER_BYTES..=MAX_RESPONSE_HEADER_BYTES)
+        .contains(&u.max_response_header_bytes)
+    {
+        problems.push(Problem::invalid(
+            "upstream.max_response_header_bytes",
+            format!(
+                "{} is outside {MIN_RESPONSE_HEADER_BYTES}..={MAX_RESPONSE_HEADER_BYTES} bytes",
+                u.max_response_header_bytes
+            ),
+        ));
+    }
+    if u.min_body_rate > 0 && u.min_body_rate_window < Duration::from_secs(1) {
+        problems.push(Problem::invalid(
+            "upstream.min_body_rate_window",
+            format!(
+                "{:?} is under 1s: a rate over a shorter window cuts healthy streams between two tokens",
+                u.min_body_rate_window
+            ),
+        ));
     }
     let Some(raw) = url.or(u.url.as_deref()) else {
         problems.push(Problem::invalid(
@@ -195,5 +239,7 @@ pub(super) fn validate(
         http2_max_connections: u.http2_max_connections,
         http2_max_streams_per_connection: u.http2_max_streams_per_connection,
         http1_relay: u.http1_relay,
+        max_response_header_bytes: u.max_response_header_bytes,
+        min_body_rate: (u.min_body_rate > 0).then_some((u.min_body_rate, u.min_body_rate_window)),
     })
 }

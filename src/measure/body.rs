@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::tap::IdleTimeout;
+use super::tap::{IdleTimeout, SlowBody};
 use super::{
     clock::{Clock, ReadClock},
     delivery::{Delivery, Mark},
@@ -374,7 +374,7 @@ where
                     return Poll::Ready(None);
                 }
                 Some(Err(error)) => {
-                    let ending = if error.is::<IdleTimeout>() {
+                    let ending = if error.is::<IdleTimeout>() || error.is::<SlowBody>() {
                         Ending::IdleTimeout
                     } else {
                         Ending::UpstreamFailed

@@ -31,6 +31,8 @@ pub use record::{
 };
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Recorder};
-pub use tap::{Delivered, Ending, HeadInfo, IdleTimeout, Pending, ProxyFailure, Tap, Timeline};
+pub use tap::{
+    Delivered, Ending, HeadInfo, IdleTimeout, Pending, ProxyFailure, SlowBody, Tap, Timeline,
+};
 pub use traceparent::TraceParent;
 pub use upgrade::{TunnelDone, Upgraded};

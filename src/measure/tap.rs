@@ -25,6 +25,17 @@ use crate::slo::Targets;
 #[error("upstream body idle for longer than {0:?}")]
 pub struct IdleTimeout(pub std::time::Duration);
 
+/// The error a response body gives when the upstream sent fewer bytes than
+/// `upstream.min_body_rate` over its window; booked as [`Ending::IdleTimeout`] too: the
+/// upstream held the stream without delivering it.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream body slower than {rate} bytes/s over {window:?} ({got} bytes)")]
+pub struct SlowBody {
+    pub rate: u64,
+    pub window: std::time::Duration,
+    pub got: u64,
+}
+
 /// How the response ended, as seen by the data path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {

@@ -267,6 +267,12 @@ pub const UPSTREAM_HTTP2_SATURATED: Spec = Spec {
     unit: None,
 };
 
+pub const UPSTREAM_CONNECTIONS_CLOSED: Spec = Spec {
+    name: "goodput_upstream_connections_closed",
+    help: "Upstream HTTP/1.1 connections the pool closed after a complete response, by reason: unsolicited_bytes (bytes arrived that no request asked for, after a response or while idle; never read as the next request's answer), closed_by_upstream (FIN or RST while idle), idle_timeout (upstream.pool_idle_timeout), pool_full (upstream.pool_max_idle_per_host)",
+    unit: None,
+};
+
 pub const ATTRIBUTION: Spec = Spec {
     name: "goodput_attribution",
     help: "Where the engine's requests spent their time over the latest calibration interval: engine queue, prefill, decode (engine means) and outside the engine (proxy e2e minus engine e2e)",
@@ -388,7 +394,7 @@ pub const LATEST_GENAI: [&Spec; 6] = [
 ];
 
 /// Every metric, in the order `/metrics` shows them.
-pub const ALL: [&Spec; 56] = [
+pub const ALL: [&Spec; 57] = [
     &TTFT,
     &TPOT,
     &DURATION,
@@ -433,6 +439,7 @@ pub const ALL: [&Spec; 56] = [
     &CLIENT_CONNECTIONS,
     &ACCEPT_ERRORS,
     &UPSTREAM_HTTP2_SATURATED,
+    &UPSTREAM_CONNECTIONS_CLOSED,
     &FILE_BUDGET,
     &CLOSED_FOR_ROOM,
     &ATTRIBUTION,

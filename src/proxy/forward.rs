@@ -28,7 +28,7 @@ use super::{
     fds::{Division, FileBudget},
     headers, tunnel,
     upstream::{
-        body::{Source, UpstreamBody},
+        body::{Rate, Source, UpstreamBody},
         client::Clients,
         error::ProxyError,
         inline::{self, Lease},
@@ -121,8 +121,14 @@ impl Service<Request<RequestTap<Incoming>>> for Forward {
             Ok(match inner.forward(req, &fixed).await {
                 Ok(resp) => resp,
                 Err(e) => {
-                    if let ProxyError::BodyTimeout(_) = e {
-                        fixed.limits.rejected("server.request_body_timeout");
+                    match e {
+                        ProxyError::BodyTimeout(_) => {
+                            fixed.limits.rejected("server.request_body_timeout");
+                        }
+                        ProxyError::HeadTooLarge(_) => {
+                            fixed.limits.rejected("upstream.max_response_header_bytes");
+                        }
+                        _ => {}
                     }
                     e.into_response()
                 }
@@ -218,7 +224,10 @@ impl Inner {
                     let (client, stream) = self.clients.pick();
                     match client.request(request).await {
                         Ok(resp) => Ok((resp.map(Source::Hyper), Some(Lease::slot(slot, stream)))),
-                        Err(e) => Err(ProxyError::from_client(e)),
+                        Err(e) => Err(ProxyError::from_client(
+                            e,
+                            self.upstream.max_response_header_bytes,
+                        )),
                     }
                 }
             }
@@ -277,7 +286,17 @@ impl Inner {
             // The measured body stamps frames with the time of the read that brought them.
             parts.extensions.insert(reads);
         }
-        let body = UpstreamBody::open(body, self.upstream.idle_timeout, lease)
+        let rate = self.upstream.min_body_rate.map(|(min, window)| {
+            let cut = fixed
+                .limits
+                .rejections
+                .get_or_create(&crate::metrics::LimitLabel {
+                    limit: "upstream.min_body_rate",
+                })
+                .clone();
+            Rate::new(min, window, cut)
+        });
+        let body = UpstreamBody::open(body, self.upstream.idle_timeout, lease, rate)
             .await
             .map_err(|e| ProxyError::UpstreamFailed(Box::new(e)))?;
         Ok(Response::from_parts(parts, body))

@@ -5,7 +5,7 @@
 use crate::measure::REQUEST_ID;
 use http::{
     HeaderMap, HeaderName, HeaderValue, Request, Version,
-    header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE},
+    header::{CONNECTION, CONTENT_LENGTH, HOST, TE, TRANSFER_ENCODING, UPGRADE},
 };
 
 use super::ConnInfo;
@@ -167,6 +167,41 @@ pub fn prepare_request(
 /// Prepares the response head for the client.
 pub fn prepare_response(headers: &mut HeaderMap, upgrade: bool) {
     strip_hop_by_hop(headers, upgrade);
+    one_content_length(headers);
+}
+
+/// A `Content-Length` given as a list of one repeated value (`5, 5`, or the field twice)
+/// goes on as that one value: RFC 9110 §8.6 lets a recipient accept such a list only if
+/// it forwards a single value. Both upstream paths refuse lists of differing values before
+/// this point (502); one that is still here (a head-only answer) is left as it came.
+fn one_content_length(headers: &mut HeaderMap) {
+    let mut values = headers.get_all(CONTENT_LENGTH).iter();
+    let (Some(first), second) = (values.next(), values.next()) else {
+        return;
+    };
+    if second.is_none() && !first.as_bytes().contains(&b',') {
+        return;
+    }
+    let mut single: Option<&str> = None;
+    for part in headers
+        .get_all(CONTENT_LENGTH)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+    {
+        let Some(part) = std::str::from_utf8(part).ok().map(str::trim) else {
+            return;
+        };
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return;
+        }
+        match single {
+            Some(s) if s != part => return,
+            _ => single = Some(part),
+        }
+    }
+    if let Some(value) = single.and_then(|s| HeaderValue::from_str(s).ok()) {
+        headers.insert(CONTENT_LENGTH, value);
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +244,32 @@ mod tests {
         strip_hop_by_hop(&mut h, false);
         let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["authorization", "content-type"]);
+    }
+
+    #[test]
+    fn a_list_of_one_content_length_goes_on_as_one_value() {
+        let cases: [(&[&str], &[&str]); 6] = [
+            (&["5, 5"], &["5"]),
+            (&["5,5, 5"], &["5"]),
+            (&["5", "5"], &["5"]),
+            (&["12"], &["12"]),
+            // Differing or malformed lists are refused upstream; left as they came.
+            (&["5, 6"], &["5, 6"]),
+            (&["5, x"], &["5, x"]),
+        ];
+        for (given, forwarded) in cases {
+            let mut h = HeaderMap::new();
+            for v in given {
+                h.append(CONTENT_LENGTH, HeaderValue::from_str(v).unwrap());
+            }
+            prepare_response(&mut h, false);
+            let got: Vec<_> = h
+                .get_all(CONTENT_LENGTH)
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect();
+            assert_eq!(got, forwarded, "{given:?}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::metrics::{LimitLabel, ShareLabel, WaitingLabel, names};
+use crate::metrics::{LimitLabel, ReasonLabel, ShareLabel, WaitingLabel, names};
 
 /// What the proxy's resource bounds count (docs/CONFIG.md "Limits").
 #[derive(Clone, Debug, Default)]
@@ -21,22 +21,42 @@ pub struct LimitMetrics {
     /// Client connections closed at `server.max_connections` to admit new ones, by what
     /// they were waiting for.
     pub closed_for_room: Family<WaitingLabel, Counter>,
+    /// Upstream connections the pool closed after a complete response, by why.
+    pub upstream_closed: Family<ReasonLabel, Counter>,
 }
+
+/// Every `reason` of `goodput_upstream_connections_closed_total` (the pool's `Closed`).
+pub const UPSTREAM_CLOSED_REASONS: [&str; 4] = [
+    "unsolicited_bytes",
+    "closed_by_upstream",
+    "idle_timeout",
+    "pool_full",
+];
 
 /// Every `limit` label value, exported from the start (at 0) so that a rate over them is
 /// defined before the first rejection.
-pub const LIMITS: [&str; 5] = [
+pub const LIMITS: [&str; 7] = [
     "server.max_connections",
     "server.http2_max_control_frames_per_second",
     "server.max_request_header_bytes",
     "server.request_body_timeout",
     "upstream.max_connections",
+    "upstream.max_response_header_bytes",
+    "upstream.min_body_rate",
 ];
 
 impl LimitMetrics {
     /// One more piece of work turned away by `limit` (a config key, one of [`LIMITS`]).
     pub fn rejected(&self, limit: &'static str) {
         self.rejections.get_or_create(&LimitLabel { limit }).inc();
+    }
+
+    /// One more upstream connection closed by the pool, for `reason` (one of
+    /// [`UPSTREAM_CLOSED_REASONS`]).
+    pub fn upstream_closed(&self, reason: &'static str) {
+        self.upstream_closed
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// Creates the handles and registers them in `registry`; every `limit` label of
@@ -55,6 +75,10 @@ impl LimitMetrics {
             let _ = m.closed_for_room.get_or_create(&WaitingLabel { waiting });
         }
         names::CLOSED_FOR_ROOM.register(registry, m.closed_for_room.clone());
+        for reason in UPSTREAM_CLOSED_REASONS {
+            let _ = m.upstream_closed.get_or_create(&ReasonLabel { reason });
+        }
+        names::UPSTREAM_CONNECTIONS_CLOSED.register(registry, m.upstream_closed.clone());
         m
     }
 }

@@ -71,7 +71,7 @@ use std::net::SocketAddr;
 pub use downstream::server::{Proxy, serve};
 pub use fds::{Division, FileBudget};
 pub use forward::Forward;
-pub use limit_metrics::{LIMITS, LimitMetrics};
+pub use limit_metrics::{LIMITS, LimitMetrics, UPSTREAM_CLOSED_REASONS};
 pub use upstream::body::UpstreamBody;
 pub use upstream::error::ProxyError;
 pub use upstream::framing::{Broken, Delimiter, Fed, Framing, Violation};

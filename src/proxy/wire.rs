@@ -136,17 +136,33 @@ impl WireStream {
         self.chunk
     }
 
-    /// Open, with nothing to read: a read attempt that would block. An upstream that
-    /// closed an idle connection (or sent bytes nobody asked for) fails it.
-    pub fn open_and_silent(&self) -> bool {
+    /// What an idle connection holds: nothing to read (a read attempt would block), its
+    /// end (FIN, or an error such as RST), or bytes nobody asked for. The attempt takes at
+    /// most one byte off the socket; a connection that is not `Silent` is not reused.
+    pub fn idle_state(&self) -> Quiet {
         let mut one = [0u8; 1];
-        matches!(self.io.try_read(&mut one), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        match self.io.try_read(&mut one) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Quiet::Silent,
+            Ok(0) | Err(_) => Quiet::Closed,
+            Ok(_) => Quiet::Unsolicited,
+        }
     }
 
     /// Receives into `buf` without taking the bytes off the socket (no stamp).
     pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.io.peek(buf).await
     }
+}
+
+/// What an idle connection was found holding ([`WireStream::idle_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quiet {
+    /// Open, nothing to read: it may carry the next request.
+    Silent,
+    /// The peer closed it (FIN) or it failed (RST).
+    Closed,
+    /// The peer sent bytes while no request was outstanding.
+    Unsolicited,
 }
 
 impl AsyncRead for WireStream {

@@ -6,6 +6,10 @@
 //! looks at it every eighth of the timeout. A stream is cut once a whole timeout has
 //! passed since the check that last saw a chunk, so after a silence of at least the
 //! timeout and at most an eighth more.
+//!
+//! `upstream.min_body_rate` (off by default) rides on the same timer: a chunk adds its
+//! length to a sum, and when a window has passed the sum is compared with the rate times
+//! the window; a body that trickled less is cut ([`SlowBody`]) and counted.
 
 use std::{
     future::poll_fn,
@@ -20,8 +24,13 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
+use prometheus_client::metrics::counter::Counter;
+
 use super::{inline::Lease, relay::RelayBody};
-use crate::{BoxError, measure::IdleTimeout};
+use crate::{
+    BoxError,
+    measure::{IdleTimeout, SlowBody},
+};
 
 /// The upstream's response body: read by hyper's client, or by the relay.
 #[expect(
@@ -80,8 +89,57 @@ pin_project! {
             lease: Option<Lease>,
             // A frame read before the response head was handed on (see `UpstreamBody::open`).
             first: Option<Frame<Bytes>>,
+            // `upstream.min_body_rate`, when set.
+            rate: Option<Box<Rate>>,
         },
         Full { data: Option<Bytes> },
+    }
+}
+
+/// `upstream.min_body_rate` on one body: the bytes of the window under way.
+pub struct Rate {
+    min: u64,
+    window: Duration,
+    since: Instant,
+    bytes: u64,
+    /// `goodput_limit_rejections_total{limit="upstream.min_body_rate"}`.
+    cut: Counter,
+}
+
+impl Rate {
+    /// `min` bytes per second over each `window` from now on; `cut` counts a body cut.
+    pub fn new(min: u64, window: Duration, cut: Counter) -> Rate {
+        Rate {
+            min,
+            window,
+            since: Instant::now(),
+            bytes: 0,
+            cut,
+        }
+    }
+
+    /// At a timer check: the error when a whole window passed with too few bytes, else
+    /// the window starts again (when one has passed) and `None`.
+    fn check(&mut self, now: Instant) -> Option<SlowBody> {
+        if now.saturating_duration_since(self.since) < self.window {
+            return None;
+        }
+        let wanted = (self.min as f64 * self.window.as_secs_f64()) as u64;
+        if self.bytes < wanted {
+            self.cut.inc();
+            return Some(SlowBody {
+                rate: self.min,
+                window: self.window,
+                got: self.bytes,
+            });
+        }
+        self.since = now;
+        self.bytes = 0;
+        None
+    }
+
+    fn window_end(&self) -> Instant {
+        self.since + self.window
     }
 }
 
@@ -98,6 +156,7 @@ impl UpstreamBody {
         mut body: Source,
         timeout: Duration,
         mut lease: Option<Lease>,
+        rate: Option<Rate>,
     ) -> Result<UpstreamBody, BrokenStart> {
         let polled =
             poll_fn(|cx| Poll::Ready(drive_then_poll(Pin::new(&mut body), &mut lease, cx))).await;
@@ -111,14 +170,23 @@ impl UpstreamBody {
             Poll::Pending => None,
         };
         let now = Instant::now();
+        let mut rate = rate.map(Box::new);
+        if let (Some(rate), Some(data)) = (rate.as_mut(), first.as_ref().and_then(Frame::data_ref))
+        {
+            rate.bytes += data.len() as u64;
+        }
+        let first_check = rate.as_ref().map_or(now + check_every(timeout), |r| {
+            (now + check_every(timeout)).min(r.window_end())
+        });
         Ok(UpstreamBody::Stream {
             body,
-            idle: tokio::time::sleep_until(now + check_every(timeout)),
+            idle: tokio::time::sleep_until(first_check),
             timeout,
             active: false,
             seen: now,
             lease,
             first,
+            rate,
         })
     }
 
@@ -158,22 +226,47 @@ fn check_every(timeout: Duration) -> Duration {
 
 /// Whether the stream has been idle for `timeout`; otherwise the timer is set for the
 /// next check. Called when the timer fires.
+#[cfg(test)]
 fn idle_for_too_long(
-    mut idle: Pin<&mut Sleep>,
+    idle: Pin<&mut Sleep>,
     timeout: Duration,
     active: &mut bool,
     seen: &mut Instant,
 ) -> bool {
+    matches!(check(idle, timeout, active, seen, None), Some(Cut::Idle))
+}
+
+/// Why a stream is cut at a timer check.
+enum Cut {
+    Idle,
+    Slow(SlowBody),
+}
+
+/// The timer fired: the idle timeout, then the rate; otherwise the timer is set for the
+/// next check (an eighth of the timeout, or the window's end if sooner).
+fn check(
+    mut idle: Pin<&mut Sleep>,
+    timeout: Duration,
+    active: &mut bool,
+    seen: &mut Instant,
+    rate: Option<&mut Rate>,
+) -> Option<Cut> {
     let now = Instant::now();
     if std::mem::take(active) {
         *seen = now;
     }
     if now.saturating_duration_since(*seen) >= timeout {
-        return true;
+        return Some(Cut::Idle);
     }
-    let next = (now + check_every(timeout)).min(*seen + timeout);
+    let mut next = (now + check_every(timeout)).min(*seen + timeout);
+    if let Some(rate) = rate {
+        if let Some(slow) = rate.check(now) {
+            return Some(Cut::Slow(slow));
+        }
+        next = next.min(rate.window_end());
+    }
     idle.as_mut().reset(next);
-    false
+    None
 }
 
 impl Body for UpstreamBody {
@@ -193,12 +286,16 @@ impl Body for UpstreamBody {
                 seen,
                 lease,
                 first,
+                rate,
             } => match first.take().map_or_else(
                 || drive_then_poll(body.as_mut(), lease, cx),
                 |f| Poll::Ready(Some(Ok(f))),
             ) {
                 Poll::Ready(Some(Ok(frame))) => {
                     *active = true;
+                    if let (Some(rate), Some(data)) = (rate.as_mut(), frame.data_ref()) {
+                        rate.bytes += data.len() as u64;
+                    }
                     if body.is_end_stream() {
                         // hyper's server stops polling a body that says it has ended.
                         release(lease);
@@ -214,8 +311,15 @@ impl Body for UpstreamBody {
                     match idle.as_mut().poll(cx) {
                         Poll::Pending => break Poll::Pending,
                         Poll::Ready(()) => {
-                            if idle_for_too_long(idle.as_mut(), *timeout, active, seen) {
-                                break Poll::Ready(Some(Err(Box::new(IdleTimeout(*timeout)))));
+                            match check(idle.as_mut(), *timeout, active, seen, rate.as_deref_mut())
+                            {
+                                None => {}
+                                Some(Cut::Idle) => {
+                                    break Poll::Ready(Some(Err(Box::new(IdleTimeout(*timeout)))));
+                                }
+                                Some(Cut::Slow(slow)) => {
+                                    break Poll::Ready(Some(Err(Box::new(slow))));
+                                }
                             }
                         }
                     }
@@ -279,6 +383,65 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Feeds `per_second` bytes each second to the checks as the body does, for at most
+    /// `horizon`; when the rate cut the stream, after how long.
+    async fn slow_cut_after(per_second: u64, horizon: Duration) -> Option<Duration> {
+        let timeout = Duration::from_secs(300);
+        let start = Instant::now();
+        let mut rate = Rate::new(100, Duration::from_secs(10), Counter::default());
+        let mut idle = Box::pin(tokio::time::sleep_until(
+            (start + check_every(timeout)).min(rate.window_end()),
+        ));
+        let (mut active, mut seen) = (false, start);
+        let mut next_byte = start + Duration::from_secs(1);
+        while Instant::now() - start < horizon {
+            if next_byte <= idle.deadline() {
+                tokio::time::sleep_until(next_byte).await;
+                rate.bytes += per_second;
+                active = true;
+                next_byte += Duration::from_secs(1);
+                continue;
+            }
+            idle.as_mut().await;
+            if let Some(cut) = check(
+                idle.as_mut(),
+                timeout,
+                &mut active,
+                &mut seen,
+                Some(&mut rate),
+            ) {
+                assert!(
+                    matches!(cut, Cut::Slow(_)),
+                    "the idle timeout cut a busy stream"
+                );
+                return Some(Instant::now() - start);
+            }
+        }
+        None
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_under_the_rate_is_cut_at_the_window_and_a_stream_over_it_never() {
+        // One byte a second against 100 bytes/s over 10 s: cut at the first window's end.
+        assert_eq!(
+            slow_cut_after(1, Duration::from_secs(120)).await,
+            Some(Duration::from_secs(10))
+        );
+        // 99 bytes/s: still under.
+        assert_eq!(
+            slow_cut_after(99, Duration::from_secs(120)).await,
+            Some(Duration::from_secs(10))
+        );
+        // At the rate and over it: never, however long.
+        assert_eq!(slow_cut_after(100, Duration::from_secs(600)).await, None);
+        assert_eq!(slow_cut_after(5000, Duration::from_secs(600)).await, None);
+        let mut rate = Rate::new(100, Duration::from_secs(10), Counter::default());
+        let counted = rate.cut.clone();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(rate.check(Instant::now()).is_some());
+        assert_eq!(counted.get(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -130,6 +130,13 @@ fn unreachable_lane() -> ! {
     panic!("an upstream client without lanes")
 }
 
+/// hyper's read buffer limit for `cfg`: `upstream.max_response_header_bytes`, never under
+/// hyper's minimum (validation keeps it there; hyper would panic below it).
+pub(super) fn head_buffer(cfg: &Upstream) -> usize {
+    cfg.max_response_header_bytes
+        .max(crate::config::MIN_RESPONSE_HEADER_BYTES)
+}
+
 /// A pooled client for `cfg`, for any request body type (the shadow sends its own).
 pub fn build<B>(cfg: &Upstream) -> Client<HttpsConnector<HttpConnector>, B>
 where
@@ -155,7 +162,12 @@ where
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .pool_idle_timeout(cfg.pool_idle_timeout)
-        .pool_max_idle_per_host(cfg.pool_max_idle_per_host);
+        .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
+        // A response head must fit hyper's read buffer: its size is the head limit.
+        .http1_max_buf_size(head_buffer(cfg))
+        .http2_max_header_list_size(
+            u32::try_from(cfg.max_response_header_bytes).unwrap_or(u32::MAX),
+        );
     if cfg.http2 && cfg.scheme == http::uri::Scheme::HTTP {
         client.http2_only(true);
     }

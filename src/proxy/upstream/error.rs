@@ -30,6 +30,8 @@ pub enum ProxyError {
     BadTarget(#[source] http::Error),
     #[error("upstream response is malformed: {0}")]
     BadResponse(&'static str),
+    #[error("upstream response head larger than {0} bytes (upstream.max_response_header_bytes)")]
+    HeadTooLarge(usize),
     #[error("no upstream connection free within {0:?} (upstream.max_connections in use)")]
     UpstreamBusy(std::time::Duration),
     #[error("request body not received within {0:?}")]
@@ -44,10 +46,26 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
-    /// Sorts a client error by where it happened.
-    pub fn from_client(e: hyper_util::client::legacy::Error) -> ProxyError {
+    /// Sorts a client error by where it happened; `max_head`: the response head limit
+    /// hyper's read buffer was given.
+    pub fn from_client(e: hyper_util::client::legacy::Error, max_head: usize) -> ProxyError {
         if e.is_connect() {
             ProxyError::connect(Box::new(e))
+        } else if e
+            .source()
+            .and_then(|s| s.downcast_ref::<hyper::Error>())
+            .is_some_and(hyper::Error::is_parse_too_large)
+        {
+            ProxyError::HeadTooLarge(max_head)
+        } else {
+            ProxyError::UpstreamFailed(Box::new(e))
+        }
+    }
+
+    /// Sorts a failure of hyper's HTTP/1 connection before the response head.
+    pub fn from_hyper(e: hyper::Error, max_head: usize) -> ProxyError {
+        if e.is_parse_too_large() {
+            ProxyError::HeadTooLarge(max_head)
         } else {
             ProxyError::UpstreamFailed(Box::new(e))
         }
@@ -74,6 +92,7 @@ impl ProxyError {
             ProxyError::UpstreamFailed(_) => "upstream_failed",
             ProxyError::BadTarget(_) => "bad_target",
             ProxyError::BadResponse(_) => "upstream_bad_response",
+            ProxyError::HeadTooLarge(_) => "upstream_head_too_large",
             ProxyError::UpstreamBusy(_) => "upstream_busy",
             ProxyError::BodyTimeout(_) => "request_body_timeout",
             ProxyError::BadBody(_) => "bad_request_body",
@@ -89,7 +108,8 @@ impl ProxyError {
             }
             ProxyError::Unreachable(_)
             | ProxyError::UpstreamFailed(_)
-            | ProxyError::BadResponse(_) => StatusCode::BAD_GATEWAY,
+            | ProxyError::BadResponse(_)
+            | ProxyError::HeadTooLarge(_) => StatusCode::BAD_GATEWAY,
             ProxyError::BadTarget(_) | ProxyError::BadBody(_) | ProxyError::BadHost(_) => {
                 StatusCode::BAD_REQUEST
             }
@@ -105,7 +125,8 @@ impl ProxyError {
             ProxyError::ConnectTimeout(_) | ProxyError::HeaderTimeout(_) => Outcome::Timeout,
             ProxyError::Unreachable(_)
             | ProxyError::UpstreamFailed(_)
-            | ProxyError::BadResponse(_) => Outcome::UpstreamError,
+            | ProxyError::BadResponse(_)
+            | ProxyError::HeadTooLarge(_) => Outcome::UpstreamError,
             ProxyError::BadTarget(_) | ProxyError::OutOfFiles(_) => Outcome::ProxyError,
             ProxyError::UpstreamBusy(_) => Outcome::Rejected,
             ProxyError::BodyTimeout(_) | ProxyError::BadBody(_) | ProxyError::BadHost(_) => {

@@ -51,6 +51,7 @@ use hyper::{
 use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
 use tower::Service;
 
+use super::closed::Closed;
 use super::{
     body::Source,
     client::StreamHold,
@@ -59,7 +60,7 @@ use super::{
     request_body::{BodyFault, ClientBody},
     slots::{Got, Slot, Slots},
 };
-use crate::proxy::wire::WireStream;
+use crate::proxy::wire::{Quiet, WireStream};
 use crate::{
     BoxError,
     config::Upstream,
@@ -91,6 +92,8 @@ pub struct Pool {
     sweeper: std::sync::OnceLock<()>,
     /// Connections are goodput's own ([`super::relay`]), not hyper's.
     relay: bool,
+    /// `upstream.max_response_header_bytes`, for the relay's head parser.
+    max_head: usize,
 }
 
 struct Idle {
@@ -99,9 +102,17 @@ struct Idle {
 }
 
 impl Idle {
-    /// Still open, ready for a request, and idle for less than `timeout` (a read attempt).
-    fn usable(&mut self, timeout: Duration) -> bool {
-        self.since.elapsed() < timeout && self.conn.reusable()
+    /// Still open, ready for a request, and idle for less than `timeout` (a read attempt);
+    /// otherwise why it is closed.
+    fn usable(&mut self, timeout: Duration) -> Result<(), Closed> {
+        if self.since.elapsed() >= timeout {
+            return Err(Closed::IdleTimeout);
+        }
+        match self.conn.idle_state() {
+            Quiet::Silent => Ok(()),
+            Quiet::Closed => Err(Closed::ByUpstream),
+            Quiet::Unsolicited => Err(Closed::UnsolicitedBytes),
+        }
     }
 }
 
@@ -125,10 +136,10 @@ impl Pooled {
         }
     }
 
-    fn reusable(&mut self) -> bool {
+    fn idle_state(&mut self) -> Quiet {
         match self {
-            Pooled::Hyper(conn) => conn.reusable(),
-            Pooled::Raw(conn) => conn.reusable(),
+            Pooled::Hyper(conn) => conn.idle_state(),
+            Pooled::Raw(conn) => conn.idle_state(),
         }
     }
 }
@@ -142,6 +153,8 @@ struct Conn {
     driver: Option<Driver>,
     nudge: Nudge,
     reads: Arc<ReadClock>,
+    /// The connection ended because it read bytes while no request was outstanding.
+    unsolicited: bool,
     /// Given back when the connection is dropped (closed).
     _slot: Slot,
 }
@@ -153,15 +166,25 @@ impl Conn {
             driver: Some(driver),
             nudge: Nudge::new(),
             reads,
+            unsolicited: false,
             _slot: slot,
         }
     }
 
-    /// Open and idle, ready for a request. Checked with a waker that goes nowhere: an idle
-    /// connection is looked at again when it is taken or swept, nobody waits on it.
-    fn reusable(&mut self) -> bool {
+    /// Open and idle, ready for a request ([`Quiet::Silent`]). Checked with a waker that
+    /// goes nowhere: an idle connection is looked at again when it is taken or swept,
+    /// nobody waits on it. hyper ends an idle connection that reads bytes with an error of
+    /// its own (no I/O source), and one that reads its end or fails with an I/O error.
+    fn idle_state(&mut self) -> Quiet {
         let mut cx = Context::from_waker(Waker::noop());
-        drive(&mut self.driver, &mut cx) && self.send.is_ready()
+        let open = drive(&mut self.driver, &mut self.unsolicited, &mut cx);
+        if open && self.send.is_ready() {
+            Quiet::Silent
+        } else if self.unsolicited {
+            Quiet::Unsolicited
+        } else {
+            Quiet::Closed
+        }
     }
 
     /// Drives the connection, then polls `then` (the response, or its body), under the
@@ -171,10 +194,10 @@ impl Conn {
         cx: &mut Context<'_>,
         mut then: impl FnMut(&mut Context<'_>) -> Poll<T>,
     ) -> Poll<T> {
-        let driver = &mut self.driver;
+        let (driver, unsolicited) = (&mut self.driver, &mut self.unsolicited);
         self.nudge.poll(cx, |cx| {
             // The connection first, so that what it read reaches the response or body.
-            drive(driver, cx);
+            drive(driver, unsolicited, cx);
             then(cx)
         })
     }
@@ -182,8 +205,8 @@ impl Conn {
 
 /// Lets the connection read and write what it can; false once it has closed. Errors
 /// reach the request or the body through hyper's own channels, so they are only logged
-/// here.
-fn drive(driver: &mut Option<Driver>, cx: &mut Context<'_>) -> bool {
+/// here; `unsolicited` is set when the connection ended on bytes read between responses.
+fn drive(driver: &mut Option<Driver>, unsolicited: &mut bool, cx: &mut Context<'_>) -> bool {
     let Some(conn) = driver else {
         return false;
     };
@@ -192,11 +215,28 @@ fn drive(driver: &mut Option<Driver>, cx: &mut Context<'_>) -> bool {
         Poll::Ready(done) => {
             if let Err(e) = done {
                 tracing::debug!(error = %e, "upstream connection ended with an error");
+                *unsolicited = read_between_responses(&e);
             }
             *driver = None;
             false
         }
     }
+}
+
+/// hyper ends a client connection that reads bytes while no response is due with an error
+/// of a kind it does not expose (`UnexpectedMessage`): the one with no I/O source that is
+/// none of the kinds it does expose.
+fn read_between_responses(e: &hyper::Error) -> bool {
+    std::error::Error::source(e).is_none()
+        && !(e.is_parse()
+            || e.is_parse_status()
+            || e.is_parse_too_large()
+            || e.is_user()
+            || e.is_canceled()
+            || e.is_closed()
+            || e.is_incomplete_message()
+            || e.is_body_write_aborted()
+            || e.is_timeout())
 }
 
 /// The waker a connection and its response body are polled under.
@@ -371,8 +411,10 @@ impl Lease {
     pub fn release(self) {
         if let Held::Conn { mut conn, pool } = self.0 {
             conn.nudge.forget();
-            if conn.reusable() {
-                pool.put(Pooled::Hyper(conn));
+            match conn.idle_state() {
+                Quiet::Silent => pool.put(Pooled::Hyper(conn)),
+                Quiet::Unsolicited => pool.closed(Closed::UnsolicitedBytes),
+                Quiet::Closed => {}
             }
         }
     }
@@ -389,7 +431,8 @@ impl Pool {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(cfg.connect_timeout));
         connector.set_keepalive(Some(Duration::from_secs(60)));
-        let builder = http1::Builder::new();
+        let mut builder = http1::Builder::new();
+        builder.max_buf_size(super::client::head_buffer(cfg));
         let origin = Uri::builder()
             .scheme(http::uri::Scheme::HTTP)
             .authority(cfg.authority.clone())
@@ -408,6 +451,7 @@ impl Pool {
             slots,
             sweeper: std::sync::OnceLock::new(),
             relay: cfg.http1_relay,
+            max_head: cfg.max_response_header_bytes,
         }))
     }
 
@@ -462,7 +506,7 @@ impl Pool {
                         tracing::debug!(error = %e.error(), "idle upstream connection was closed; retrying");
                         req = unsent;
                     }
-                    _ => return Err(ProxyError::UpstreamFailed(e.into_error().into())),
+                    _ => return Err(ProxyError::from_hyper(e.into_error(), self.max_head)),
                 },
             }
         }
@@ -488,7 +532,7 @@ impl Pool {
             };
             let reads = Arc::clone(conn.reads());
             let home: Arc<dyn Home> = Arc::clone(self) as Arc<dyn Home>;
-            match relay::send(conn, out, fault, home).await {
+            match relay::send(conn, out, fault, home, self.max_head).await {
                 Ok(resp) => {
                     return Ok((resp.map(Source::Relay), Lease(Held::Relay(reads))));
                 }
@@ -540,8 +584,9 @@ impl Pool {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .pop()?;
-            if entry.usable(self.idle_timeout) {
-                return Some(entry.conn);
+            match entry.usable(self.idle_timeout) {
+                Ok(()) => return Some(entry.conn),
+                Err(why) => self.closed(why),
             }
         }
     }
@@ -576,7 +621,15 @@ impl Pool {
             });
             drop(idle);
             self.slots.returned();
+        } else {
+            drop(idle);
+            self.closed(Closed::PoolFull);
         }
+    }
+
+    /// Counts a connection the pool closed, by why.
+    fn closed(&self, why: Closed) {
+        self.slots.limits().upstream_closed(why.as_str());
     }
 
     /// Drops idle connections that closed or aged out. They are checked (a read attempt
@@ -586,7 +639,13 @@ impl Pool {
     fn sweep(&self) {
         let mut kept =
             std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
-        kept.retain_mut(|entry| entry.usable(self.idle_timeout));
+        kept.retain_mut(|entry| match entry.usable(self.idle_timeout) {
+            Ok(()) => true,
+            Err(why) => {
+                self.closed(why);
+                false
+            }
+        });
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         kept.append(&mut idle);
         // Over the limit only if connections came back during the check: the oldest go.
@@ -596,6 +655,9 @@ impl Pool {
         *idle = kept;
         drop(idle);
         // Closed after the lock is let go.
+        for _ in &excess {
+            self.closed(Closed::PoolFull);
+        }
         drop(excess);
     }
 
@@ -622,6 +684,10 @@ impl Pool {
 impl Home for Pool {
     fn put_back(&self, conn: RawConn) {
         self.put(Pooled::Raw(conn));
+    }
+
+    fn unsolicited(&self) {
+        self.closed(Closed::UnsolicitedBytes);
     }
 }
 

@@ -11,6 +11,7 @@
 
 pub(super) mod body;
 pub(super) mod client;
+mod closed;
 pub(super) mod error;
 pub(super) mod framing;
 pub(super) mod inline;

@@ -43,11 +43,17 @@ pub use outgoing::{Outgoing, WriteError};
 use super::{
     error::ProxyError, framing::Violation, inline::ReqBody, request_body::BodyFault, slots::Slot,
 };
-use crate::{measure::ReadClock, proxy::wire::WireStream};
+use crate::{
+    measure::ReadClock,
+    proxy::wire::{Quiet, WireStream},
+};
 
 /// Where a connection goes when its response has ended cleanly (the pool).
 pub trait Home: Send + Sync {
     fn put_back(&self, conn: RawConn);
+    /// A connection was closed after its response because bytes followed it that no
+    /// request asked for (counted by the pool).
+    fn unsolicited(&self) {}
 }
 
 /// Why a relayed response body failed.
@@ -85,9 +91,13 @@ impl RawConn {
         &self.reads
     }
 
-    /// Open, idle and with nothing unread (a read attempt).
-    pub fn reusable(&self) -> bool {
-        self.buf.is_empty() && self.io.open_and_silent()
+    /// Open, idle and with nothing unread (a read attempt): [`Quiet::Silent`].
+    pub fn idle_state(&self) -> Quiet {
+        if self.buf.is_empty() {
+            self.io.idle_state()
+        } else {
+            Quiet::Unsolicited
+        }
     }
 
     /// Reads more into `buf`: the bytes read, 0 at the end of the stream.
@@ -125,6 +135,7 @@ pub async fn send(
     out: Outgoing,
     fault: &BodyFault,
     home: Arc<dyn Home>,
+    max_head: usize,
 ) -> Result<Response<RelayBody>, SendError> {
     let mut conn = Some(conn);
     let mut out = Some(out);
@@ -156,9 +167,12 @@ pub async fn send(
             }
         }
         loop {
-            match head::parse(&mut c.buf, &method) {
+            match head::parse(&mut c.buf, &method, max_head) {
                 Ok(Some(head)) => return Poll::Ready(Ok(head)),
                 Ok(None) => {}
+                Err(head::HeadError::TooLarge(limit)) => {
+                    return Poll::Ready(Err(SendError::Failed(ProxyError::HeadTooLarge(limit))));
+                }
                 Err(e) => {
                     return Poll::Ready(Err(SendError::Failed(ProxyError::UpstreamFailed(
                         Box::new(e),

@@ -42,6 +42,11 @@ pub struct Slots {
 }
 
 impl Slots {
+    /// What the proxy's bounds count, for the pools sharing this budget.
+    pub fn limits(&self) -> &LimitMetrics {
+        &self.limits
+    }
+
     pub fn new(max: usize, wait: Duration, limits: LimitMetrics) -> Slots {
         Slots {
             free: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),

@@ -131,4 +131,5 @@ mod http2_settings;
 mod request_bodies;
 mod request_heads;
 mod slow_uploads;
+mod upstream_bounds;
 mod upstream_connections;

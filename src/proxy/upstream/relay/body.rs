@@ -65,14 +65,18 @@ impl RelayBody {
     }
 
     /// The body has ended: the connection goes back to the pool if it can carry another
-    /// request, and is closed otherwise.
+    /// request, and is closed otherwise; closed and counted when bytes nobody asked for
+    /// follow the body.
     fn finish(&mut self) {
         if let Some(conn) = self.conn.take()
             && self.keep_alive
             && self.writer.is_none()
-            && conn.buf.is_empty()
         {
-            self.home.put_back(conn);
+            if conn.buf.is_empty() {
+                self.home.put_back(conn);
+            } else {
+                self.home.unsolicited();
+            }
         }
         self.writer = None;
     }
@@ -108,10 +112,7 @@ impl RelayBody {
             self.writer = None;
             self.failed = Some(RelayError::Framing(violation));
         } else if done {
-            if !conn.buf.is_empty() {
-                // Bytes after the body's end: not a connection to reuse.
-                self.keep_alive = false;
-            }
+            // Bytes after the body's end make it no connection to reuse (`finish`).
             self.finish();
         }
         if let (Some(left), Some(p)) = (self.left.as_mut(), payload.as_ref()) {

@@ -11,7 +11,9 @@ use http::{
 
 use crate::proxy::upstream::framing::Delimiter;
 
-/// The most a response head may take: hyper's HTTP/1 read buffer limit.
+/// hyper's own HTTP/1 read buffer limit, the most a response head could take before
+/// `upstream.max_response_header_bytes` (tests parse with it).
+#[cfg(test)]
 pub const MAX_HEAD: usize = 8192 + 4096 * 100;
 /// The most fields a response head may carry: hyper's.
 pub const MAX_FIELDS: usize = 100;
@@ -32,8 +34,8 @@ pub struct Head {
 pub enum HeadError {
     #[error("malformed response head: {0}")]
     Parse(httparse::Error),
-    #[error("response head larger than {MAX_HEAD} bytes")]
-    TooLarge,
+    #[error("response head larger than {0} bytes (upstream.max_response_header_bytes)")]
+    TooLarge(usize),
     #[error("invalid status code in the response head")]
     Status,
     #[error("invalid header field in the response head")]
@@ -47,7 +49,11 @@ pub enum HeadError {
 /// Parses the response head at the start of `buf` and takes it out of `buf`, leaving what
 /// follows (the body's first bytes). `None` while the head is incomplete. Informational
 /// heads before it are taken out and skipped, as hyper's client skips them.
-pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, HeadError> {
+pub fn parse(
+    buf: &mut BytesMut,
+    method: &Method,
+    max_head: usize,
+) -> Result<Option<Head>, HeadError> {
     loop {
         if buf.is_empty() {
             return Ok(None);
@@ -56,14 +62,14 @@ pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, HeadEr
         let mut res = httparse::Response::new(&mut slots);
         let len = match res.parse(buf) {
             Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
-                return Err(HeadError::TooLarge);
+            Ok(httparse::Status::Partial) if buf.len() >= max_head => {
+                return Err(HeadError::TooLarge(max_head));
             }
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(e) => return Err(HeadError::Parse(e)),
         };
-        if len > MAX_HEAD {
-            return Err(HeadError::TooLarge);
+        if len > max_head {
+            return Err(HeadError::TooLarge(max_head));
         }
         let code = res.code.ok_or(HeadError::Status)?;
         let status = StatusCode::from_u16(code).map_err(|_| HeadError::Status)?;
@@ -188,7 +194,7 @@ mod tests {
 
     fn parsed(bytes: &[u8], method: &Method) -> (Result<Option<Head>, HeadError>, BytesMut) {
         let mut buf = BytesMut::from(bytes);
-        let head = parse(&mut buf, method);
+        let head = parse(&mut buf, method, MAX_HEAD);
         (head, buf)
     }
 
@@ -222,7 +228,29 @@ mod tests {
         big.resize(MAX_HEAD + 1, b'a');
         assert!(matches!(
             parsed(&big, &Method::GET).0,
-            Err(HeadError::TooLarge)
+            Err(HeadError::TooLarge(MAX_HEAD))
+        ));
+    }
+
+    #[test]
+    fn the_head_limit_is_the_one_given() {
+        let limit = 8192;
+        let mut head = b"HTTP/1.1 200 OK\r\nx: ".to_vec();
+        head.resize(limit - 4, b'a');
+        head.extend_from_slice(b"\r\n\r\n");
+        let mut buf = BytesMut::from(&head[..]);
+        assert!(matches!(parse(&mut buf, &Method::GET, limit), Ok(Some(_))));
+        // One byte more, complete or still arriving: too large.
+        head.insert(20, b'a');
+        let mut buf = BytesMut::from(&head[..]);
+        assert!(matches!(
+            parse(&mut buf, &Method::GET, limit),
+            Err(HeadError::TooLarge(8192))
+        ));
+        let mut buf = BytesMut::from(&head[..limit]);
+        assert!(matches!(
+            parse(&mut buf, &Method::GET, limit),
+            Err(HeadError::TooLarge(8192))
         ));
     }
 

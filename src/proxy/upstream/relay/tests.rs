@@ -132,7 +132,7 @@ async fn a_chunked_stream_is_relayed_and_its_connection_reused() {
         server.write_all(b"\n\r\n").await.unwrap();
         (req, server)
     });
-    let resp = sent(send(conn, post("{}"), &fault, shelf.clone()).await);
+    let resp = sent(send(conn, post("{}"), &fault, shelf.clone(), 64 * 1024).await);
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["transfer-encoding"], "chunked");
     let (got, end) = frames(resp.into_body()).await;
@@ -146,7 +146,7 @@ async fn a_chunked_stream_is_relayed_and_its_connection_reused() {
     // Back on the shelf, and good for the next request.
     assert_eq!(shelf.count(), 1);
     let conn = shelf.take().unwrap();
-    assert!(conn.reusable());
+    assert!(conn.idle_state() == Quiet::Silent);
     let upstream = tokio::spawn(async move {
         read_request(&mut server, 0).await;
         server
@@ -155,7 +155,7 @@ async fn a_chunked_stream_is_relayed_and_its_connection_reused() {
             .unwrap();
         server
     });
-    let resp = sent(send(conn, get(), &fault, shelf.clone()).await);
+    let resp = sent(send(conn, get(), &fault, shelf.clone(), 64 * 1024).await);
     let (got, end) = frames(resp.into_body()).await;
     assert_eq!((got.concat(), end), (b"next".to_vec(), Ok(())));
     assert_eq!(shelf.count(), 1);
@@ -163,7 +163,7 @@ async fn a_chunked_stream_is_relayed_and_its_connection_reused() {
     drop(upstream.await.unwrap());
     let conn = shelf.take().unwrap();
     for _ in 0..200 {
-        if !conn.reusable() {
+        if conn.idle_state() != Quiet::Silent {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -183,7 +183,16 @@ async fn a_framing_violation_hands_on_what_came_before_and_closes() {
             .unwrap();
         server
     });
-    let resp = sent(send(conn, post("{}"), &BodyFault::default(), shelf.clone()).await);
+    let resp = sent(
+        send(
+            conn,
+            post("{}"),
+            &BodyFault::default(),
+            shelf.clone(),
+            64 * 1024,
+        )
+        .await,
+    );
     let (got, end) = frames(resp.into_body()).await;
     assert_eq!(got.concat(), b"data:1data:2");
     assert_eq!(end, Err("upstream body framing: chunk_data_end".to_owned()));
@@ -203,7 +212,7 @@ async fn a_cut_stream_and_a_close_delimited_body_end_as_they_should() {
             .await
             .unwrap();
     });
-    let resp = sent(send(conn, get(), &BodyFault::default(), shelf.clone()).await);
+    let resp = sent(send(conn, get(), &BodyFault::default(), shelf.clone(), 64 * 1024).await);
     let (got, end) = frames(resp.into_body()).await;
     assert_eq!(got.concat(), b"half");
     assert_eq!(end, Err("upstream body framing: truncated".to_owned()));
@@ -216,7 +225,7 @@ async fn a_cut_stream_and_a_close_delimited_body_end_as_they_should() {
             .await
             .unwrap();
     });
-    let resp = sent(send(conn, get(), &BodyFault::default(), shelf.clone()).await);
+    let resp = sent(send(conn, get(), &BodyFault::default(), shelf.clone(), 64 * 1024).await);
     let (got, end) = frames(resp.into_body()).await;
     assert_eq!((got.concat(), end), (b"all of it".to_vec(), Ok(())));
     assert_eq!(shelf.count(), 0);
@@ -234,7 +243,7 @@ async fn bytes_after_the_body_keep_the_connection_from_reuse() {
             .unwrap();
         std::future::pending::<()>().await;
     });
-    let resp = sent(send(conn, get(), &BodyFault::default(), shelf.clone()).await);
+    let resp = sent(send(conn, get(), &BodyFault::default(), shelf.clone(), 64 * 1024).await);
     assert_eq!(resp.body().size_hint().exact(), Some(2));
     let (got, end) = frames(resp.into_body()).await;
     assert_eq!((got.concat(), end), (b"ok".to_vec(), Ok(())));
@@ -273,7 +282,7 @@ async fn early_answer(
         let _ = server.read_exact(&mut rest).await;
         std::future::pending::<()>().await;
     });
-    let resp = sent(send(conn, out, &fault, shelf.clone()).await);
+    let resp = sent(send(conn, out, &fault, shelf.clone(), 64 * 1024).await);
     assert_eq!(resp.status(), 413);
     if second_before_the_body {
         tx.send(Bytes::from_static(b"5678")).await.unwrap();
@@ -325,6 +334,7 @@ async fn bad_heads_and_silent_closes_fail_the_request() {
             get(),
             &BodyFault::default(),
             Arc::new(Shelf::default()),
+            64 * 1024,
         )
         .await
         {

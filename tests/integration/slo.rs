@@ -299,8 +299,10 @@ attainment = 0.9
     assert_eq!(status, 200, "{text}");
     let c: Value = serde_json::from_str(&text).unwrap();
     let stable = c["max_stable_concurrency"].as_u64();
+    // The knee is at 3: never stable above it. A loaded machine can only slow the
+    // simulator's answers further, so a lower level is allowed, not a higher one.
     assert!(
-        matches!(stable, Some(2..=3)),
+        matches!(stable, Some(1..=3)),
         "max stable {stable:?} in {c}"
     );
     let levels = c["levels"].as_array().unwrap();

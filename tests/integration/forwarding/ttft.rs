@@ -37,26 +37,33 @@ async fn ttft_skips_the_role_only_chunk() {
         first.starts_with(b"data: ") && first.windows(6).any(|w| w == b"\"role\""),
         "first bytes to arrive are the role chunk"
     );
+    let second = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    // The upstream paused 150 ms between the two: a role chunk held back until content
+    // came would arrive with it. A loaded machine only stretches the gap.
+    let gap = sent.elapsed() - first_at;
     assert!(
-        first_at < Duration::from_millis(120),
-        "the role chunk was held back ({first_at:?}): forwarding must not wait for content"
+        gap >= Duration::from_millis(100),
+        "the role chunk came only {gap:?} before the content: forwarding must not wait for it"
     );
     let rest = body.collect().await.unwrap().to_bytes();
-    assert_eq!([first, rest].concat(), events.concat());
+    assert_eq!([first, second, rest].concat(), events.concat());
 
     let r = record(proxy.admin_addr, "role-first").await.unwrap();
+    // Content at +150, +190, +230 at the earliest (pauses only ever stretch): TTFT ends at
+    // the first content chunk, not the role chunk, and the two content gaps follow it.
     let ttft = num(&r, "ttft_ms").unwrap();
+    let e2e = num(&r, "e2e_ms").unwrap();
     assert!(
-        (150.0..185.0).contains(&ttft),
+        ttft >= 149.0,
         "ttft {ttft} ms: must end at the first content chunk (150 ms), not the role chunk"
     );
-    // Content at +150, +190, +230: tpot = 80 ms / (3 - 1).
+    assert!(e2e - ttft >= 79.0, "ttft {ttft} and e2e {e2e}: {r}");
+    // tpot = at least 80 ms / (3 - 1).
     let tpot = num(&r, "tpot_ms").unwrap();
-    assert!((38.0..48.0).contains(&tpot), "tpot {tpot}: {r}");
+    assert!(tpot >= 39.0, "tpot {tpot}: {r}");
     let itl = &r["itl_ms"];
-    assert!((38.0..50.0).contains(&itl["p50"].as_f64().unwrap()), "{r}");
-    assert!((38.0..60.0).contains(&itl["max"].as_f64().unwrap()), "{r}");
-    assert!(num(&r, "e2e_ms").unwrap() >= 229.0, "{r}");
+    assert!(itl["p50"].as_f64().unwrap() >= 39.0, "{r}");
+    assert!(itl["max"].as_f64().unwrap() >= 39.0, "{r}");
     assert_eq!(r["events"], 3);
     assert_eq!(r["outcome"], "ok");
     proxy.shutdown().await;

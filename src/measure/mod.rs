@@ -31,7 +31,7 @@ pub use record::{
     TokenSource,
 };
 pub use request_id::REQUEST_ID;
-pub use sink::{Arrival, Recorder};
+pub use sink::{Arrival, Held, Recorder};
 pub use tap::{Delivered, Ending, HeadInfo, IdleTimeout, Pending, ProxyFailure, Tap, Timeline};
 pub use traceparent::TraceParent;
 pub use upgrade::{TunnelDone, Upgraded};

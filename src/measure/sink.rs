@@ -109,19 +109,6 @@ impl Recorder {
         }
     }
 
-    /// A recorder into the same channel whose requests are counted apart (`in_flight` of
-    /// their own, no share in the primary's load or drain): the shadow's.
-    pub fn apart(&self, in_flight: Gauge) -> Recorder {
-        Recorder {
-            tx: self.tx.clone(),
-            dropped: self.dropped.clone(),
-            in_flight,
-            cutting: Arc::new(AtomicBool::new(false)),
-            long_in_flight: Arc::new(AtomicI64::new(0)),
-            open: Arc::new(AtomicI64::new(0)),
-        }
-    }
-
     /// Judged (generation) requests in flight now.
     pub fn in_flight(&self) -> i64 {
         self.in_flight.get()

@@ -30,7 +30,7 @@ use crate::{
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
     proxy::{self, FileBudget, Forward, Proxy},
-    shadow::{Book, Shadow, Stage as ShadowStage},
+    shadow::{Book, Shadow, ShadowMetrics, Stage as ShadowStage},
     stats::{Aggregator, AggregatorMetrics, DriftView, InferenceMetrics, Live, Profiling, Recent},
     tokenize::{Stage, Tokenizers},
 };
@@ -65,6 +65,9 @@ pub struct Running {
     pub live: Live,
     /// The latest self-calibration status, with the attribution of where time goes.
     pub calibration: CalibrationView,
+    /// The shadow's counters (as on `/metrics`), still readable once the proxy stopped:
+    /// what its shutdown dropped is counted by then.
+    pub shadow: ShadowMetrics,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -250,6 +253,7 @@ fn start_on_from(
         reloader,
         live,
         calibration,
+        shadow: metrics.shadow.clone(),
         stop,
         task: tokio::spawn(serve(serving, path)),
     })

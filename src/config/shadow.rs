@@ -14,6 +14,10 @@ use super::{Problem, Upstream, file::humantime_serde, tls, upstream::UpstreamSec
 /// `api-key` are the Anthropic and Azure OpenAI forms of the same thing.
 pub const DEFAULT_DROP_HEADERS: [&str; 4] = ["authorization", "cookie", "x-api-key", "api-key"];
 
+/// `shadow.record_queue` when the section says nothing (or is absent at start): records
+/// are a few KiB each, and this is about a second of backlog at a busy shadow's rate.
+pub const DEFAULT_RECORD_QUEUE: usize = 256;
+
 /// `[shadow]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -34,6 +38,12 @@ pub struct ShadowSection {
     /// Deadline of one mirrored exchange, from sending to the answer's last byte.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// Body bytes of one answer read at most; past them the answer is cut (counted, and
+    /// its record says so).
+    pub max_answer_bytes: u64,
+    /// Finished shadow measurements waiting for their record; past it one is dropped
+    /// (counted) rather than waited for. Read at start.
+    pub record_queue: usize,
     /// The model name the candidate is asked for instead of the client's.
     pub model: Option<String>,
     /// Request headers removed from the copy (hop-by-hop headers always are).
@@ -59,6 +69,10 @@ impl Default for ShadowSection {
             classes: Vec::new(),
             max_in_flight: 64,
             timeout: Duration::from_secs(120),
+            // A long generated answer is tens of KiB; a MiB is far past any the SLO judges,
+            // and bounds what one copy costs to decode.
+            max_answer_bytes: 1024 * 1024,
+            record_queue: DEFAULT_RECORD_QUEUE,
             model: None,
             drop_headers: DEFAULT_DROP_HEADERS
                 .iter()
@@ -82,6 +96,8 @@ pub struct ShadowConfig {
     pub classes: Vec<String>,
     pub max_in_flight: usize,
     pub timeout: Duration,
+    pub max_answer_bytes: u64,
+    pub record_queue: usize,
     pub model: Option<String>,
     pub drop_headers: Vec<HeaderName>,
     pub auth_header: Option<(HeaderName, HeaderValue)>,
@@ -117,6 +133,18 @@ pub fn validate_shadow(
     if s.timeout.is_zero() {
         problems.push(Problem::invalid(
             "shadow.timeout",
+            "must be greater than zero",
+        ));
+    }
+    if s.max_answer_bytes == 0 {
+        problems.push(Problem::invalid(
+            "shadow.max_answer_bytes",
+            "must be greater than zero",
+        ));
+    }
+    if s.record_queue == 0 {
+        problems.push(Problem::invalid(
+            "shadow.record_queue",
             "must be greater than zero",
         ));
     }
@@ -159,6 +187,8 @@ pub fn validate_shadow(
         classes: s.classes.clone(),
         max_in_flight: s.max_in_flight,
         timeout: s.timeout,
+        max_answer_bytes: s.max_answer_bytes,
+        record_queue: s.record_queue,
         model: s.model.clone(),
         drop_headers,
         auth_header,
@@ -281,6 +311,7 @@ mod tests {
         let Some(cfg) = cfg else { panic!("valid") };
         assert_eq!((cfg.share, cfg.max_in_flight, cfg.enabled), (0.1, 64, true));
         assert_eq!(cfg.timeout, Duration::from_secs(120));
+        assert_eq!((cfg.max_answer_bytes, cfg.record_queue), (1_048_576, 256));
         assert_eq!(cfg.target.base_path, "/v");
         let dropped: Vec<&str> = cfg.drop_headers.iter().map(HeaderName::as_str).collect();
         assert_eq!(dropped, DEFAULT_DROP_HEADERS);
@@ -291,7 +322,8 @@ mod tests {
     fn every_problem_is_reported_at_once() {
         let (cfg, problems) = parse(
             "url = \"ftp://x\"\nshare = 1.5\nmax_in_flight = 0\ntimeout = \"0s\"\n\
-             drop_headers = [\"bad header\"]\nmodel = \"\"",
+             drop_headers = [\"bad header\"]\nmodel = \"\"\nmax_answer_bytes = 0\n\
+             record_queue = 0",
         );
         assert!(cfg.is_none());
         for key in [
@@ -299,6 +331,8 @@ mod tests {
             "shadow.share",
             "shadow.max_in_flight",
             "shadow.timeout",
+            "shadow.max_answer_bytes",
+            "shadow.record_queue",
             "shadow.drop_headers",
             "shadow.model",
         ] {
@@ -338,6 +372,8 @@ mod tests {
             "classes",
             "max_in_flight",
             "timeout",
+            "max_answer_bytes",
+            "record_queue",
             "model",
             "drop_headers",
             "auth_header",

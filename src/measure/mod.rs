@@ -27,10 +27,11 @@ pub use layer::{Measure, MeasureLayer, Settings, header_targets};
 pub use metrics::RequestMetrics;
 pub use mirror::{Mirror, MirrorHead, MirrorTicket, Unmirrored};
 pub use record::{
-    Fault, Outcome, Pairing, RequestRecord, RequestTrace, Target, TokenCount, TokenSource,
+    Fault, Outcome, Pairing, RequestRecord, RequestTrace, ShadowCut, Target, TokenCount,
+    TokenSource,
 };
 pub use request_id::REQUEST_ID;
-pub use sink::{Arrival, Recorder};
+pub use sink::{Arrival, Held, Recorder};
 pub use tap::{
     Delivered, Ending, HeadInfo, IdleTimeout, Pending, ProxyFailure, SlowBody, Tap, Timeline,
 };

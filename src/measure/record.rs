@@ -185,6 +185,23 @@ impl Target {
     }
 }
 
+/// Why a shadow answer was not read to its end although the candidate was still sending
+/// it: the shadow, as the client of the copy, stopped reading. Closed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShadowCut {
+    /// The answer outgrew `shadow.max_answer_bytes`.
+    TooLarge,
+}
+
+impl ShadowCut {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShadowCut::TooLarge => "too_large",
+        }
+    }
+}
+
 /// Whose targets a request was judged by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -257,13 +274,18 @@ impl Component {
     }
 }
 
-/// How a record pairs with its mirror (serialized flat: `target`, `pair_id`).
+/// How a record pairs with its mirror (serialized flat: `target`, `pair_id`, and on a
+/// cut shadow answer `shadow_cut`).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Pairing {
     pub target: Target,
     /// On a shadow record, the id of the primary request it mirrors; `null` on primary
     /// records (a mirrored primary is found by its own `id`).
     pub pair_id: Option<String>,
+    /// On a shadow record whose answer the shadow stopped reading, why. Absent (not
+    /// `null`) everywhere else, so that primary records keep the exact shape they had.
+    #[serde(rename = "shadow_cut", skip_serializing_if = "Option::is_none")]
+    pub cut: Option<ShadowCut>,
     /// A primary request a copy was taken of (it may still have been dropped).
     #[serde(skip)]
     pub mirrored: bool,
@@ -507,6 +529,26 @@ mod tests {
             let json = serde_json::to_string(&o).unwrap();
             assert_eq!(json, format!("\"{}\"", o.as_str()));
         }
+    }
+
+    #[test]
+    fn only_a_cut_shadow_record_has_shadow_cut() {
+        let primary = serde_json::to_value(example::record()).unwrap();
+        assert!(primary.get("shadow_cut").is_none(), "{primary}");
+        assert_eq!(primary["target"], "primary");
+        let mut r = example::record();
+        r.pairing.target = Target::Shadow;
+        r.pairing.pair_id = Some("p".into());
+        assert!(
+            serde_json::to_value(&r)
+                .unwrap()
+                .get("shadow_cut")
+                .is_none()
+        );
+        r.pairing.cut = Some(ShadowCut::TooLarge);
+        let cut = serde_json::to_value(&r).unwrap();
+        assert_eq!(cut["shadow_cut"], ShadowCut::TooLarge.as_str());
+        assert_eq!(cut["target"], "shadow");
     }
 }
 

@@ -1,6 +1,7 @@
 //! Where finished measurements go: a bounded channel to the aggregator. The data path
 //! only ever `try_send`s; when the channel is full the measurement is dropped and counted,
-//! and the traffic never notices.
+//! and the traffic never notices. A measurement that must be accounted for to its end (a
+//! shadow copy's) carries a [`Held`] place, given up exactly once however it ends.
 
 use std::sync::{
     Arc,
@@ -8,7 +9,7 @@ use std::sync::{
 };
 
 use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, error::TrySendError};
 
 use super::tap::Pending;
 
@@ -56,9 +57,21 @@ impl Recorder {
         )
     }
 
+    /// Hands a finished measurement on. When the channel is full it is dropped and counted
+    /// as `dropped`; a held one whose channel is closed counts its own loss instead.
     pub(crate) fn submit(&self, pending: Pending) {
-        if self.tx.try_send(pending).is_err() {
-            self.dropped.inc();
+        match self.tx.try_send(pending) {
+            Ok(()) => {}
+            Err(TrySendError::Full(mut p)) => {
+                self.dropped.inc();
+                if let Some(held) = p.held.take() {
+                    held.settle();
+                }
+            }
+            Err(TrySendError::Closed(p)) if p.held.is_some() => {}
+            Err(TrySendError::Closed(_)) => {
+                self.dropped.inc();
+            }
         }
     }
 
@@ -96,19 +109,6 @@ impl Recorder {
         }
     }
 
-    /// A recorder into the same channel whose requests are counted apart (`in_flight` of
-    /// their own, no share in the primary's load or drain): the shadow's.
-    pub fn apart(&self, in_flight: Gauge) -> Recorder {
-        Recorder {
-            tx: self.tx.clone(),
-            dropped: self.dropped.clone(),
-            in_flight,
-            cutting: Arc::new(AtomicBool::new(false)),
-            long_in_flight: Arc::new(AtomicI64::new(0)),
-            open: Arc::new(AtomicI64::new(0)),
-        }
-    }
-
     /// Judged (generation) requests in flight now.
     pub fn in_flight(&self) -> i64 {
         self.in_flight.get()
@@ -126,6 +126,43 @@ impl Recorder {
 
     pub(crate) fn is_cutting(&self) -> bool {
         self.cutting.load(Ordering::Relaxed)
+    }
+}
+
+/// A measurement's place in a gauge, from before it starts until its record is written or
+/// it is given up: up while held, down exactly once when dropped, wherever that happens
+/// (on the data path, in a channel, in a task the runtime drops at exit). Dropped without
+/// [`Held::settle`], it was lost on the way and counts `lost` too; so nothing held can
+/// end uncounted.
+#[derive(Debug)]
+pub struct Held {
+    gauge: Gauge,
+    lost: Option<Counter>,
+}
+
+impl Held {
+    /// Takes a place in `gauge`; `lost` is counted if the place is dropped unsettled.
+    pub fn new(gauge: Gauge, lost: Counter) -> Held {
+        gauge.inc();
+        Held {
+            gauge,
+            lost: Some(lost),
+        }
+    }
+
+    /// Gives the place up as accounted for: its record was written, or the reason it was
+    /// not was counted by whoever settles it.
+    pub fn settle(mut self) {
+        self.lost = None;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.gauge.dec();
+        if let Some(lost) = self.lost.take() {
+            lost.inc();
+        }
     }
 }
 
@@ -157,5 +194,17 @@ mod tests {
         assert_eq!(recorder.open(), 0);
         assert!(!recorder.started(false, false).long_in_flight);
         assert_eq!(gauge.get(), 0);
+    }
+
+    #[test]
+    fn a_held_place_is_given_up_once_and_counts_only_when_lost() {
+        let (gauge, lost) = (Gauge::default(), Counter::default());
+        let settled = Held::new(gauge.clone(), lost.clone());
+        let dropped = Held::new(gauge.clone(), lost.clone());
+        assert_eq!(gauge.get(), 2);
+        settled.settle();
+        assert_eq!((gauge.get(), lost.get()), (1, 0));
+        drop(dropped);
+        assert_eq!((gauge.get(), lost.get()), (0, 1));
     }
 }

@@ -11,8 +11,8 @@ use tokio::sync::oneshot;
 use super::{
     Recorder,
     body::RequestCapture,
-    record::{Outcome, Pairing, Target, TokenCount},
-    sink::Arrival,
+    record::{Outcome, Pairing, ShadowCut, Target, TokenCount},
+    sink::{Arrival, Held},
 };
 use crate::decode::{
     Api, EngineTiming, EventInfo, FinishReason, StreamDecoder, StreamKind, TextBuf, Usage,
@@ -168,6 +168,8 @@ pub struct Pending {
     /// Every time that went into the record (arrival, upstream reads) is a kernel receive
     /// stamp; false once one came from the process clock.
     pub kernel_clock: bool,
+    /// A shadow copy's place, given up once its record is written (or it is dropped).
+    pub held: Option<Held>,
 }
 
 /// What the layer learnt from the request head for the SLO and load views.
@@ -260,6 +262,7 @@ impl Tap {
             engine_headers: None,
             kernel_clock: true,
             pairing: Pairing::default(),
+            held: None,
         };
         Tap {
             recorder,
@@ -290,6 +293,22 @@ impl Tap {
         if let Some(p) = self.pending.as_mut() {
             p.pairing.target = Target::Shadow;
             p.pairing.pair_id = Some(pair_id);
+        }
+    }
+
+    /// The measurement holds `held` until its record is written. Dropped unfinished, it is
+    /// then discarded rather than recorded: nobody was waiting for it, so it was abandoned
+    /// (and `held` counts it lost).
+    pub fn hold(&mut self, held: Held) {
+        if let Some(p) = self.pending.as_mut() {
+            p.held = Some(held);
+        }
+    }
+
+    /// The shadow stopped reading this answer before its end, for `cut`.
+    pub fn shadow_cut(&mut self, cut: ShadowCut) {
+        if let Some(p) = self.pending.as_mut() {
+            p.pairing.cut = Some(cut);
         }
     }
 
@@ -417,11 +436,12 @@ impl Tap {
         self.recorder.submit(p);
     }
 
-    /// Ends the measurement without a record (a shadow copy that was never answered).
-    pub fn discard(&mut self) {
-        if let Some(p) = self.pending.take() {
-            self.recorder.ended(p.api.is_generation(), p.long_input);
-        }
+    /// Ends the measurement without a record (a shadow copy that was never answered);
+    /// hands back its held place, for the caller to account for.
+    pub fn discard(&mut self) -> Option<Held> {
+        let mut p = self.pending.take()?;
+        self.recorder.ended(p.api.is_generation(), p.long_input);
+        p.held.take()
     }
 
     /// Whether a response head was seen.
@@ -458,6 +478,12 @@ impl Tap {
 
 impl Drop for Tap {
     fn drop(&mut self) {
+        // A held measurement dropped unfinished was abandoned (a copy whose task ended
+        // with the shadow's runtime): its place counts the loss.
+        if self.pending.as_ref().is_some_and(|p| p.held.is_some()) {
+            drop(self.discard());
+            return;
+        }
         // Dropped before the response head or before its end: the client went away (or the
         // proxy cut the stream at shutdown). Recorded all the same.
         let ending = self.dropped_ending();

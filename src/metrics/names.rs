@@ -341,7 +341,7 @@ pub const SHADOW_DROPPED: Spec = Spec {
 
 pub const SHADOW_IN_FLIGHT: Spec = Spec {
     name: "goodput_shadow_in_flight_requests",
-    help: "Mirrored requests under way to the candidate now",
+    help: "Mirrored copies taken whose record is not written yet and that were not dropped",
     unit: None,
 };
 

@@ -30,7 +30,7 @@ use crate::{
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
     proxy::{self, FileBudget, Forward, Proxy},
-    shadow::{Book, Shadow},
+    shadow::{Book, Shadow, ShadowMetrics, Stage as ShadowStage},
     stats::{Aggregator, AggregatorMetrics, DriftView, InferenceMetrics, Live, Profiling, Recent},
     tokenize::{Stage, Tokenizers},
 };
@@ -65,6 +65,9 @@ pub struct Running {
     pub live: Live,
     /// The latest self-calibration status, with the attribution of where time goes.
     pub calibration: CalibrationView,
+    /// The shadow's counters (as on `/metrics`), still readable once the proxy stopped:
+    /// what its shutdown dropped is counted by then.
+    pub shadow: ShadowMetrics,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -250,6 +253,7 @@ fn start_on_from(
         reloader,
         live,
         calibration,
+        shadow: metrics.shadow.clone(),
         stop,
         task: tokio::spawn(serve(serving, path)),
     })
@@ -270,8 +274,10 @@ struct MeasurementPath {
     slo_view: Live,
     drift_view: DriftView,
     calibration_view: CalibrationView,
-    /// The mirror to a candidate (`[shadow]`) and the book pairing its answers.
+    /// The mirror to a candidate (`[shadow]`), its records' stage, and the book pairing
+    /// its answers.
     shadow: Shadow,
+    shadow_stage: ShadowStage,
     book: Book,
 }
 
@@ -301,7 +307,14 @@ impl MeasurementPath {
             metrics.tokenizer_fallback.clone(),
         );
         let drift_view = DriftView::default();
-        let shadow = Shadow::new(config.clone(), &recorder, metrics.shadow.clone());
+        // The shadow's records take a way of their own to the aggregator (see `shadow`).
+        let (shadow, shadow_queue) = Shadow::new(config.clone(), metrics.shadow.clone());
+        let (shadow_stage, shadow_rx) = ShadowStage::new(
+            shadow_queue,
+            config.clone(),
+            tokenizers.clone(),
+            metrics.tokenizer_fallback.clone(),
+        );
         let book = Book::default();
         let profiling = Profiling::start(
             cfg,
@@ -355,9 +368,10 @@ impl MeasurementPath {
             }
             None => (aggregator, None),
         };
-        let aggregator = aggregator.with_shadow(book.clone(), metrics.shadow.clone());
+        let aggregator = aggregator.with_shadow(book.clone(), metrics.shadow.clone(), shadow_rx);
         Ok(MeasurementPath {
             shadow,
+            shadow_stage,
             book,
             recorder,
             config,
@@ -428,6 +442,7 @@ struct Serving {
 /// server last (so `/readyz` says 503 while streams finish).
 async fn serve(s: Serving, path: MeasurementPath) {
     tokio::spawn(path.counting.run());
+    tokio::spawn(path.shadow_stage.run());
     // Off the data path; idles while `[calibration]` is disabled (it can be enabled by a
     // reload).
     let calibrating = tokio::spawn(path.calibrator.run());
@@ -449,8 +464,14 @@ async fn serve(s: Serving, path: MeasurementPath) {
     if let Err(e) = proxy::serve(s.listener, s.proxy, draining).await {
         tracing::error!(error = %e, "proxy stopped with an error");
     }
-    // Copies still under way end here: their records would only hold the flush up.
-    path.shadow.stop();
+    // Copies still under way end here, and records still waiting in the shadow's queue
+    // are dropped: they would only hold the flush up. Each is counted (`shutdown`).
+    if tokio::time::timeout(FLUSH_DEADLINE, path.shadow.stop())
+        .await
+        .is_err()
+    {
+        tracing::warn!("the shadow's thread did not end in time");
+    }
     let flushed = tokio::time::timeout(FLUSH_DEADLINE, aggregating)
         .await
         .is_ok();

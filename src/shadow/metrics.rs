@@ -1,5 +1,6 @@
 //! The shadow's own metrics: mirrored requests by outcome, copies not sent or not
-//! finished by reason, and mirrored requests under way. Names in [`crate::metrics::names`].
+//! finished by reason, and mirrored requests under way (from the copy being taken to its
+//! record being written, [`ShadowMetrics::hold`]). Names in [`crate::metrics::names`].
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
@@ -7,7 +8,10 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{measure::Outcome, metrics::names};
+use crate::{
+    measure::{Held, Outcome},
+    metrics::names,
+};
 
 /// Why a mirrored copy was not sent, or not read to its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,17 +26,24 @@ pub enum DropReason {
     Unreachable,
     /// `shadow.timeout` passed before the answer's end (the record says `timeout`).
     Timeout,
-    /// The proxy stopped while the copy was under way.
+    /// The answer outgrew `shadow.max_answer_bytes` and was cut (the record says
+    /// `shadow_cut = "too_large"`).
+    TooLarge,
+    /// `shadow.record_queue` records were already waiting: this one was not written.
+    Backlog,
+    /// The proxy stopped while the copy was under way, or its record was still waiting.
     Shutdown,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::InFlight,
         DropReason::BodyTooLarge,
         DropReason::BodyIncomplete,
         DropReason::Unreachable,
         DropReason::Timeout,
+        DropReason::TooLarge,
+        DropReason::Backlog,
         DropReason::Shutdown,
     ];
 
@@ -43,6 +54,8 @@ impl DropReason {
             DropReason::BodyIncomplete => "body_incomplete",
             DropReason::Unreachable => "unreachable",
             DropReason::Timeout => "timeout",
+            DropReason::TooLarge => "too_large",
+            DropReason::Backlog => "backlog",
             DropReason::Shutdown => "shutdown",
         }
     }
@@ -85,11 +98,29 @@ impl ShadowMetrics {
     }
 
     pub fn dropped(&self, reason: DropReason) {
+        self.counter(reason).inc();
+    }
+
+    /// The drop counter of `reason`, to be counted elsewhere (the shadow's recorder).
+    pub fn counter(&self, reason: DropReason) -> Counter {
         self.dropped
             .get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
             })
-            .inc();
+            .clone()
+    }
+
+    /// A copy is taken: it is in flight until its record is written or it is given up.
+    /// Lost on the way (a task the runtime drops at exit, a record still queued at
+    /// shutdown), it counts as `shutdown`.
+    pub fn hold(&self) -> Held {
+        Held::new(self.in_flight.clone(), self.counter(DropReason::Shutdown))
+    }
+
+    /// The copy holding `held` ends without a record, for `reason`.
+    pub fn give_up(&self, held: Held, reason: DropReason) {
+        self.dropped(reason);
+        held.settle();
     }
 
     pub fn answered(&self, outcome: Outcome) {
@@ -104,13 +135,41 @@ impl ShadowMetrics {
     pub fn drops(&self) -> Vec<(&'static str, u64)> {
         DropReason::ALL
             .iter()
-            .map(|r| {
-                let n = self
-                    .dropped
-                    .get_or_create(&ReasonLabel { reason: r.as_str() })
-                    .get();
-                (r.as_str(), n)
-            })
+            .map(|r| (r.as_str(), self.counter(*r).get()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_in_flight_until_it_is_written_or_given_up() {
+        let m = ShadowMetrics::default();
+        let (written, unreachable, lost) = (m.hold(), m.hold(), m.hold());
+        assert_eq!(m.in_flight.get(), 3);
+        written.settle();
+        m.give_up(unreachable, DropReason::Unreachable);
+        assert_eq!(m.in_flight.get(), 1);
+        drop(lost);
+        assert_eq!(m.in_flight.get(), 0);
+        let drops: Vec<_> = m.drops().into_iter().filter(|(_, n)| *n > 0).collect();
+        assert_eq!(drops, [("unreachable", 1), ("shutdown", 1)]);
+    }
+
+    #[test]
+    fn every_reason_is_exported_from_the_start() {
+        let mut registry = Registry::default();
+        let _ = ShadowMetrics::register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
+        for r in DropReason::ALL {
+            let series = format!(
+                "goodput_shadow_dropped_total{{reason=\"{}\"}} 0",
+                r.as_str()
+            );
+            assert!(text.contains(&series), "{series}: {text}");
+        }
     }
 }

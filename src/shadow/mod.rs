@@ -6,9 +6,13 @@
 //!   is taken ([`Mirror`]): generation requests only, sampled by `share`, and only while
 //!   fewer than `max_in_flight` copies are under way (else dropped and counted).
 //! - The copy is sent when the client's body is complete, on a task of its own with its own
-//!   client ([`send`]); the answer is read to its end through the same decoders into a
-//!   record with `target = "shadow"` and `pair_id` = the primary's id. Nothing the client
-//!   receives waits for it, and content is never kept.
+//!   client, on the shadow's own thread ([`send`], `worker`); the answer is read (up to
+//!   `max_answer_bytes`) through the same decoders into a record with `target = "shadow"`
+//!   and `pair_id` = the primary's id. Nothing the client receives waits for it, and
+//!   content is never kept.
+//! - Its record takes a way of its own to the aggregator ([`Stage`]), behind the primary's.
+//!   A copy is in flight from the moment it is taken until its record is written or it is
+//!   dropped, and every copy taken ends one of these two ways, counted.
 //! - [`book`] pairs shadow records with their primaries for `GET /api/v1/shadow`;
 //!   [`report`] computes the side-by-side numbers and the verdict.
 
@@ -16,10 +20,12 @@ pub mod book;
 mod metrics;
 pub mod report;
 mod send;
+mod stage;
 mod view;
+mod worker;
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -29,16 +35,19 @@ use http::{
     HeaderMap, Method,
     header::{EXPECT, HOST},
 };
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 pub use book::Book;
 pub use metrics::{DropReason, ShadowMetrics};
+pub use stage::{Queue, Stage};
 pub use view::{ShadowReport, View};
 
 use crate::{
-    config::{Config, ShadowConfig, slo::Targets},
-    measure::{Mirror, MirrorHead, MirrorTicket, Recorder, Unmirrored},
+    config::{Config, ShadowConfig, shadow::DEFAULT_RECORD_QUEUE, slo::Targets},
+    measure::{Held, Mirror, MirrorHead, MirrorTicket, Recorder, Unmirrored},
 };
+use worker::Worker;
 
 /// The shadow: its current configuration and client, shared by every request.
 #[derive(Clone, Debug)]
@@ -51,14 +60,16 @@ struct Inner {
     active: ArcSwapOption<Active>,
     /// The live configuration (SLO classes for `shadow.classes`, tokenizer, limits).
     config: Arc<ArcSwap<Config>>,
-    /// Shadow records go to the aggregator through here, counted apart from the primary's.
-    /// Taken out at [`Shadow::stop`]: the aggregator ends once every sender is gone, and
-    /// this handle also lives inside the aggregator (drift snapshots).
+    /// Shadow records go into the shadow's own queue through here ([`Stage`]). Taken out
+    /// at [`Shadow::stop`]: no copy is sent after.
     recorder: ArcSwapOption<Recorder>,
     metrics: ShadowMetrics,
     /// Until when a re-acceptance trigger switched a disabled shadow on.
     forced_until: Mutex<Option<Instant>>,
+    /// True once the proxy is stopping; the copies under way and the stage watch it.
     stop: watch::Sender<bool>,
+    /// The shadow's thread, started with the first `[shadow]` (`None` if it could not be).
+    worker: OnceLock<Option<Worker>>,
 }
 
 /// A configured candidate: its settings, client and in-flight budget.
@@ -75,25 +86,36 @@ impl std::fmt::Debug for Active {
 }
 
 impl Shadow {
-    /// A shadow following `config` (off while it has no `[shadow]`); its records go into
-    /// `recorder`'s channel, counted in flight apart.
-    pub fn new(
-        config: Arc<ArcSwap<Config>>,
-        recorder: &Recorder,
-        metrics: ShadowMetrics,
-    ) -> Shadow {
+    /// A shadow following `config` (off while it has no `[shadow]`), and the queue its
+    /// records go into, `shadow.record_queue` long (as configured at start), for a
+    /// [`Stage`] to read.
+    pub fn new(config: Arc<ArcSwap<Config>>, metrics: ShadowMetrics) -> (Shadow, Queue) {
+        let capacity = config
+            .load()
+            .shadow
+            .as_ref()
+            .map_or(DEFAULT_RECORD_QUEUE, |s| s.record_queue);
+        // Shadow copies are in flight by their held place (`ShadowMetrics::hold`), not
+        // by the recorder's count, which is kept out of every view.
+        let (recorder, rx) = Recorder::new(
+            capacity.max(1),
+            metrics.counter(DropReason::Backlog),
+            Gauge::default(),
+        );
+        let (stop, stopped) = watch::channel(false);
         let shadow = Shadow {
             inner: Arc::new(Inner {
                 active: ArcSwapOption::empty(),
-                recorder: ArcSwapOption::from_pointee(recorder.apart(metrics.in_flight.clone())),
+                recorder: ArcSwapOption::from_pointee(recorder),
                 config: config.clone(),
                 metrics,
                 forced_until: Mutex::new(None),
-                stop: watch::channel(false).0,
+                stop,
+                worker: OnceLock::new(),
             }),
         };
         shadow.replace(config.load().shadow.as_ref());
-        shadow
+        (shadow, Queue { rx, stop: stopped })
     }
 
     /// Applies a (re)loaded `[shadow]`: a new client only when the candidate changed;
@@ -103,6 +125,18 @@ impl Shadow {
             self.inner.active.store(None);
             return;
         };
+        if !*self.inner.stop.borrow() {
+            self.inner.worker.get_or_init(|| {
+                Worker::start()
+                    .inspect_err(|e| {
+                        tracing::error!(
+                            error = %e,
+                            "cannot start the shadow's thread; copies run beside the clients'"
+                        );
+                    })
+                    .ok()
+            });
+        }
         let current = self.inner.active.load_full();
         let (client, permits) = match current.as_deref() {
             Some(a) if a.cfg.same_target(cfg) => {
@@ -149,11 +183,16 @@ impl Shadow {
         &self.inner.metrics
     }
 
-    /// Ends every copy under way (the proxy is stopping); each is counted as dropped, and
-    /// no copy is sent any more.
-    pub fn stop(&self) {
+    /// Ends every copy under way (the proxy is stopping): no copy is sent any more, and
+    /// each under way, or whose record still waits in the shadow's queue, is counted as
+    /// dropped (`shutdown`) instead of written. Returns once the shadow's thread is gone,
+    /// so that every copy it ran has been counted.
+    pub async fn stop(&self) {
         self.inner.recorder.store(None);
         self.inner.stop.send_replace(true);
+        if let Some(Some(worker)) = self.inner.worker.get() {
+            worker.end().await;
+        }
     }
 
     fn forced_until(&self) -> Option<Instant> {
@@ -189,6 +228,7 @@ impl Mirror for Shadow {
             self.inner.metrics.dropped(DropReason::InFlight);
             return None;
         };
+        let held = self.inner.metrics.hold();
         let mut headers = head.parts.headers.clone();
         crate::proxy::strip_hop_by_hop(&mut headers, false);
         headers.remove(HOST);
@@ -215,6 +255,7 @@ impl Mirror for Shadow {
             },
             active,
             permit,
+            held,
         }))
     }
 }
@@ -227,11 +268,14 @@ fn slo_overrides(headers: &HeaderMap, config: &Config) -> Targets {
     crate::measure::header_targets(headers).0
 }
 
-/// One request's copy, holding its place in `max_in_flight` until the copy is done.
+/// One request's copy, holding its place in `max_in_flight` until the copy is done, and
+/// in flight until its record is written (or it is dropped; a ticket dropped unused
+/// counts as `shutdown`).
 struct Ticket {
     shadow: Arc<Inner>,
     active: Arc<Active>,
     permit: OwnedSemaphorePermit,
+    held: Held,
     job: send::Job,
 }
 
@@ -241,21 +285,40 @@ impl MirrorTicket for Ticket {
             shadow,
             active,
             permit,
+            held,
             mut job,
         } = *self;
         job.body = chunks.to_vec();
-        // The body is polled on a runtime thread; outside one there is nowhere to run.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(send::run(shadow, active, permit, job));
-        } else {
-            shadow.metrics.dropped(DropReason::Shutdown);
+        // The task keeps no hold on the shadow itself: dropping the shadow ends its thread.
+        let cx = send::Context {
+            config: shadow.config.clone(),
+            metrics: shadow.metrics.clone(),
+            recorder: shadow.recorder.load_full(),
+            stop: shadow.stop.subscribe(),
+        };
+        let task = send::run(cx, active, permit, held, job);
+        match shadow.worker.get() {
+            Some(Some(worker)) => worker.spawn(task),
+            // Without a thread of its own the copy runs beside the client's request; a
+            // task dropped unrun (outside a runtime) counts itself as `shutdown`.
+            _ => {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    drop(rt.spawn(task));
+                }
+            }
         }
     }
 
     fn abandon(self: Box<Self>, why: Unmirrored) {
-        self.shadow.metrics.dropped(match why {
-            Unmirrored::TooLarge => DropReason::BodyTooLarge,
-            Unmirrored::Incomplete => DropReason::BodyIncomplete,
-        });
+        self.shadow.metrics.give_up(
+            self.held,
+            match why {
+                Unmirrored::TooLarge => DropReason::BodyTooLarge,
+                Unmirrored::Incomplete => DropReason::BodyIncomplete,
+            },
+        );
     }
 }
+
+#[cfg(test)]
+mod tests;

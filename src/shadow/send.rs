@@ -1,22 +1,30 @@
-//! One mirrored exchange, on a task of its own: the copy is filtered by model and class,
-//! its model rewritten if asked, sent with the shadow's own client, and the answer read
-//! to its end through the same decoders as the primary's ([`Tap`]) within
-//! `shadow.timeout`. The answer's bytes are dropped as they are read.
+//! One mirrored exchange, on a task of its own on the shadow's thread: the copy is
+//! filtered by model and class, its model rewritten if asked, sent with the shadow's own
+//! client, and the answer read to its end through the same decoders as the primary's
+//! ([`Tap`]) within `shadow.timeout` and up to `shadow.max_answer_bytes` (past them the
+//! answer is cut and its record says so). The answer's bytes are dropped as they are read.
 
 use std::{sync::Arc, time::Instant};
 
+use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, header::CONTENT_LENGTH, header::CONTENT_TYPE};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 
-use super::{Active, DropReason, Inner};
+use super::{Active, DropReason, ShadowMetrics};
 use crate::{
-    config::slo::{MatchInput, Targets, glob},
+    config::{
+        Config,
+        slo::{MatchInput, Targets, glob},
+    },
     decode::{Api, inspect_request},
-    measure::{Delivered, Ending, HeadInfo, Outcome, ProxyFailure, RequestCapture, Tap},
+    measure::{
+        Delivered, Ending, HeadInfo, Held, Outcome, ProxyFailure, Recorder, RequestCapture,
+        ShadowCut, Tap,
+    },
 };
 
 pub(super) type Client =
@@ -36,17 +44,37 @@ pub(super) struct Job {
     pub body: Vec<Bytes>,
 }
 
-/// Runs one copy to its end; the permit is its place in `max_in_flight`.
+/// What a copy's task needs from the shadow, without a hold on the shadow itself.
+pub(super) struct Context {
+    pub config: Arc<ArcSwap<Config>>,
+    pub metrics: ShadowMetrics,
+    /// The shadow's recorder; `None` once the shadow stopped.
+    pub recorder: Option<Arc<Recorder>>,
+    /// Turns true when the shadow stops (or is gone).
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Runs one copy to its end; the permit is its place in `max_in_flight`, `held` its place
+/// in flight, given up when its record is written or it is counted as dropped.
 pub(super) async fn run(
-    shadow: Arc<Inner>,
+    cx: Context,
     active: Arc<Active>,
     permit: OwnedSemaphorePermit,
+    held: Held,
     job: Job,
 ) {
     let _permit = permit;
+    let Context {
+        config: live,
+        metrics,
+        recorder,
+        mut stop,
+    } = cx;
     let body = joined(&job.body);
     let model = inspect_request(job.api, &body).and_then(|r| r.model);
-    if !selected(&shadow, &active, &job, model.as_deref()) {
+    if !selected(&live.load(), &active, &job, model.as_deref()) {
+        // Not a copy after all: neither written nor dropped.
+        held.settle();
         return;
     }
     let sent_body = match &active.cfg.model {
@@ -54,18 +82,17 @@ pub(super) async fn run(
         None => body.clone(),
     };
     let Some(request) = request(&active, &job, sent_body) else {
-        shadow.metrics.dropped(DropReason::Unreachable);
+        metrics.give_up(held, DropReason::Unreachable);
         return;
     };
-    let mut stop = shadow.stop.subscribe();
-    let recorder = match shadow.recorder.load_full() {
+    let recorder = match recorder {
         Some(r) if !*stop.borrow() => (*r).clone(),
         _ => {
-            shadow.metrics.dropped(DropReason::Shutdown);
+            metrics.give_up(held, DropReason::Shutdown);
             return;
         }
     };
-    let config = shadow.config.load();
+    let config = live.load();
     let t_sent = Instant::now();
     let deadline = tokio::time::Instant::now() + active.cfg.timeout;
     // The record is built from the client's body, so it names the client's model and is
@@ -93,36 +120,48 @@ pub(super) async fn run(
             trace_parent: None,
         },
     );
+    // From here the place travels with the measurement, to the aggregator or to a drop.
+    tap.hold(held);
     tap.user_clock();
     tap.shadow_of(job.pair_id);
     if config.tokenizer.enabled() {
         tap.count_text(config.tokenizer.text_limit);
     }
     drop(config);
+    let limit = active.cfg.max_answer_bytes;
     let ended = {
         let exchange =
-            tokio::time::timeout_at(deadline, exchange(&active.client, request, &mut tap));
+            tokio::time::timeout_at(deadline, exchange(&active.client, request, &mut tap, limit));
         tokio::select! {
             ended = exchange => Some(ended),
             _ = stop.wait_for(|s| *s) => None,
         }
     };
     match ended {
-        Some(Ok(Ok(ending))) => tap.finish(Instant::now(), ending),
+        Some(Ok(Ok(Read::Ended(ending)))) => tap.finish(Instant::now(), ending),
+        Some(Ok(Ok(Read::TooLarge))) => {
+            // The shadow, as the client, stopped reading: not judged, and no fault of the
+            // candidate's; the record says why it is short.
+            tap.shadow_cut(ShadowCut::TooLarge);
+            tap.finish(Instant::now(), Ending::ClientGone);
+            metrics.dropped(DropReason::TooLarge);
+        }
         Some(Ok(Err(Unsent))) => {
-            tap.discard();
-            shadow.metrics.dropped(DropReason::Unreachable);
+            if let Some(held) = tap.discard() {
+                metrics.give_up(held, DropReason::Unreachable);
+            }
         }
         Some(Err(_elapsed)) => {
             if !tap.has_head() {
                 tap.on_head(504, None, Some(ProxyFailure(Outcome::Timeout)));
             }
             tap.finish(Instant::now(), Ending::IdleTimeout);
-            shadow.metrics.dropped(DropReason::Timeout);
+            metrics.dropped(DropReason::Timeout);
         }
         None => {
-            tap.discard();
-            shadow.metrics.dropped(DropReason::Shutdown);
+            if let Some(held) = tap.discard() {
+                metrics.give_up(held, DropReason::Shutdown);
+            }
         }
     }
 }
@@ -130,12 +169,22 @@ pub(super) async fn run(
 /// The candidate could not be sent the request (nothing was answered).
 struct Unsent;
 
-/// Sends the copy and reads the answer to its end, measuring every frame.
+/// How reading the answer ended.
+enum Read {
+    /// The body ended (or failed) by itself.
+    Ended(Ending),
+    /// The body outgrew `shadow.max_answer_bytes`: reading stopped there.
+    TooLarge,
+}
+
+/// Sends the copy and reads the answer to its end, or to `limit` body bytes, measuring
+/// every frame (only the part within the limit).
 async fn exchange(
     client: &Client,
     request: Request<Full<Bytes>>,
     tap: &mut Tap,
-) -> Result<Ending, Unsent> {
+    limit: u64,
+) -> Result<Read, Unsent> {
     let response = client.request(request).await.map_err(|_| Unsent)?;
     let content_type = response
         .headers()
@@ -144,29 +193,43 @@ async fn exchange(
     tap.on_head(response.status().as_u16(), content_type, None);
     let mut body = response.into_body();
     let mut bytes = 0u64;
-    let ending = loop {
+    let read = loop {
         match body.frame().await {
             Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    bytes += data.len() as u64;
-                    tap.on_data(Instant::now(), data);
+                let Some(data) = frame.data_ref() else {
+                    continue;
+                };
+                let room = limit - bytes;
+                if data.len() as u64 > room {
+                    // The rest is not read: dropping the body closes the connection
+                    // rather than draining it for reuse.
+                    let kept = data.slice(..usize::try_from(room).unwrap_or(data.len()));
+                    if !kept.is_empty() {
+                        bytes += kept.len() as u64;
+                        tap.on_data(Instant::now(), &kept);
+                    }
+                    break Read::TooLarge;
                 }
+                bytes += data.len() as u64;
+                tap.on_data(Instant::now(), data);
             }
-            Some(Err(_)) => break Ending::UpstreamFailed,
-            None => break Ending::Complete,
+            Some(Err(_)) => break Read::Ended(Ending::UpstreamFailed),
+            None => break Read::Ended(Ending::Complete),
         }
     };
-    // Nobody receives the answer: all that was read counts as delivered.
+    drop(body);
+    // Nobody receives the answer: all that was read counts as delivered. A cut answer's
+    // terminal event, if one came before the cut, does not make it complete.
     tap.delivered(Delivered {
         bytes,
         events: tap.events(),
-        terminal: tap.terminal_seen(),
+        terminal: tap.terminal_seen() && !matches!(read, Read::TooLarge),
     });
-    Ok(ending)
+    Ok(read)
 }
 
 /// `shadow.models` and `shadow.classes`, as the primary's request is matched.
-fn selected(shadow: &Inner, active: &Active, job: &Job, model: Option<&str>) -> bool {
+fn selected(config: &Config, active: &Active, job: &Job, model: Option<&str>) -> bool {
     let cfg = &active.cfg;
     if !cfg.models.is_empty() && !model.is_some_and(|m| cfg.models.iter().any(|g| glob(g, m))) {
         return false;
@@ -174,7 +237,6 @@ fn selected(shadow: &Inner, active: &Active, job: &Job, model: Option<&str>) -> 
     if cfg.classes.is_empty() {
         return true;
     }
-    let config = shadow.config.load();
     let class = config.slo.class_for(&MatchInput {
         model,
         api: Some(job.api),

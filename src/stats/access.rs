@@ -30,6 +30,7 @@ fn event(r: &RequestRecord) {
         id = %r.id,
         target = r.pairing.target.as_str(),
         pair_id = r.pairing.pair_id.as_deref(),
+        shadow_cut = r.pairing.cut.map(|c| c.as_str()),
         model = r.model.as_deref().unwrap_or("-"),
         api = r.api,
         stream = r.stream,
@@ -70,6 +71,7 @@ fn text_line(out: &mut Vec<u8>, r: &RequestRecord, now: SystemTime) {
     out.extend_from_slice(r.id.as_bytes());
     text(out, "target", Some(r.pairing.target.as_str()));
     text(out, "pair_id", r.pairing.pair_id.as_deref());
+    text(out, "shadow_cut", r.pairing.cut.map(|c| c.as_str()));
     text(out, "model", Some(r.model.as_deref().unwrap_or("-")));
     text(out, "api", Some(r.api));
     flag(out, "stream", Some(r.stream));
@@ -218,7 +220,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::{decode::FinishReason, measure::Outcome, measure::record::example};
+    use crate::{
+        decode::FinishReason,
+        measure::{Outcome, ShadowCut, record::example},
+    };
 
     /// What `tracing`'s text formatter, without colour, writes for `r`'s event.
     fn formatted_by_tracing(r: &RequestRecord) -> String {
@@ -279,6 +284,9 @@ mod tests {
         r.pairing.pair_id = Some("pair-1".into());
         r.stream = false;
         assert_same_line(&r);
+        r.pairing.cut = Some(ShadowCut::TooLarge);
+        assert_same_line(&r);
+        assert!(written_here(&r).contains(" shadow_cut=\"too_large\" "));
     }
 
     #[test]
@@ -354,6 +362,7 @@ mod tests {
             model in proptest::option::of(".{0,12}"),
             met in proptest::option::of(any::<bool>()),
             stream in any::<bool>(),
+            cut in any::<bool>(),
         ) {
             let mut r = example::record();
             r.ttft_ms = ttft;
@@ -364,6 +373,7 @@ mod tests {
             r.model = model;
             r.slo_met = met;
             r.stream = stream;
+            r.pairing.cut = cut.then_some(ShadowCut::TooLarge);
             assert_same_line(&r);
         }
     }

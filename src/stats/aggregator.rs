@@ -2,6 +2,9 @@
 //! of the live views: in-flight concurrency is sampled every [`SAMPLE_EVERY`], and the
 //! windowed gauges are refreshed every [`REFRESH_EVERY`]. The access log's lines gathered
 //! meanwhile are written out at each sample, in one write (see [`crate::telemetry`]).
+//!
+//! The shadow's records come on a channel of their own, read only when no primary record
+//! is waiting and one at a time: a candidate's answers never hold a primary record up.
 
 use std::{
     sync::Arc,
@@ -57,6 +60,8 @@ pub struct Aggregator {
     sinks: Vec<Box<dyn Sink>>,
     /// Pairs of mirrored primaries and shadow answers, and the shadow's counters.
     shadow: Option<(crate::shadow::Book, crate::shadow::ShadowMetrics)>,
+    /// The shadow's records ([`crate::shadow::Stage`]); `None` without a shadow.
+    shadow_rx: Option<mpsc::Receiver<Pending>>,
 }
 
 impl Aggregator {
@@ -83,6 +88,7 @@ impl Aggregator {
             calibration: None,
             sinks: Vec::new(),
             shadow: None,
+            shadow_rx: None,
         }
     }
 
@@ -92,13 +98,16 @@ impl Aggregator {
         self
     }
 
-    /// Keeps shadow records apart, in `book`, and pairs mirrored primaries with them.
+    /// Reads shadow records from `records`, keeps them apart, in `book`, and pairs
+    /// mirrored primaries with them.
     pub fn with_shadow(
         mut self,
         book: crate::shadow::Book,
         metrics: crate::shadow::ShadowMetrics,
+        records: mpsc::Receiver<Pending>,
     ) -> Aggregator {
         self.shadow = Some((book, metrics));
+        self.shadow_rx = Some(records);
         self
     }
 
@@ -108,7 +117,8 @@ impl Aggregator {
         self
     }
 
-    /// Runs until every data-path handle is gone and the queue is drained.
+    /// Runs until every data-path handle is gone (and the shadow's stage has ended) and
+    /// both queues are drained.
     pub async fn run(mut self) {
         let mut sample = tokio::time::interval(SAMPLE_EVERY);
         sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -120,12 +130,13 @@ impl Aggregator {
             &self.windows,
             last_refresh,
         );
-        loop {
+        let mut primary_open = true;
+        let mut shadow_rx = self.shadow_rx.take();
+        while primary_open || shadow_rx.is_some() {
+            // In this order: the clock (ready once per sample, so a busy channel never
+            // holds the sampling off), the primary's records, and only then the shadow's.
             tokio::select! {
-                pending = self.rx.recv() => match pending {
-                    Some(pending) => self.handle_batch(pending),
-                    None => break,
-                },
+                biased;
                 _ = sample.tick() => {
                     let now = Instant::now();
                     let in_flight = u64::try_from(self.metrics.in_flight.get()).unwrap_or(0);
@@ -153,6 +164,14 @@ impl Aggregator {
                     // The access log's lines of the last tick, in one write.
                     telemetry::flush_access_log();
                 }
+                pending = self.rx.recv(), if primary_open => match pending {
+                    Some(pending) => self.handle_batch(pending),
+                    None => primary_open = false,
+                },
+                pending = recv(&mut shadow_rx), if shadow_rx.is_some() => match pending {
+                    Some(pending) => self.handle(pending),
+                    None => shadow_rx = None,
+                },
             }
         }
         telemetry::flush_access_log();
@@ -184,6 +203,8 @@ impl Aggregator {
     }
 
     fn handle(&mut self, mut pending: Pending) {
+        // A shadow copy is in flight until its record is written, below.
+        let held = pending.held.take();
         let api = pending.api;
         let body = if self.profiling.active() {
             pending.request_body()
@@ -196,6 +217,9 @@ impl Aggregator {
         if record.pairing.target == Target::Shadow {
             slo::judge(&mut record, &config.slo);
             self.shadow_answer(record, config.log.access_log);
+            if let Some(held) = held {
+                held.settle();
+            }
             return;
         }
         if !slo::judge(&mut record, &config.slo) {
@@ -273,5 +297,13 @@ impl Aggregator {
             super::access::log(&record);
         }
         self.recent.push(Arc::new(record));
+    }
+}
+
+/// The next record on `rx`; never ready without one.
+async fn recv(rx: &mut Option<mpsc::Receiver<Pending>>) -> Option<Pending> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -23,6 +23,9 @@ pub use model::{Counter, Tokenizer, TokenizerError, estimate};
 pub use pool::Pool;
 pub use set::Tokenizers;
 pub use stage::{Fallbacks, Stage};
+// The shadow's records are counted on a stage of their own, one at a time (`crate::shadow`).
+pub(crate) use count::count_tokens;
+pub(crate) use stage::wants;
 
 use crate::measure::TokenSource;
 

@@ -33,7 +33,9 @@ def candidate(answer_bytes, answer_s):
     piece = 64 * 1024
     events = max(1, answer_bytes // piece)
     pause = answer_s / events
-    text = "x" * (piece - 120)
+    # Words, as a model writes them (a text without spaces is one word to the tokenizer).
+    words = "the answer is measured as it streams and then counted once it ends ".split()
+    text = " ".join(words[i % len(words)] for i in range(piece // 6))[: piece - 120]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"

@@ -98,6 +98,11 @@ impl Stage {
     /// the count is not waited for: the record is lost, and counted so when it ends.
     async fn counted(&mut self, mut pending: Pending) -> Result<Option<Pending>, Stopped> {
         let config = self.live.load_full();
+        if pending.pairing.cut.is_some() {
+            // A cut answer is not judged: the tokens of its first `max_answer_bytes` say
+            // nothing, and counting them is the costliest part of a large answer.
+            pending.output_text = None;
+        }
         let Some(wants) = wants(&mut pending, &config) else {
             return Ok(Some(pending));
         };

@@ -80,6 +80,10 @@ pin_project! {
             lease: Option<Lease>,
             // A frame read before the response head was handed on (see `UpstreamBody::open`).
             first: Option<Frame<Bytes>>,
+            // Trailers were handed on: they are the last frame, whether or not the body
+            // says it has ended (hyper's chunked body says so only when polled again, and
+            // hyper's server does not poll again).
+            trailed: bool,
         },
         Full { data: Option<Bytes> },
     }
@@ -119,6 +123,7 @@ impl UpstreamBody {
             seen: now,
             lease,
             first,
+            trailed: false,
         })
     }
 
@@ -193,13 +198,20 @@ impl Body for UpstreamBody {
                 seen,
                 lease,
                 first,
+                trailed,
             } => match first.take().map_or_else(
-                || drive_then_poll(body.as_mut(), lease, cx),
+                || {
+                    if *trailed {
+                        return Poll::Ready(None);
+                    }
+                    drive_then_poll(body.as_mut(), lease, cx)
+                },
                 |f| Poll::Ready(Some(Ok(f))),
             ) {
                 Poll::Ready(Some(Ok(frame))) => {
                     *active = true;
-                    if body.is_end_stream() {
+                    *trailed = frame.is_trailers();
+                    if *trailed || body.is_end_stream() {
                         // hyper's server stops polling a body that says it has ended.
                         release(lease);
                     }
@@ -227,7 +239,12 @@ impl Body for UpstreamBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            UpstreamBody::Stream { body, first, .. } => first.is_none() && body.is_end_stream(),
+            UpstreamBody::Stream {
+                body,
+                first,
+                trailed,
+                ..
+            } => first.is_none() && (*trailed || body.is_end_stream()),
             UpstreamBody::Full { data } => data.is_none(),
         }
     }

@@ -5,6 +5,10 @@
 //! blamed on the upstream. Each fault test checks what the client received, what the
 //! record says, and that they agree.
 //!
+//! Hostile upstreams too, on both HTTP/1.1 clients (the relay and hyper's): malformed,
+//! misframed, informational and unasked-for answers, and connections spoiled while they
+//! idle in the pool ([`upstream_answers`]).
+//!
 //! Nothing here waits on luck: readiness is signalled (requests seen upstream, gauges on
 //! `/metrics`), timers that must fire are short and nothing races them, and every wait
 //! is bounded.
@@ -131,4 +135,5 @@ mod http2_settings;
 mod request_bodies;
 mod request_heads;
 mod slow_uploads;
+mod upstream_answers;
 mod upstream_connections;

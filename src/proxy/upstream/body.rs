@@ -91,6 +91,10 @@ pin_project! {
             first: Option<Frame<Bytes>>,
             // `upstream.min_body_rate`, when set.
             rate: Option<Box<Rate>>,
+            // Trailers were handed on: they are the last frame, whether or not the body
+            // says it has ended (hyper's chunked body says so only when polled again, and
+            // hyper's server does not poll again).
+            trailed: bool,
         },
         Full { data: Option<Bytes> },
     }
@@ -187,6 +191,7 @@ impl UpstreamBody {
             lease,
             first,
             rate,
+            trailed: false,
         })
     }
 
@@ -287,8 +292,14 @@ impl Body for UpstreamBody {
                 lease,
                 first,
                 rate,
+                trailed,
             } => match first.take().map_or_else(
-                || drive_then_poll(body.as_mut(), lease, cx),
+                || {
+                    if *trailed {
+                        return Poll::Ready(None);
+                    }
+                    drive_then_poll(body.as_mut(), lease, cx)
+                },
                 |f| Poll::Ready(Some(Ok(f))),
             ) {
                 Poll::Ready(Some(Ok(frame))) => {
@@ -296,7 +307,8 @@ impl Body for UpstreamBody {
                     if let (Some(rate), Some(data)) = (rate.as_mut(), frame.data_ref()) {
                         rate.bytes += data.len() as u64;
                     }
-                    if body.is_end_stream() {
+                    *trailed = frame.is_trailers();
+                    if *trailed || body.is_end_stream() {
                         // hyper's server stops polling a body that says it has ended.
                         release(lease);
                     }
@@ -331,7 +343,12 @@ impl Body for UpstreamBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            UpstreamBody::Stream { body, first, .. } => first.is_none() && body.is_end_stream(),
+            UpstreamBody::Stream {
+                body,
+                first,
+                trailed,
+                ..
+            } => first.is_none() && (*trailed || body.is_end_stream()),
             UpstreamBody::Full { data } => data.is_none(),
         }
     }

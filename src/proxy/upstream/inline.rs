@@ -29,6 +29,10 @@
 //! closed it, and drops those idle for longer than `pool_idle_timeout`. A reused
 //! connection that turns out to be closed before the request was written is replaced by
 //! a fresh one, the request unchanged.
+//!
+//! On either kind of connection, a response head the client could not be given as it
+//! means (an unasked-for 101, a transfer coding other than chunked) is refused with a 502
+//! and its connection closed ([`forwardable`]).
 
 use std::{
     future::{Future, poll_fn},
@@ -42,7 +46,11 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, Uri, header::HOST, uri::Authority};
+use http::{
+    HeaderValue, Request, Response, StatusCode, Uri,
+    header::{HOST, TRANSFER_ENCODING},
+    uri::Authority,
+};
 use http_body_util::{BodyExt, combinators::UnsyncBoxBody};
 use hyper::{
     body::Incoming,
@@ -493,6 +501,7 @@ impl Pool {
             .await;
             match result {
                 Ok(resp) => {
+                    forwardable(&resp)?;
                     let lease = Lease(Held::Conn {
                         conn,
                         pool: Arc::clone(self),
@@ -534,6 +543,7 @@ impl Pool {
             let home: Arc<dyn Home> = Arc::clone(self) as Arc<dyn Home>;
             match relay::send(conn, out, fault, home, self.max_head).await {
                 Ok(resp) => {
+                    forwardable(&resp)?;
                     return Ok((resp.map(Source::Relay), Lease(Held::Relay(reads))));
                 }
                 // A pooled connection closed before the request went out: nothing was
@@ -688,6 +698,35 @@ impl Home for Pool {
 
     fn unsolicited(&self) {
         self.closed(Closed::UnsolicitedBytes);
+    }
+}
+
+/// Refuses a response head that cannot be passed on as it means: a 101, since nothing
+/// sent on this pool asks for an upgrade (upgrades go through hyper's client), and a
+/// transfer coding other than one `chunked`, since the client would get the coded payload
+/// with its `Transfer-Encoding` (a hop-by-hop field) taken off. Refused, the response is
+/// dropped and its connection with it.
+fn forwardable<B>(resp: &Response<B>) -> Result<(), ProxyError> {
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        return Err(ProxyError::BadResponse(
+            "101 Switching Protocols to a request without an upgrade",
+        ));
+    }
+    let mut codings = resp
+        .headers()
+        .get_all(TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|b| *b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|coding| !coding.is_empty());
+    match codings.next() {
+        None => Ok(()),
+        Some(coding) if coding.eq_ignore_ascii_case(b"chunked") && codings.next().is_none() => {
+            Ok(())
+        }
+        Some(_) => Err(ProxyError::BadResponse(
+            "a transfer coding other than chunked",
+        )),
     }
 }
 

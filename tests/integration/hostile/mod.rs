@@ -5,6 +5,11 @@
 //! blamed on the upstream. Each fault test checks what the client received, what the
 //! record says, and that they agree.
 //!
+//! Hostile upstreams too, on both HTTP/1.1 clients (the relay and hyper's): malformed,
+//! misframed, informational and unasked-for answers, and connections spoiled while they
+//! idle in the pool ([`upstream_answers`]); and the pool's invariant, that no client ever
+//! gets another request's bytes, as a property over generated plans ([`pool_invariant`]).
+//!
 //! Nothing here waits on luck: readiness is signalled (requests seen upstream, gauges on
 //! `/metrics`), timers that must fire are short and nothing races them, and every wait
 //! is bounded.
@@ -128,8 +133,10 @@ mod client_connections;
 mod control_floods;
 mod half_close;
 mod http2_settings;
+mod pool_invariant;
 mod request_bodies;
 mod request_heads;
 mod slow_uploads;
+mod upstream_answers;
 mod upstream_bounds;
 mod upstream_connections;

@@ -163,3 +163,33 @@ fn host_leaves_out_the_default_port() {
         assert_eq!(host_header(&authority).unwrap(), host);
     }
 }
+
+#[test]
+fn only_heads_that_mean_what_they_say_to_the_client_are_forwarded() {
+    let head = |status: u16, codings: &[&str]| {
+        let mut resp = Response::new(());
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+        for coding in codings {
+            resp.headers_mut()
+                .append(TRANSFER_ENCODING, HeaderValue::from_str(coding).unwrap());
+        }
+        forwardable(&resp).is_ok()
+    };
+    assert!(head(200, &[]));
+    assert!(head(200, &["chunked"]));
+    assert!(head(200, &["Chunked "]));
+    assert!(head(404, &[",chunked,"]));
+    // Another coding would reach the client with its name taken off.
+    for codings in [
+        &["gzip"][..],
+        &["identity"],
+        &["gzip, chunked"],
+        &["chunked, gzip"],
+        &["gzip", "chunked"],
+        &["chunked", "chunked"],
+    ] {
+        assert!(!head(200, codings), "{codings:?}");
+    }
+    // Nothing sent on the pool asks for an upgrade.
+    assert!(!head(101, &[]));
+}

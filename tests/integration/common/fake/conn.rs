@@ -80,14 +80,22 @@ impl Conn {
                 Some(script) => script.clone(),
                 None => Script::no_response(),
             };
-            match self.run(&script, head_at).await {
-                Flow::KeepAlive if !wants_close => {}
-                Flow::KeepAlive => {
-                    self.close().await;
-                    return;
-                }
-                Flow::Done => return,
+            let flow = self.run(&script, head_at).await;
+            let shared = Arc::clone(&self.shared);
+            if let Flow::KeepAlive = flow
+                && !wants_close
+            {
+                shared.finished.send_modify(|ended| *ended += 1);
+                continue;
             }
+            if let Flow::KeepAlive = flow {
+                self.close().await;
+            }
+            // A script has ended once its last packet left: the socket is dropped first,
+            // which is when a socket set to linger 0 sends its RST.
+            drop(self);
+            shared.finished.send_modify(|ended| *ended += 1);
+            return;
         }
     }
 
@@ -131,6 +139,14 @@ impl Conn {
                     self.record_close(head_at);
                     return Flow::Done;
                 }
+                Step::Hold => {
+                    if !self.hold_watching().await {
+                        self.record_close(head_at);
+                        return Flow::Done;
+                    }
+                }
+                // Acted on when the request head arrived (`read_request`).
+                Step::Early => {}
             }
         }
         Flow::KeepAlive
@@ -144,6 +160,26 @@ impl Conn {
         loop {
             tokio::select! {
                 () = &mut deadline => return true,
+                read = self.stream.read_buf(&mut self.buf) => match read {
+                    Ok(0) | Err(_) => return false,
+                    Ok(_) => {}
+                },
+            }
+        }
+    }
+
+    /// Waits for a [`FakeUpstream::release`] while reading (and keeping) whatever the
+    /// peer sends. Returns false as soon as the peer has gone away.
+    async fn hold_watching(&mut self) -> bool {
+        loop {
+            tokio::select! {
+                permit = self.shared.released.acquire() => {
+                    // The semaphore is never closed.
+                    if let Ok(permit) = permit {
+                        permit.forget();
+                    }
+                    return true;
+                }
                 read = self.stream.read_buf(&mut self.buf) => match read {
                     Ok(0) | Err(_) => return false,
                     Ok(_) => {}
@@ -220,6 +256,11 @@ impl Conn {
         let head_at = Instant::now();
         let raw_head = self.buf.split_to(head_len).to_vec();
         let head = parse_head(&raw_head, self.index).ok_or(ReadError::Malformed(400))?;
+        if self.next_script_is_early() {
+            // The body is left unread, so nothing after it can be read as a request: the
+            // connection closes after the script.
+            return Ok(Some((Received { raw_head, ..head }, head_at, true)));
+        }
         let body = match body_framing(&head)? {
             Framing::None => Ok(Vec::new()),
             Framing::Length(len) => self.read_exact(len).await,
@@ -245,6 +286,18 @@ impl Conn {
             head_at,
             wants_close,
         )))
+    }
+
+    /// Whether the script the next recorded request gets begins with [`Step::Early`]
+    /// (looked at when its head arrives; another connection's request completing first
+    /// would take that script instead).
+    fn next_script_is_early(&self) -> bool {
+        let next = self.shared.requests.borrow().len();
+        let scripts = &self.shared.scripts;
+        scripts
+            .get(next)
+            .or(scripts.last())
+            .is_some_and(|script| script.steps.first() == Some(&Step::Early))
     }
 
     async fn read_exact(&mut self, len: usize) -> Result<Vec<u8>, ReadError> {

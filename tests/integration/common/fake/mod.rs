@@ -5,7 +5,8 @@
 //! request). Testing that needs an upstream whose bytes *and socket* the test controls, which a
 //! hyper server would hide: it re-frames bodies, coalesces writes and never sends an RST on
 //! purpose. So this server parses requests itself and answers each one with a [`Script`]:
-//! a list of [`Step`]s that write exact bytes, pause, reset, close, or stall.
+//! a list of [`Step`]s that write exact bytes, pause, reset, close, stall, hold until the
+//! test releases them, or answer before the request body.
 //!
 //! - Every request is parsed (request line, headers, body by `Content-Length` or decoded
 //!   chunked coding) and recorded as a [`Received`] *before* its script runs, so a test can
@@ -18,6 +19,9 @@
 //!   including a half-close, or an error) and records when it did
 //!   ([`FakeUpstream::wait_client_close`]), which is how tests check that the proxy cancels
 //!   the upstream request when its client aborts. The script then ends there.
+//! - A test can order what happens on an idle connection: a script holds at [`Step::Hold`]
+//!   until [`FakeUpstream::release`], and [`FakeUpstream::wait_scripts_ended`] says when
+//!   scripts have written everything.
 //! - Sockets use `TCP_NODELAY`, so each [`Step::Write`] leaves as its own segment and a
 //!   dribbled stream stays dribbled.
 //! - Everything listens on `127.0.0.1:0`; dropping the [`FakeUpstream`] aborts its accept task
@@ -36,7 +40,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
@@ -67,6 +71,11 @@ struct Shared {
     requests: watch::Sender<Vec<Received>>,
     closes: watch::Sender<Vec<Duration>>,
     connections: AtomicUsize,
+    /// How many scripts have ended (run to their end, or cut short by a reset, a close,
+    /// a stall that ended or the peer going away).
+    finished: watch::Sender<usize>,
+    /// Permits for [`Step::Hold`], one per [`FakeUpstream::release`].
+    released: Semaphore,
     /// Script for the n-th request (counted over all connections); the last one repeats.
     scripts: Vec<Script>,
 }
@@ -103,6 +112,8 @@ impl FakeUpstream {
             requests: watch::Sender::new(Vec::new()),
             closes: watch::Sender::new(Vec::new()),
             connections: AtomicUsize::new(0),
+            finished: watch::Sender::new(0),
+            released: Semaphore::new(0),
             scripts,
         });
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
@@ -172,6 +183,22 @@ impl FakeUpstream {
     /// How many TCP connections were accepted so far.
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Lets one script waiting at a [`Step::Hold`] (now or later) go on.
+    pub fn release(&self) {
+        self.shared.released.add_permits(1);
+    }
+
+    /// Waits until at least `n` scripts have ended (every step written, or the script
+    /// cut short) or `timeout` has passed; returns how many have ended. A script's writes
+    /// have left the socket by then: on loopback they are in the proxy's receive queue.
+    pub async fn wait_scripts_ended(&self, n: usize, timeout: Duration) -> usize {
+        let mut rx = self.shared.finished.subscribe();
+        // Only the wait is bounded; a timeout is reported through the returned count.
+        let reached = tokio::time::timeout(timeout, rx.wait_for(|ended| *ended >= n)).await;
+        drop(reached);
+        *self.shared.finished.borrow()
     }
 }
 

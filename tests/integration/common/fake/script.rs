@@ -28,6 +28,14 @@ pub enum Step {
     Close,
     /// Never answer further; keep the socket open until the peer closes it, and record that.
     Stall,
+    /// Wait until the test calls [`FakeUpstream::release`] (watching for the peer going
+    /// away meanwhile): what follows happens when the test says, e.g. once the connection
+    /// idles in the proxy's pool.
+    Hold,
+    /// Only as a script's first step: the script runs as soon as the request head has
+    /// arrived, the body left unread (the upstream answers early), and the connection
+    /// closes after the script. The request is recorded with an empty body.
+    Early,
 }
 
 /// How [`Script::sse_chunked`] cuts the event bytes into HTTP chunks (one write each).

@@ -127,6 +127,15 @@ async fn probes_that_all_answer_wrongly_fail_the_run() {
     let probes_n = s["quality"]["probes"].as_u64().unwrap();
     assert!(probes_n >= 4, "{s}");
     assert!(effective < met, "{effective} < {met}");
+    // Nor effective requests: every probe answered wrongly, so the effective requests
+    // are at most the profile's, and their tokens are wasted.
+    let requests = s["requests"].as_u64().unwrap();
+    assert_eq!(
+        s["effective_requests"].as_u64().unwrap(),
+        s["slo_met"].as_u64().unwrap() - probes_n,
+        "{s}"
+    );
+    assert!(s["effective_requests"].as_u64().unwrap() < requests);
     let md = std::fs::read_to_string(done.dir.join("report.md")).unwrap();
     assert!(
         md.contains("## Gates") && md.contains("| quality | **fail** |"),

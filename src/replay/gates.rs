@@ -504,7 +504,9 @@ impl ScrapeCount {
 
     fn why(&self, what: &str) -> String {
         let answered = self.attempts - self.failed.min(self.attempts);
-        let mut s = if answered == 0 {
+        let mut s = if self.attempts == 0 {
+            format!("{what} never scraped")
+        } else if answered == 0 {
             format!("{what} unreachable")
         } else {
             format!(

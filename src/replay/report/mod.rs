@@ -224,6 +224,8 @@ fn fail_on_soak_drift(
 
 /// What the gates read besides the steps and verdicts.
 struct Judges<'a> {
+    /// `--node-metrics` was given.
+    node_metrics: bool,
     attribution: Option<&'a super::attribution::AttributionOut>,
     resources: Option<&'a super::gpu::ResourcesOut>,
 }
@@ -242,6 +244,14 @@ fn class_result(v: &json::Verdict) -> gates::ClassResult {
 /// What the `resources` gate reads from the exporters' and the engine's figures.
 fn resource_figures(with: Judges<'_>) -> gates::ResourceFigures {
     let mut f = gates::ResourceFigures::default();
+    if with.node_metrics {
+        // Asked for and not read: the host is not judged, and the gate must say so.
+        f.host_scrapes = Some(gates::ScrapeCount {
+            attempts: 0,
+            failed: 0,
+            last_error: Some("host figures are not read by this version".into()),
+        });
+    }
     if let Some(r) = with.resources {
         f.gpu_scrapes = Some(gates::ScrapeCount {
             attempts: r.scrape_attempts,
@@ -422,6 +432,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         &measured,
         &j,
         Judges {
+            node_metrics: !a.node_metrics.is_empty(),
             attribution: attribution.as_ref(),
             resources: resources.as_ref(),
         },

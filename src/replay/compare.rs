@@ -229,17 +229,8 @@ pub fn key_differences(a: &Value, b: &Value) -> Vec<String> {
         .filter(|path| !LATER_FIELDS.contains(path) || (has(a, path) && has(b, path)))
         .filter_map(|path| {
             let (x, y) = (at(a, path), at(b, path));
-            (x != y).then(|| {
-                let short = |v: &Value| {
-                    let s = v.to_string();
-                    if s.len() > 40 {
-                        format!("{}…", s.chars().take(40).collect::<String>())
-                    } else {
-                        s
-                    }
-                };
-                format!("{} ({} vs {})", path[1..].join("."), short(&x), short(&y))
-            })
+            // Full values: a threshold cut off mid-number cannot be checked.
+            (x != y).then(|| format!("{} ({x} vs {y})", path[1..].join(".")))
         })
         .collect()
 }
@@ -607,6 +598,24 @@ mod tests {
         assert!(key_differences(&a, &old).is_empty());
         old["contract"]["load"]["warmup_s"] = 5.0.into();
         assert_eq!(key_differences(&a, &old), ["load.warmup_s (2.0 vs 5.0)"]);
+    }
+
+    #[test]
+    fn a_long_difference_is_shown_whole() {
+        let slo = |ms: u32| {
+            serde_json::json!([{"name": "interactive-with-a-long-name", "ttft_ms": 100,
+                "tpot_ms": 30, "e2e_ms": 9000, "attainment": 0.99, "percentiles": [
+                {"metric": "ttft", "quantile": 0.95, "max_ms": ms}]}])
+        };
+        let a = serde_json::json!({"contract": {"slo": slo(250)}});
+        let b = serde_json::json!({"contract": {"slo": slo(300)}});
+        let d = key_differences(&a, &b);
+        assert_eq!(d.len(), 1);
+        assert!(
+            d[0].contains("\"max_ms\":250") && d[0].contains("\"max_ms\":300"),
+            "{d:?}"
+        );
+        assert!(!d[0].contains('…'));
     }
 
     #[test]

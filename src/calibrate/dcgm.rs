@@ -14,7 +14,7 @@ use super::exposition::parse_line;
 const DCGM_BLANK: f64 = 140_737_488_355_328.0;
 
 /// The series read, in the order of [`Reading::values`].
-pub const SERIES: [&str; 7] = [
+pub const SERIES: [&str; 8] = [
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_FREE",
@@ -22,7 +22,11 @@ pub const SERIES: [&str; 7] = [
     "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_SM_CLOCK",
     "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
 ];
+
+/// The name newer DCGM releases give the throttle reasons (the same bit mask).
+const CLOCKS_EVENT_REASONS: &str = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS";
 pub const UTIL: usize = 0;
 pub const FB_USED: usize = 1;
 pub const FB_FREE: usize = 2;
@@ -30,6 +34,12 @@ pub const POWER: usize = 3;
 pub const TEMP: usize = 4;
 pub const SM_CLOCK: usize = 5;
 pub const XID: usize = 6;
+/// A bit mask of why the clocks are held down (DCGM's `DCGM_CLOCKS_EVENT_REASON_*`).
+pub const THROTTLE: usize = 7;
+
+/// Throttle reason bits that are no trouble: the GPU is idle (0x1), or its application
+/// clocks were set so (0x2).
+pub const THROTTLE_BENIGN: u64 = 0x1 | 0x2;
 
 /// One GPU at one scrape.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,17 +48,18 @@ pub struct Reading {
     pub t_s: f64,
     /// `--gpu-metrics` index and the exporter's `gpu` (else `UUID`) label.
     pub gpu: (usize, String),
-    pub values: [Option<f64>; 7],
+    pub values: [Option<f64>; 8],
 }
 
 /// Every reading of a dcgm-exporter answer, at `t_s`, from endpoint `node`.
 pub fn parse(text: &str, node: usize, t_s: f64) -> Vec<Reading> {
-    let mut by_gpu: BTreeMap<String, [Option<f64>; 7]> = BTreeMap::new();
+    let mut by_gpu: BTreeMap<String, [Option<f64>; 8]> = BTreeMap::new();
     for line in text.lines() {
         let Ok(Some(s)) = parse_line(line) else {
             continue;
         };
-        let Some(k) = SERIES.iter().position(|n| *n == s.name) else {
+        let known = SERIES.iter().position(|n| *n == s.name);
+        let Some(k) = known.or((s.name == CLOCKS_EVENT_REASONS).then_some(THROTTLE)) else {
             continue;
         };
         let id = s.label("gpu").or(s.label("UUID")).unwrap_or("0").to_owned();

@@ -180,6 +180,29 @@ pub struct ReplayArgs {
     /// errors (`resources`, `steps[].resources`).
     #[arg(long = "gpu-metrics", value_name = "URL")]
     pub gpu_metrics: Vec<String>,
+    /// The `resources` gate: a GPU whose clock throttle reasons (dcgm-exporter's
+    /// `DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`, idle and application-clock settings aside)
+    /// are set in more than this share of its samples fails it.
+    #[arg(long, value_name = "F", default_value_t = 0.05, value_parser = unit_interval)]
+    pub max_throttle_share: f64,
+    /// The `resources` gate: the engine's preemptions (vLLM) over the run may be at most
+    /// this many. Default: none while the `slo` gate fails, any while it holds.
+    #[arg(long, value_name = "N", value_parser = non_negative_f64)]
+    pub max_preemptions: Option<f64>,
+    /// A Prometheus node_exporter's metrics URL on a host the engine runs on
+    /// (repeatable), scraped every second for memory available and CPU busy
+    /// (`steps[].resources.host`, `resources.host`).
+    #[arg(long = "node-metrics", value_name = "URL")]
+    pub node_metrics: Vec<String>,
+    /// The `resources` gate: a host's memory available (share of its total) falling
+    /// below this fails it.
+    #[arg(long, value_name = "F", default_value_t = 0.05, value_parser = unit_interval)]
+    pub host_memory_min_share: f64,
+    /// Accept this gate unjudged (its inputs missing) instead of failing the run; the
+    /// report and the comparison say so. Repeatable: slo, quality, recovery,
+    /// abnormal_input, resources.
+    #[arg(long = "allow-unjudged", value_name = "GATE", value_enum)]
+    pub allow_unjudged: Vec<super::gates::GateName>,
     /// No live progress display, even on a terminal.
     #[arg(long)]
     pub quiet: bool,
@@ -190,6 +213,18 @@ pub struct ReplayArgs {
 }
 
 impl ReplayArgs {
+    /// The gates' limits from the flags.
+    pub fn thresholds(&self) -> super::gates::Thresholds {
+        super::gates::Thresholds {
+            quality_min: self.quality_min().unwrap_or(1.0),
+            isolation_max_drop: self.isolation_max_drop,
+            max_throttle_share: self.max_throttle_share,
+            max_preemptions: self.max_preemptions,
+            host_memory_min_share: self.host_memory_min_share,
+            allow_unjudged: self.allow_unjudged.clone(),
+        }
+    }
+
     /// The `quality` gate's minimum pass rate (`None` without probes).
     pub fn quality_min(&self) -> Option<f64> {
         self.probes

@@ -7,14 +7,21 @@
 //! difference between its first and second half (split by finish time). Percentiles other
 //! than P95 take the P95's spread relative to its value; rates take the goodput's.
 //! Reports are read as plain JSON, so a report from a newer goodput still compares.
+//!
+//! The comparison opens with the verdict table ([`super::verdicts`]); a run that failed a
+//! gate is FAILED in its column header and never marked `better`: a difference in its
+//! favour reads `differs`. `compare.json` holds the verdicts and the differences.
 
 use std::{fmt::Write as _, path::Path};
 
 use serde_json::Value;
 
-use super::report::{
-    md::signed,
-    svg::{Chart, STYLE, Series, escape},
+use super::{
+    report::{
+        md::signed,
+        svg::{Chart, STYLE, Series, escape},
+    },
+    verdicts::{self, RunVerdict},
 };
 
 /// Relative difference below which nothing is highlighted.
@@ -222,17 +229,8 @@ pub fn key_differences(a: &Value, b: &Value) -> Vec<String> {
         .filter(|path| !LATER_FIELDS.contains(path) || (has(a, path) && has(b, path)))
         .filter_map(|path| {
             let (x, y) = (at(a, path), at(b, path));
-            (x != y).then(|| {
-                let short = |v: &Value| {
-                    let s = v.to_string();
-                    if s.len() > 40 {
-                        format!("{}…", s.chars().take(40).collect::<String>())
-                    } else {
-                        s
-                    }
-                };
-                format!("{} ({} vs {})", path[1..].join("."), short(&x), short(&y))
-            })
+            // Full values: a threshold cut off mid-number cannot be checked.
+            (x != y).then(|| format!("{} ({x} vs {y})", path[1..].join(".")))
         })
         .collect()
 }
@@ -240,7 +238,17 @@ pub fn key_differences(a: &Value, b: &Value) -> Vec<String> {
 /// One row: label, A, B, change, highlight (`better`, `worse` or empty).
 type Row = (String, String, String, String, &'static str);
 
-fn rows(a: &Value, b: &Value) -> (Vec<Row>, Vec<(String, Vec<Row>)>) {
+/// `mark` as it may be shown: never `better` for a failed run (B better, or A better
+/// when B is `worse`), `differs` instead.
+fn fair(mark: &'static str, a_failed: bool, b_failed: bool) -> &'static str {
+    match mark {
+        "better" if b_failed => "differs",
+        "worse" if a_failed => "differs",
+        m => m,
+    }
+}
+
+fn rows(a: &Value, b: &Value, failed: (bool, bool)) -> (Vec<Row>, Vec<(String, Vec<Row>)>) {
     let mut head: Vec<Row> = Vec::new();
     let recorded = [
         "target",
@@ -338,6 +346,15 @@ fn rows(a: &Value, b: &Value) -> (Vec<Row>, Vec<(String, Vec<Row>)>) {
         }
         steps.push((text(sa, &["label"]), out));
     }
+    let fair_rows = |rows: &mut Vec<Row>| {
+        for r in rows.iter_mut() {
+            r.4 = fair(r.4, failed.0, failed.1);
+        }
+    };
+    fair_rows(&mut head);
+    for (_, rows) in &mut steps {
+        fair_rows(rows);
+    }
     (head, steps)
 }
 
@@ -361,8 +378,12 @@ fn change(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
-fn md_table(o: &mut String, rows: &[Row]) {
-    let _ = writeln!(o, "| | A | B | change | |\n|---|---|---|---|---|");
+fn md_table(o: &mut String, names: &[String; 2], rows: &[Row]) {
+    let _ = writeln!(
+        o,
+        "| | {} | {} | change | |\n|---|---|---|---|---|",
+        names[0], names[1]
+    );
     for (k, x, y, c, m) in rows {
         let m = if m.is_empty() {
             String::new()
@@ -373,8 +394,13 @@ fn md_table(o: &mut String, rows: &[Row]) {
     }
 }
 
-fn html_table(o: &mut String, rows: &[Row]) {
-    o.push_str("<table><tr><th></th><th>A</th><th>B</th><th>change</th><th></th></tr>");
+fn html_table(o: &mut String, names: &[String; 2], rows: &[Row]) {
+    let _ = write!(
+        o,
+        "<table><tr><th></th><th>{}</th><th>{}</th><th>change</th><th></th></tr>",
+        escape(&names[0]),
+        escape(&names[1])
+    );
     for (k, x, y, c, m) in rows {
         let _ = write!(
             o,
@@ -408,7 +434,29 @@ fn curve(name: &str, r: &Value) -> Series {
     }
 }
 
-/// Writes `compare.md` and `compare.html` into `out`; returns the markdown.
+/// compare.json of two runs.
+#[derive(Debug, serde::Serialize)]
+struct CompareJson {
+    verdicts: Vec<RunVerdict>,
+    /// Key contract fields that differ (compared with --allow-different).
+    differences: Vec<String>,
+}
+
+/// The comparison's closing line: which runs passed, and the gates of each that failed.
+pub(super) fn last_line(runs: &[RunVerdict]) -> String {
+    let each: Vec<String> = runs
+        .iter()
+        .map(|r| match r.passed {
+            Some(true) => format!("{} passed", r.run),
+            Some(false) => format!("{} FAILED: {}", r.run, r.failed_gates().join(", ")),
+            None => format!("{} has no gates (older report)", r.run),
+        })
+        .collect();
+    format!("\nVerdicts: {}.\n", each.join("; "))
+}
+
+/// Writes `compare.md`, `compare.html` and `compare.json` into `out`; returns the
+/// markdown.
 pub fn run(
     a_path: &Path,
     b_path: &Path,
@@ -420,15 +468,22 @@ pub fn run(
     if !differences.is_empty() && !allow_different {
         return Err(CompareError::Different(differences.join("; ")));
     }
-    let (head, steps) = rows(&a, &b);
+    let runs = [verdicts::of("A", &a), verdicts::of("B", &b)];
+    let names = [
+        verdicts::header("A", &runs[0]),
+        verdicts::header("B", &runs[1]),
+    ];
+    let (head, steps) = rows(&a, &b, (runs[0].failed(), runs[1].failed()));
+    let verdict_table = verdicts::table(&["A".into(), "B".into()], &runs);
     let rule = format!(
         "Highlighted: differences over {:.0}% of A and over both runs' own split-half spread at that step.",
         MIN_RELATIVE * 100.0
     );
     let mut md = format!(
-        "# goodput replay: comparison\n\nA: `{}`\nB: `{}`\n\n{rule}\n\n## Summary\n\n",
+        "# goodput replay: comparison\n\nA: `{}`\nB: `{}`\n{}\n{rule}\n\n## Summary\n\n",
         a_path.display(),
-        b_path.display()
+        b_path.display(),
+        verdict_table.md()
     );
     let differ = (!differences.is_empty()).then(|| {
         format!(
@@ -439,17 +494,18 @@ pub fn run(
     if let Some(d) = &differ {
         let _ = write!(md, "**{d}**\n\n");
     }
-    md_table(&mut md, &head);
+    md_table(&mut md, &names, &head);
     let mut html = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}tr.better{{background:#e3f6e3}}tr.worse{{background:#fbe3e3}}tr.differs{{background:#fff6d5}}{STYLE}</style></head><body><h1>goodput replay: comparison</h1><p>A: {}<br>B: {}</p><p>{}</p><h2>Summary</h2>",
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}tr.better{{background:#e3f6e3}}tr.worse{{background:#fbe3e3}}tr.differs{{background:#fff6d5}}td.pass{{background:#e3f6e3}}td.fail{{background:#fbe3e3}}{STYLE}</style></head><body><h1>goodput replay: comparison</h1><p>A: {}<br>B: {}</p>{}<p>{}</p><h2>Summary</h2>",
         escape(&a_path.display().to_string()),
         escape(&b_path.display().to_string()),
+        verdict_table.html(),
         escape(&rule)
     );
     if let Some(d) = &differ {
         let _ = write!(html, "<p class=\"differs\"><b>{}</b></p>", escape(d));
     }
-    html_table(&mut html, &head);
+    html_table(&mut html, &names, &head);
     let chart = Chart {
         title: "Throughput–latency: A and B".into(),
         x_label: "output tokens/s".into(),
@@ -460,9 +516,9 @@ pub fn run(
     html.push_str(&chart.render());
     for (label, rows) in &steps {
         let _ = write!(md, "\n## Step {label}\n\n");
-        md_table(&mut md, rows);
+        md_table(&mut md, &names, rows);
         let _ = write!(html, "<h2>Step {}</h2>", escape(label));
-        html_table(&mut html, rows);
+        html_table(&mut html, &names, rows);
     }
     html.push_str("</body></html>\n");
     let write = |name: &str, text: &str| {
@@ -473,8 +529,18 @@ pub fn run(
                 source,
             })
     };
+    md.push_str(&last_line(&runs));
+    let json = serde_json::to_string_pretty(&CompareJson {
+        verdicts: runs.to_vec(),
+        differences,
+    })
+    .map_err(|e| CompareError::Write {
+        path: out.join("compare.json").display().to_string(),
+        source: std::io::Error::other(e),
+    })? + "\n";
     write("compare.md", &md)?;
     write("compare.html", &html)?;
+    write("compare.json", &json)?;
     Ok(md)
 }
 
@@ -532,6 +598,24 @@ mod tests {
         assert!(key_differences(&a, &old).is_empty());
         old["contract"]["load"]["warmup_s"] = 5.0.into();
         assert_eq!(key_differences(&a, &old), ["load.warmup_s (2.0 vs 5.0)"]);
+    }
+
+    #[test]
+    fn a_long_difference_is_shown_whole() {
+        let slo = |ms: u32| {
+            serde_json::json!([{"name": "interactive-with-a-long-name", "ttft_ms": 100,
+                "tpot_ms": 30, "e2e_ms": 9000, "attainment": 0.99, "percentiles": [
+                {"metric": "ttft", "quantile": 0.95, "max_ms": ms}]}])
+        };
+        let a = serde_json::json!({"contract": {"slo": slo(250)}});
+        let b = serde_json::json!({"contract": {"slo": slo(300)}});
+        let d = key_differences(&a, &b);
+        assert_eq!(d.len(), 1);
+        assert!(
+            d[0].contains("\"max_ms\":250") && d[0].contains("\"max_ms\":300"),
+            "{d:?}"
+        );
+        assert!(!d[0].contains('…'));
     }
 
     #[test]

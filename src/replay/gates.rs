@@ -14,33 +14,107 @@
 //! - `resources`: no XID error on any GPU (`--gpu-metrics`), and a soak's engine and GPU
 //!   memory did not drift past their limits.
 //!
-//! A gate with nothing to judge in this run (`judged: false`) passes. With `--repeat N`,
+//! - `resources` fails on an XID error present before the run (non-zero at a GPU's first
+//!   scrape) or raised during it, a GPU whose clock throttle reasons (idle and
+//!   application-clock settings aside) were set in more than `--max-throttle-share` of
+//!   its samples, an engine restart seen in its metrics, preemptions past
+//!   `--max-preemptions` (default: none while the `slo` gate fails), host memory
+//!   available below `--host-memory-min-share` (`--node-metrics`), and a soak's engine
+//!   and GPU memory drifting past their limits.
+//!
+//! Each gate has a `state`: `pass`, `fail`, `unjudged` (asked for, but its inputs are
+//! missing: no answered probe, an exporter that answered fewer than 90% of its scrapes,
+//! ...) or `not requested` (the run did not ask for it: `judged: false`, and it passes).
+//! No gate passes blind: an unjudged gate fails the run unless `--allow-unjudged GATE`
+//! names it (`allowed_unjudged: true`). With `--repeat N`,
 //! `slo`, `quality` and `abnormal_input` are judged on every repeat: each repeat's
 //! actual, the worst and the 95% confidence interval are in `repeats`, and one failing
 //! repeat fails the gate (`recovery` and `resources` are judged over the whole run: one
 //! fault, and XID errors whenever they come).
+//!
+//! Gates read plain figures ([`Figures`], [`Thresholds`], [`ClassResult`],
+//! [`ResourceFigures`]) that the report fills in: the report imports the gates, never
+//! the reverse.
 
 use serde::Serialize;
 
 use super::{
-    attribution::AttributionOut,
-    cli::{Mode, ReplayArgs},
-    gpu::{GpuFigures, GpuSoak, ResourcesOut},
     inject::{Injection, Kind},
     probes::Quality,
     recovery::Recovery,
     repeats::Ci,
-    report::json::{StepOut, Verdict},
     tally::Sample,
 };
 use crate::measure::Outcome;
+
+/// A gate's name (`--allow-unjudged GATE`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateName {
+    #[value(name = "slo")]
+    Slo,
+    #[value(name = "quality")]
+    Quality,
+    #[value(name = "recovery")]
+    Recovery,
+    #[value(name = "abnormal_input")]
+    AbnormalInput,
+    #[value(name = "resources")]
+    Resources,
+}
+
+impl GateName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateName::Slo => "slo",
+            GateName::Quality => "quality",
+            GateName::Recovery => "recovery",
+            GateName::AbnormalInput => "abnormal_input",
+            GateName::Resources => "resources",
+        }
+    }
+}
+
+/// What became of a gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Pass,
+    Fail,
+    /// Asked for, but its inputs are missing: it cannot say the run is fine.
+    Unjudged,
+    /// The run did not ask for it (no `--probes`, no `--fault-cmd`, ...).
+    NotRequested,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pass => "pass",
+            State::Fail => "fail",
+            State::Unjudged => "unjudged",
+            State::NotRequested => "not requested",
+        }
+    }
+}
+
+impl Serialize for State {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
 
 /// One gate.
 #[derive(Debug, Clone, Serialize)]
 pub struct Gate {
     pub pass: bool,
-    /// This run gave the gate something to judge (`false`: it passes untested).
+    /// This run gave the gate something to judge (`false`: not requested, or unjudged).
     pub judged: bool,
+    pub state: State,
+    /// Unjudged, and accepted so by `--allow-unjudged`.
+    pub allowed_unjudged: bool,
+    /// The few words the terminal's verdict line gives a gate that failed
+    /// (`12/21 probes`, `unjudged: gpu exporter unreachable`).
+    #[serde(skip)]
+    pub brief: String,
     /// What `target` and `actual` are.
     pub measure: &'static str,
     pub target: Option<f64>,
@@ -84,6 +158,49 @@ pub struct Gates {
 }
 
 impl Gates {
+    /// Every unjudged gate named in `allowed` passes, marked `allowed_unjudged`.
+    pub fn allow_unjudged(&mut self, allowed: &[GateName]) {
+        for name in allowed {
+            let g = match name {
+                GateName::Slo => &mut self.slo,
+                GateName::Quality => &mut self.quality,
+                GateName::Recovery => &mut self.recovery,
+                GateName::AbnormalInput => &mut self.abnormal_input,
+                GateName::Resources => &mut self.resources,
+            };
+            if g.state == State::Unjudged {
+                g.pass = true;
+                g.allowed_unjudged = true;
+            }
+        }
+    }
+
+    /// The terminal's last line: `PASSED`, or `FAILED:` and each failed gate in brief
+    /// (`FAILED: quality (12/21 probes), resources (unjudged: gpu exporter unreachable)`).
+    pub fn verdict_line(&self) -> String {
+        let failed: Vec<String> = self
+            .all()
+            .iter()
+            .filter(|(_, g)| !g.pass)
+            .map(|(n, g)| format!("{n} ({})", g.brief))
+            .collect();
+        if failed.is_empty() {
+            let allowed: Vec<&str> = self
+                .all()
+                .iter()
+                .filter(|(_, g)| g.allowed_unjudged)
+                .map(|(n, _)| *n)
+                .collect();
+            if allowed.is_empty() {
+                "PASSED".to_owned()
+            } else {
+                format!("PASSED (unjudged, allowed: {})", allowed.join(", "))
+            }
+        } else {
+            format!("FAILED: {}", failed.join(", "))
+        }
+    }
+
     pub fn all(&self) -> [(&'static str, &Gate); 5] {
         [
             ("slo", &self.slo),
@@ -112,10 +229,50 @@ fn untested(measure: &'static str, why: &str) -> Gate {
     Gate {
         pass: true,
         judged: false,
+        state: State::NotRequested,
+        allowed_unjudged: false,
+        brief: format!("not requested: {why}"),
         measure,
         target: None,
         actual: None,
         reason: Some(format!("not judged: {why}")),
+        repeats: None,
+        isolation: None,
+    }
+}
+
+/// Asked for, but with nothing to judge it by: fails unless allowed.
+fn unjudged(measure: &'static str, why: String) -> Gate {
+    Gate {
+        pass: false,
+        judged: false,
+        state: State::Unjudged,
+        brief: format!("unjudged: {why}"),
+        reason: Some(format!("unjudged: {why}")),
+        ..untested(measure, "")
+    }
+}
+
+/// A judged gate: it passes when `why` is empty, else fails for those reasons (the first
+/// being the brief one unless `brief` says otherwise).
+fn judged(
+    measure: &'static str,
+    target: Option<f64>,
+    actual: Option<f64>,
+    why: Vec<String>,
+    brief: Option<String>,
+) -> Gate {
+    let pass = why.is_empty();
+    Gate {
+        pass,
+        judged: true,
+        state: if pass { State::Pass } else { State::Fail },
+        allowed_unjudged: false,
+        brief: brief.unwrap_or_else(|| why.first().cloned().unwrap_or_default()),
+        measure,
+        target,
+        actual,
+        reason: (!pass).then(|| why.join("; ")),
         repeats: None,
         isolation: None,
     }
@@ -136,9 +293,19 @@ fn repeats_of(values: Vec<Option<f64>>, passed: Vec<bool>, lower_is_worse: bool)
     }
 }
 
+/// One SLO class's verdict at the judged load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassResult {
+    pub class: String,
+    pub pass: bool,
+    pub attainment: Option<f64>,
+    pub attainment_target: f64,
+    pub reason: Option<String>,
+}
+
 /// The class closest to failing: (attainment target, attainment).
-fn tightest(verdicts: &[Verdict]) -> Option<(f64, Option<f64>)> {
-    verdicts
+fn tightest(classes: &[ClassResult]) -> Option<(f64, Option<f64>)> {
+    classes
         .iter()
         .map(|v| (v.attainment_target, v.attainment))
         .min_by(|a, b| {
@@ -147,35 +314,28 @@ fn tightest(verdicts: &[Verdict]) -> Option<(f64, Option<f64>)> {
         })
 }
 
-/// `slo`: `verdicts` at the judged load; `per_repeat`, with `--repeat N`, the verdicts
-/// of each repeat's step at that load.
-pub fn slo(verdicts: &[Verdict], per_repeat: Option<&[Vec<Verdict>]>) -> Gate {
+/// `slo`: `classes` at the judged load; `per_repeat`, with `--repeat N`, the classes
+/// at each repeat's step at that load.
+pub fn slo(classes: &[ClassResult], per_repeat: Option<&[Vec<ClassResult>]>) -> Gate {
     const MEASURE: &str = "attainment of the class closest to failing, at the judged load";
-    if verdicts.is_empty() {
-        let mut g = untested(MEASURE, "no measured request");
-        g.pass = false;
-        return g;
+    if classes.is_empty() {
+        return unjudged(MEASURE, "no measured request".into());
     }
-    let failed: Vec<String> = verdicts
+    let failed: Vec<&ClassResult> = classes.iter().filter(|v| !v.pass).collect();
+    let why: Vec<String> = failed
         .iter()
-        .filter(|v| v.verdict != "pass")
         .map(|v| format!("{}: {}", v.class, v.reason.as_deref().unwrap_or("failed")))
         .collect();
-    let (target, actual) = tightest(verdicts).unwrap_or((0.0, None));
-    let mut g = Gate {
-        pass: failed.is_empty(),
-        judged: true,
-        measure: MEASURE,
-        target: Some(target),
-        actual,
-        reason: (!failed.is_empty()).then(|| failed.join("; ")),
-        repeats: None,
-        isolation: None,
-    };
+    let brief = (!failed.is_empty()).then(|| {
+        let names: Vec<&str> = failed.iter().map(|v| v.class.as_str()).collect();
+        format!("class {} failed", names.join(", "))
+    });
+    let (target, actual) = tightest(classes).unwrap_or((0.0, None));
+    let mut g = judged(MEASURE, Some(target), actual, why, brief);
     if let Some(reps) = per_repeat.filter(|r| r.len() > 1) {
         let passed: Vec<bool> = reps
             .iter()
-            .map(|v| !v.is_empty() && v.iter().all(|v| v.verdict == "pass"))
+            .map(|v| !v.is_empty() && v.iter().all(|v| v.pass))
             .collect();
         let values = reps.iter().map(|v| tightest(v).and_then(|t| t.1)).collect();
         fail_repeats(&mut g, &passed, "failed its SLO");
@@ -190,37 +350,45 @@ pub fn quality(overall: Option<&Quality>, per_repeat: Option<&[Quality]>, min: f
     let Some(q) = overall else {
         return untested(MEASURE, "no --probes");
     };
-    let holds = |q: &Quality| q.pass_rate.is_some_and(|r| r + 1e-9 >= min);
-    let mut g = Gate {
-        pass: holds(q),
-        judged: true,
-        measure: MEASURE,
-        target: Some(min),
-        actual: q.pass_rate,
-        reason: match q.pass_rate {
-            None => Some("no probe got an answer to judge".into()),
-            Some(r) if !holds(q) => Some(format!(
-                "{} of {} probes passed ({:.1}%), below --quality-min {:.1}%",
-                q.passed,
-                q.probes,
-                r * 100.0,
-                min * 100.0
-            )),
-            Some(_) => None,
-        },
-        repeats: None,
-        isolation: None,
+    let Some(rate) = q.pass_rate else {
+        return unjudged(MEASURE, "no probe got an answer to judge".into());
     };
+    let holds = |q: &Quality| q.pass_rate.is_some_and(|r| r + 1e-9 >= min);
+    let why = if holds(q) {
+        Vec::new()
+    } else {
+        vec![format!(
+            "{} of {} probes passed ({:.1}%), below --quality-min {:.1}%",
+            q.passed,
+            q.probes,
+            rate * 100.0,
+            min * 100.0
+        )]
+    };
+    let brief = format!("{}/{} probes", q.passed, q.probes);
+    let mut g = judged(MEASURE, Some(min), Some(rate), why, Some(brief));
     if let Some(reps) = per_repeat.filter(|r| r.len() > 1) {
         let passed: Vec<bool> = reps.iter().map(holds).collect();
         if passed.iter().any(|p| !p) && g.pass {
-            g.pass = false;
-            g.reason = Some("a repeat's probe pass rate is below --quality-min".into());
+            fail(
+                &mut g,
+                "a repeat's probe pass rate is below --quality-min".into(),
+            );
         }
         let values = reps.iter().map(|q| q.pass_rate).collect();
         g.repeats = Some(repeats_of(values, passed, true));
     }
     g
+}
+
+/// Fails a gate that passed, for `why`.
+fn fail(g: &mut Gate, why: String) {
+    g.pass = false;
+    g.state = State::Fail;
+    if g.brief.is_empty() {
+        g.brief = why.clone();
+    }
+    g.reason = Some(why);
 }
 
 /// `recovery`: the fault's analysis, when `--fault-cmd` was given.
@@ -229,10 +397,18 @@ pub fn recovery(r: Option<&Recovery>) -> Gate {
     let Some(r) = r else {
         return untested(MEASURE, "no --fault-cmd");
     };
-    let reason = if r.fault_at_s.is_none() {
-        Some("the fault never ran: the load ended before it was due".to_owned())
-    } else if !r.recovered {
-        Some(match r.recovery_time_s {
+    if r.fault_at_s.is_none() {
+        let mut g = unjudged(
+            MEASURE,
+            "the fault never ran: the load ended before it was due".into(),
+        );
+        g.target = Some(r.recovery_deadline_s);
+        return g;
+    }
+    let why = if r.recovered {
+        Vec::new()
+    } else {
+        vec![match r.recovery_time_s {
             Some(t) => format!(
                 "recovered after {t:.1}s, past the {:.0}s deadline",
                 r.recovery_deadline_s
@@ -241,20 +417,15 @@ pub fn recovery(r: Option<&Recovery>) -> Gate {
                 "not recovered when the run ended ({:.0}s deadline)",
                 r.recovery_deadline_s
             ),
-        })
-    } else {
-        None
+        }]
     };
-    Gate {
-        pass: reason.is_none(),
-        judged: true,
-        measure: MEASURE,
-        target: Some(r.recovery_deadline_s),
-        actual: r.recovery_time_s,
-        reason,
-        repeats: None,
-        isolation: None,
-    }
+    judged(
+        MEASURE,
+        Some(r.recovery_deadline_s),
+        r.recovery_time_s,
+        why,
+        None,
+    )
 }
 
 /// An injected request was answered as a healthy target answers bad input: 2xx or 4xx.
@@ -274,26 +445,36 @@ pub fn abnormal_input(
     let Some(inj) = injection.filter(|i| !i.shares.is_empty()) else {
         return untested(MEASURE, "no --inject");
     };
-    let judged: Vec<&&Sample> = injected
+    let judged_now: Vec<&&Sample> = injected
         .iter()
         .filter(|s| s.outcome != Outcome::ClientAbort)
         .filter(|s| s.inject.is_some_and(|k| k != Kind::Burst))
         .collect();
-    let ok = judged.iter().filter(|s| answered(s)).count();
-    let actual = (!judged.is_empty()).then(|| ok as f64 / judged.len() as f64);
     let (beside, alone) = (
         inj.normal_beside_injected.attainment,
         inj.normal_alone.attainment,
     );
     let drop = beside.zip(alone).map(|(b, a)| (a - b) * 100.0);
+    let isolation = Some(Isolation {
+        attainment_beside_injected: beside,
+        attainment_alone: alone,
+        drop_points: drop,
+        max_drop_points,
+    });
+    if judged_now.is_empty() {
+        let mut g = unjudged(MEASURE, "no injected request finished to judge".into());
+        g.target = Some(1.0);
+        g.isolation = isolation;
+        return g;
+    }
+    let ok = judged_now.iter().filter(|s| answered(s)).count();
+    let actual = Some(ok as f64 / judged_now.len() as f64);
     let mut why = Vec::new();
-    if judged.is_empty() {
-        why.push("no injected request finished to judge".to_owned());
-    } else if ok < judged.len() {
+    if ok < judged_now.len() {
         why.push(format!(
             "{} of {} injected requests got a 5xx, no answer or a timeout",
-            judged.len() - ok,
-            judged.len()
+            judged_now.len() - ok,
+            judged_now.len()
         ));
     }
     if let Some(d) = drop.filter(|d| *d > max_drop_points + 1e-9) {
@@ -301,58 +482,142 @@ pub fn abnormal_input(
             "normal requests' attainment dropped {d:.1} points beside injected ones (limit {max_drop_points})"
         ));
     }
-    Gate {
-        pass: why.is_empty(),
-        judged: true,
-        measure: MEASURE,
-        target: Some(1.0),
-        actual,
-        reason: (!why.is_empty()).then(|| why.join("; ")),
-        repeats: None,
-        isolation: Some(Isolation {
-            attainment_beside_injected: beside,
-            attainment_alone: alone,
-            drop_points: drop,
-            max_drop_points,
-        }),
+    let mut g = judged(MEASURE, Some(1.0), actual, why, None);
+    g.isolation = isolation;
+    g
+}
+
+/// An exporter's scrapes over the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScrapeCount {
+    pub attempts: u64,
+    pub failed: u64,
+    pub last_error: Option<String>,
+}
+
+impl ScrapeCount {
+    /// Fewer than 90% of the scrapes answered: what it says is too thin to judge by.
+    pub fn too_few(&self) -> bool {
+        self.attempts == 0
+            || (self.attempts - self.failed.min(self.attempts)) * 10 < self.attempts * 9
+    }
+
+    fn why(&self, what: &str) -> String {
+        let answered = self.attempts - self.failed.min(self.attempts);
+        let mut s = if self.attempts == 0 {
+            format!("{what} never scraped")
+        } else if answered == 0 {
+            format!("{what} unreachable")
+        } else {
+            format!(
+                "{what} answered {answered} of {} scrapes (< 90%)",
+                self.attempts
+            )
+        };
+        if let Some(e) = &self.last_error {
+            s.push_str(&format!(": {e}"));
+        }
+        s
     }
 }
 
-/// `resources`: the GPUs' XID errors over the run, a soak's GPU memory and the engine's
-/// soak drift (`engine_soak`: its `holds` and reasons).
-pub fn resources(
-    gpu: Option<&GpuFigures>,
-    gpu_soak: Option<&GpuSoak>,
-    engine_soak: Option<(Option<bool>, &[String])>,
-) -> Gate {
+/// What the `resources` gate judges, as plain figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResourceFigures {
+    /// `--gpu-metrics`: the exporters' scrapes (`None`: not asked).
+    pub gpu_scrapes: Option<ScrapeCount>,
+    /// GPUs whose XID was non-zero at their first scrape, before warm-up.
+    pub xid_before_run: Option<u64>,
+    /// New XID errors during the measured windows.
+    pub xid_during_run: Option<u64>,
+    /// The highest share of a GPU's samples with a clock throttle reason set.
+    pub throttle_share: Option<f64>,
+    /// `--node-metrics`: the node exporters' scrapes (`None`: not asked).
+    pub host_scrapes: Option<ScrapeCount>,
+    /// The lowest share of memory available on any host.
+    pub host_memory_available_min_share: Option<f64>,
+    /// The engine's metrics were read (preemptions and restarts mean something).
+    pub engine_read: bool,
+    pub engine_restarts: Option<u64>,
+    pub preemptions: Option<f64>,
+    /// A soak's drift reasons (engine and GPU memory); a soak checked without drift has
+    /// none, and `soak_checked` says it was checked.
+    pub soak_checked: bool,
+    pub drift: Vec<String>,
+}
+
+/// `resources`, judged from `f` with the run's limits; `slo_failed` is whether the SLO
+/// gate failed (preemptions are allowed by default only while it holds).
+pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate {
     const MEASURE: &str = "XID errors on the GPUs";
-    if gpu.is_none() && engine_soak.is_none() {
-        return untested(MEASURE, "no --gpu-metrics and no soak drift to check");
+    let asked =
+        f.gpu_scrapes.is_some() || f.host_scrapes.is_some() || f.soak_checked || f.engine_read;
+    if !asked {
+        return untested(
+            MEASURE,
+            "no --gpu-metrics, --node-metrics, engine metrics or soak drift to check",
+        );
+    }
+    let mut blind = Vec::new();
+    if let Some(s) = f.gpu_scrapes.as_ref().filter(|s| s.too_few()) {
+        blind.push(s.why("gpu exporter"));
+    }
+    if let Some(s) = f.host_scrapes.as_ref().filter(|s| s.too_few()) {
+        blind.push(s.why("node exporter"));
     }
     let mut why = Vec::new();
-    let xid = gpu.and_then(|g| g.gpu_xid_errors);
-    if let Some(n) = xid.filter(|n| *n > 0) {
+    if let Some(n) = f.xid_before_run.filter(|n| *n > 0) {
+        why.push(format!("XID error present before the run on {n} GPU(s)"));
+    }
+    if let Some(n) = f.xid_during_run.filter(|n| *n > 0) {
         why.push(format!("{n} XID errors on the GPUs"));
     }
-    if let Some(s) = gpu_soak.filter(|s| s.holds == Some(false)) {
-        why.extend(s.reasons.iter().cloned());
-    }
-    if let Some((Some(false), reasons)) = engine_soak {
+    if let Some(share) = f
+        .throttle_share
+        .filter(|s| *s > t.max_throttle_share + 1e-9)
+    {
         why.push(format!(
-            "the engine's resources drifted: {}",
-            reasons.join("; ")
+            "clocks throttled in {:.1}% of a GPU's samples (limit {:.1}%)",
+            share * 100.0,
+            t.max_throttle_share * 100.0
         ));
     }
-    Gate {
-        pass: why.is_empty(),
-        judged: true,
-        measure: MEASURE,
-        target: gpu.map(|_| 0.0),
-        actual: xid.map(|n| n as f64),
-        reason: (!why.is_empty()).then(|| why.join("; ")),
-        repeats: None,
-        isolation: None,
+    if let Some(n) = f.engine_restarts.filter(|n| *n > 0) {
+        why.push(format!("the engine restarted during the run ({n})"));
     }
+    if let Some(p) = f.preemptions.filter(|p| *p > 0.0) {
+        match t.max_preemptions {
+            Some(max) if p > max + 1e-9 => {
+                why.push(format!("{p:.0} preemptions, past --max-preemptions {max}"))
+            }
+            None if slo_failed => why.push(format!(
+                "{p:.0} preemptions while the SLO gate failed (out of KV-cache memory)"
+            )),
+            _ => {}
+        }
+    }
+    if let Some(m) = f
+        .host_memory_available_min_share
+        .filter(|m| *m + 1e-9 < t.host_memory_min_share)
+    {
+        why.push(format!(
+            "host memory available fell to {:.1}% (minimum {:.1}%)",
+            m * 100.0,
+            t.host_memory_min_share * 100.0
+        ));
+    }
+    why.extend(f.drift.iter().cloned());
+    let target = f.gpu_scrapes.as_ref().map(|_| 0.0);
+    let actual = f.xid_during_run.map(|n| n as f64);
+    if why.is_empty() && !blind.is_empty() {
+        let mut g = unjudged(MEASURE, blind.join("; "));
+        g.target = target;
+        g.actual = actual;
+        return g;
+    }
+    // A failure seen is a failure, even where part of the picture is missing.
+    why.extend(blind.into_iter().map(|b| format!("unjudged: {b}")));
+    judged(MEASURE, target, actual, why, None)
 }
 
 /// `g` judged again on each repeat (`reps`, in order): one failing repeat fails it.
@@ -370,70 +635,57 @@ pub fn with_repeats(mut g: Gate, reps: &[Gate]) -> Gate {
     g
 }
 
+/// The run's limits, as the gates read them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    pub quality_min: f64,
+    pub isolation_max_drop: f64,
+    pub max_throttle_share: f64,
+    /// `None`: none while the SLO gate fails, any while it holds.
+    pub max_preemptions: Option<f64>,
+    pub host_memory_min_share: f64,
+    pub allow_unjudged: Vec<GateName>,
+}
+
 /// What the gates of a run are judged from.
-pub struct RunGates<'a> {
-    pub args: &'a ReplayArgs,
-    pub steps: &'a [StepOut],
-    pub verdicts: &'a [Verdict],
-    pub per_repeat: Option<&'a [Vec<Verdict>]>,
+pub struct Figures<'a> {
+    pub thresholds: &'a Thresholds,
+    pub classes: &'a [ClassResult],
+    /// `--repeat N`: the classes at each repeat of the judged level.
+    pub classes_per_repeat: Option<&'a [Vec<ClassResult>]>,
     pub quality: Option<&'a Quality>,
+    pub quality_per_repeat: Option<&'a [Quality]>,
     pub recovery: Option<&'a Recovery>,
     pub injected: &'a [&'a Sample],
     pub injection: Option<&'a Injection>,
     /// `--repeat N`: each repeat's injected requests and their analysis.
     pub injection_per_repeat: Option<Vec<(Vec<&'a Sample>, Injection)>>,
-    pub resources: Option<&'a ResourcesOut>,
-    pub attribution: Option<&'a AttributionOut>,
+    pub resources: ResourceFigures,
 }
 
 /// Every gate of a run.
-pub fn of_run(r: RunGates<'_>) -> Gates {
-    let a = r.args;
-    let n = a.repeat.max(1) as usize;
-    // Repeat k of a level is step index ≡ k (mod n) (see the steps mode's session).
-    let quality_per_repeat: Option<Vec<Quality>> = (a.mode == Mode::Steps && n > 1).then(|| {
-        (0..n)
-            .map(|k| {
-                let mut q = Quality::default();
-                for s in r.steps.iter().filter(|s| s.index % n == k) {
-                    if let Some(sq) = &s.quality {
-                        q.probes += sq.probes;
-                        q.passed += sq.passed;
-                    }
-                }
-                q.pass_rate = (q.probes > 0).then(|| q.passed as f64 / q.probes as f64);
-                q
-            })
-            .collect()
-    });
-    let engine_soak = r
-        .attribution
-        .and_then(|at| at.soak.as_ref())
-        .map(|s| (s.holds, s.reasons.as_slice()));
-    Gates {
-        slo: slo(r.verdicts, r.per_repeat),
-        quality: quality(
-            r.quality,
-            quality_per_repeat.as_deref(),
-            a.quality_min().unwrap_or(1.0),
-        ),
+pub fn of_run(r: Figures<'_>) -> Gates {
+    let t = r.thresholds;
+    let slo = slo(r.classes, r.classes_per_repeat);
+    let slo_failed = !slo.pass;
+    let mut gates = Gates {
+        quality: quality(r.quality, r.quality_per_repeat, t.quality_min),
         recovery: recovery(r.recovery),
         abnormal_input: {
-            let g = abnormal_input(r.injected, r.injection, a.isolation_max_drop);
+            let g = abnormal_input(r.injected, r.injection, t.isolation_max_drop);
             let reps: Vec<Gate> = r
                 .injection_per_repeat
                 .iter()
                 .flatten()
-                .map(|(inj, analysis)| abnormal_input(inj, Some(analysis), a.isolation_max_drop))
+                .map(|(inj, analysis)| abnormal_input(inj, Some(analysis), t.isolation_max_drop))
                 .collect();
             with_repeats(g, &reps)
         },
-        resources: resources(
-            r.resources.map(|res| &res.overall),
-            r.resources.and_then(|res| res.soak.as_ref()),
-            engine_soak,
-        ),
-    }
+        resources: resources(&r.resources, t, slo_failed),
+        slo,
+    };
+    gates.allow_unjudged(&t.allow_unjudged);
+    gates
 }
 
 /// Fails `g` when any repeat did not pass, naming them (`repeat #2, #3 failed`) after
@@ -447,7 +699,11 @@ fn fail_repeats(g: &mut Gate, passed: &[bool], what: &str) {
         .collect();
     if !bad.is_empty() {
         g.pass = false;
+        g.state = State::Fail;
         let why = format!("repeat {} {what}", bad.join(", "));
+        if g.brief.is_empty() {
+            g.brief = why.clone();
+        }
         g.reason = Some(
             g.reason
                 .take()

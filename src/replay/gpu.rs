@@ -21,7 +21,9 @@ use std::{
 use serde::Serialize;
 
 use super::fetch::{Fetcher, Got};
-use crate::calibrate::dcgm::{FB_FREE, FB_USED, POWER, SM_CLOCK, TEMP, UTIL, XID};
+use crate::calibrate::dcgm::{
+    FB_FREE, FB_USED, POWER, SM_CLOCK, TEMP, THROTTLE, THROTTLE_BENIGN, UTIL, XID,
+};
 pub use crate::calibrate::dcgm::{Reading, SERIES, parse};
 
 /// How often the exporters are scraped.
@@ -41,6 +43,9 @@ pub struct GpuFigures {
     pub gpu_temperature_max_c: Option<f64>,
     pub gpu_sm_clock_min_mhz: Option<f64>,
     pub gpu_xid_errors: Option<u64>,
+    /// The highest share, over the GPUs, of a GPU's samples whose clock throttle reasons
+    /// (idle and application-clock settings aside) were set.
+    pub throttle_share: Option<f64>,
     /// The figures no exporter had a value for.
     pub absent: Vec<&'static str>,
 }
@@ -70,6 +75,28 @@ pub fn figures(all: &[Reading], lo: f64, hi: f64) -> GpuFigures {
             }
         }
     }
+    let mut throttled: BTreeMap<&(usize, String), (u64, u64)> = BTreeMap::new();
+    for r in &inside {
+        let Some(v) = r.values[THROTTLE] else {
+            continue;
+        };
+        let e = throttled.entry(&r.gpu).or_default();
+        e.0 += 1;
+        // The mask is an integer; a float that is not one is taken as set.
+        let bits = if v >= 0.0 && v.fract() == 0.0 {
+            v as u64
+        } else {
+            u64::MAX
+        };
+        if bits & !THROTTLE_BENIGN != 0 {
+            e.1 += 1;
+        }
+    }
+    let throttle_share = throttled
+        .values()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, set)| *set as f64 / *n as f64)
+        .reduce(f64::max);
     let mut scrapes: Vec<f64> = inside.iter().map(|r| r.t_s).collect();
     scrapes.dedup();
     let gpus: std::collections::BTreeSet<&(usize, String)> =
@@ -84,6 +111,7 @@ pub fn figures(all: &[Reading], lo: f64, hi: f64) -> GpuFigures {
         gpu_temperature_max_c: max(col(TEMP)),
         gpu_sm_clock_min_mhz: min(col(SM_CLOCK)),
         gpu_xid_errors: xid,
+        throttle_share,
         absent: Vec::new(),
     };
     let named = [
@@ -93,9 +121,22 @@ pub fn figures(all: &[Reading], lo: f64, hi: f64) -> GpuFigures {
         ("gpu_temperature", f.gpu_temperature_max_c.is_none()),
         ("gpu_sm_clock", f.gpu_sm_clock_min_mhz.is_none()),
         ("gpu_xid_errors", f.gpu_xid_errors.is_none()),
+        ("throttle_share", f.throttle_share.is_none()),
     ];
     f.absent = named.iter().filter(|(_, a)| *a).map(|(n, _)| *n).collect();
     f
+}
+
+/// The GPUs whose XID value was non-zero at their first scrape (taken before warm-up):
+/// an error latched before the run; `None` when no exporter serves XIDs.
+pub fn xid_before_run(all: &[Reading]) -> Option<u64> {
+    let mut first: BTreeMap<&(usize, String), f64> = BTreeMap::new();
+    for r in all {
+        if let Some(v) = r.values[XID] {
+            first.entry(&r.gpu).or_insert(v);
+        }
+    }
+    (!first.is_empty()).then(|| first.values().filter(|v| **v != 0.0).count() as u64)
 }
 
 /// A soak's accelerators, first quarter against last: framebuffer growth past
@@ -242,6 +283,10 @@ pub struct ResourcesOut {
     pub scrape_attempts: u64,
     pub failed_scrapes: u64,
     pub last_error: Option<String>,
+    /// GPUs whose XID was non-zero at the first scrape, before the run's load.
+    pub gpu_xid_before_run: Option<u64>,
+    /// Engine restarts seen in its metrics during the run (`null`: not read).
+    pub engine_restarts: Option<u64>,
     #[serde(flatten)]
     pub overall: GpuFigures,
     #[serde(skip_serializing_if = "Option::is_none")]

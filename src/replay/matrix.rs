@@ -10,6 +10,11 @@
 //! 1.0 is linear scaling. Like `--compare A B`, runs whose key contract fields differ
 //! (profile, load mode, SLO, task, model, revision, precision) are refused unless
 //! `--allow-different`, and the refusal names the run and the fields.
+//!
+//! The matrix opens with the verdict table ([`super::verdicts`]); a run that failed a gate
+//! is FAILED in its column header, and the ranking (by effective goodput at each run's
+//! operating point) holds only the runs that passed; the failed ones are listed apart
+//! with the gates they failed.
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +22,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    compare::{CompareError, key_differences, read},
+    compare::{CompareError, key_differences, last_line, read},
     report::{md::num, table::Table},
+    verdicts::{self, RunVerdict},
 };
 
 /// One run's column.
@@ -43,6 +49,13 @@ pub struct Matrix {
     pub rows: Vec<(String, Vec<Option<f64>>)>,
     /// Key contract fields that differ from the first run (with --allow-different).
     pub differences: Vec<String>,
+    /// Each run's verdict, in column order.
+    pub verdicts: Vec<RunVerdict>,
+    /// The runs that passed every gate, best first by effective goodput (a run without
+    /// `passed`, from an older report, is not ranked).
+    pub ranking: Vec<String>,
+    /// The runs that failed a gate: never ranked.
+    pub failed: Vec<String>,
 }
 
 fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
@@ -151,16 +164,78 @@ pub fn build(names: &[String], reports: &[Value], differences: Vec<String>) -> M
             )
         })
         .collect();
+    let verdicts: Vec<RunVerdict> = reports
+        .iter()
+        .zip(names)
+        .map(|(r, n)| verdicts::of(n, r))
+        .collect();
+    let mut passed: Vec<(&String, Option<f64>)> = reports
+        .iter()
+        .zip(names)
+        .zip(&verdicts)
+        .filter(|(_, v)| v.passed == Some(true))
+        .map(|((r, n), _)| (n, goodput(r)))
+        .collect();
+    // Best first; a run without a goodput figure last.
+    passed.sort_by(|a, b| {
+        b.1.unwrap_or(f64::NEG_INFINITY)
+            .total_cmp(&a.1.unwrap_or(f64::NEG_INFINITY))
+    });
     Matrix {
         columns,
         rows,
         differences,
+        ranking: passed.into_iter().map(|(n, _)| n.clone()).collect(),
+        failed: verdicts
+            .iter()
+            .filter(|v| v.failed())
+            .map(|v| v.run.clone())
+            .collect(),
+        verdicts,
     }
 }
 
+/// The ranking of the passed runs, and the failed ones apart.
+fn ranking(m: &Matrix) -> Table {
+    let mut t = Table::new(
+        "Ranking of the runs that passed",
+        &["rank", "run", "effective goodput tok/s"],
+    );
+    t.intro = Some(
+        "Only runs that passed every gate are ranked, by effective goodput at their operating point.".into(),
+    );
+    let goodput = |run: &str| {
+        let k = m.columns.iter().position(|c| c.report == run)?;
+        m.rows
+            .first()
+            .and_then(|(_, v)| v.get(k).copied().flatten())
+    };
+    for (i, run) in m.ranking.iter().enumerate() {
+        t.row([(i + 1).to_string(), run.clone(), num(goodput(run), 2)]);
+    }
+    t
+}
+
+fn failed_runs(m: &Matrix) -> Option<Table> {
+    if m.failed.is_empty() {
+        return None;
+    }
+    let mut t = Table::new("Runs that FAILED (not ranked)", &["run", "failed gates"]);
+    for v in m.verdicts.iter().filter(|v| v.failed()) {
+        t.row([v.run.clone(), v.failed_gates().join("; ")]);
+    }
+    Some(t)
+}
+
 fn table(m: &Matrix) -> Table {
+    let labels: Vec<String> = m
+        .columns
+        .iter()
+        .zip(&m.verdicts)
+        .map(|(c, v)| verdicts::header(&c.label, v))
+        .collect();
     let mut head: Vec<&str> = vec![""];
-    head.extend(m.columns.iter().map(|c| c.label.as_str()));
+    head.extend(labels.iter().map(String::as_str));
     let mut t = Table::new("Runs side by side", &head);
     t.intro = Some(
         "Numbers over every measured request of each run; goodput and cost at each run's operating point. Scaling efficiency: effective goodput ÷ (cards × per-card goodput of the run with the fewest cards of the same model, hardware and software).".into(),
@@ -205,6 +280,11 @@ pub fn run(paths: &[PathBuf], out: &Path, allow_different: bool) -> Result<Strin
     let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     let m = build(&names, &reports, differences);
     let t = table(&m);
+    let names: Vec<String> = m.columns.iter().map(|c| c.report.clone()).collect();
+    let verdict_table = verdicts::table(&names, &m.verdicts);
+    let mut tables = vec![verdict_table, ranking(&m)];
+    tables.extend(failed_runs(&m));
+    tables.push(t);
     let mut md = String::from("# goodput replay: comparison matrix\n");
     if !m.differences.is_empty() {
         md.push_str(&format!(
@@ -212,10 +292,13 @@ pub fn run(paths: &[PathBuf], out: &Path, allow_different: bool) -> Result<Strin
             m.differences.join(" | ")
         ));
     }
-    md.push_str(&t.md());
+    for t in &tables {
+        md.push_str(&t.md());
+    }
+    md.push_str(&last_line(&m.verdicts));
+    let body: String = tables.iter().map(Table::html).collect();
     let html = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}</style></head><body><h1>goodput replay: comparison matrix</h1>{}</body></html>\n",
-        t.html()
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}td.pass{{background:#e3f6e3}}td.fail{{background:#fbe3e3}}</style></head><body><h1>goodput replay: comparison matrix</h1>{body}</body></html>\n"
     );
     let json = serde_json::to_string_pretty(&m).map_err(|e| CompareError::Write {
         path: out.join("compare.json").display().to_string(),

@@ -36,6 +36,7 @@
 //! - [`repeats`]: `--repeat`, mean and 95% confidence interval per level.
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
+//! - `verdicts`: the verdict table every comparison opens with (each run's gates).
 //! - `compare`: `--compare A B`.
 //! - `matrix`: `--compare A B C …`, the matrix with scaling efficiency.
 
@@ -61,6 +62,7 @@ pub mod report;
 mod session;
 pub mod tables;
 pub mod tally;
+mod verdicts;
 
 use std::{
     future::Future,
@@ -138,6 +140,21 @@ pub struct Finished {
 }
 
 impl Finished {
+    /// The terminal's last line, which always agrees with [`Finished::exit_code`]:
+    /// `PASSED`, `FAILED: ` and the failed gates in brief, or `NOT JUDGED: ...`.
+    pub fn verdict_line(&self) -> String {
+        if self.report.verdicts.is_empty() {
+            return "NOT JUDGED: no measured request, nothing to judge the run by".to_owned();
+        }
+        let line = self.report.gates.verdict_line();
+        // `passed` also needs a class verdict, so the line follows it, not the gates alone.
+        match (self.report.passed, line.starts_with("PASSED")) {
+            (true, true) | (false, false) => line,
+            (true, false) => "PASSED".to_owned(),
+            (false, true) => "FAILED: no SLO class was judged".to_owned(),
+        }
+    }
+
     /// 0 when every gate passed, 1 when one failed, 2 when nothing could be judged.
     pub fn exit_code(&self) -> u8 {
         match (self.report.verdicts.is_empty(), self.report.passed) {
@@ -576,7 +593,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
             Ok(done) => {
                 let r = &done.report;
                 for v in &r.verdicts {
-                    println!("{}: {}", v.class, v.verdict);
+                    println!("slo gate, class {}: {}", v.class, v.verdict);
                 }
                 println!(
                     "max stable concurrency: {}; report: {}",
@@ -584,6 +601,8 @@ pub fn run(args: ReplayArgs) -> ExitCode {
                         .map_or("-".into(), |c| c.to_string()),
                     done.dir.join("report.html").display()
                 );
+                // Last, so whoever reads the screen and not the exit code reads the verdict.
+                println!("{}", done.verdict_line());
                 ExitCode::from(done.exit_code())
             }
             Err(e) => {

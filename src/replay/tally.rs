@@ -230,6 +230,8 @@ pub struct Stats {
     pub attainment: Option<f64>,
     pub output_tokens: u64,
     pub effective_output_tokens: u64,
+    /// Requests that met their SLO and, if a quality probe, answered correctly.
+    pub effective_requests: u64,
     /// Output tokens of requests that missed their SLO (wasted spend).
     pub missed_output_tokens: u64,
     pub effective_goodput_tokens_per_s: f64,
@@ -322,6 +324,7 @@ impl Stats {
             attainment: ratio(met.len() as u64, met.len() as u64 + missed),
             output_tokens,
             effective_output_tokens: effective,
+            effective_requests: good.len() as u64,
             missed_output_tokens,
             effective_goodput_tokens_per_s: per_s(effective, duration_s),
             raw_output_tokens_per_s: per_s(output_tokens, duration_s),

@@ -23,7 +23,9 @@ fn quality_needs_its_minimum_on_every_repeat() {
     assert!(bad.reason.unwrap().contains("9 of 20 probes passed"));
     assert!(quality(Some(&q(20, 19)), None, 0.9).pass);
     // No probe answered: nothing shows the answers are right.
-    assert!(!quality(Some(&q(0, 0)), None, 0.5).pass);
+    let none = quality(Some(&q(0, 0)), None, 0.5);
+    assert!(!none.pass && none.state == State::Unjudged);
+    assert_eq!(bad_brief(), "9/20 probes");
     let reps = [q(10, 10), q(10, 7), q(10, 10)];
     let g = quality(Some(&q(30, 27)), Some(&reps), 0.8);
     assert!(!g.pass, "{g:?}");
@@ -33,16 +35,16 @@ fn quality_needs_its_minimum_on_every_repeat() {
     assert_eq!(r.ci.n, 3);
 }
 
-fn verdict(class: &str, pass: bool, attainment: f64, target: f64) -> Verdict {
-    Verdict {
+fn bad_brief() -> String {
+    quality(Some(&q(20, 9)), None, 1.0).brief
+}
+
+fn verdict(class: &str, pass: bool, attainment: f64, target: f64) -> ClassResult {
+    ClassResult {
         class: class.into(),
-        verdict: if pass { "pass" } else { "fail" },
-        judged_at: "c=4".into(),
-        requests: 100,
+        pass,
         attainment: Some(attainment),
         attainment_target: target,
-        percentile_targets: Vec::new(),
-        max_stable_concurrency: None,
         reason: (!pass).then(|| "attainment low".to_owned()),
     }
 }
@@ -64,24 +66,163 @@ fn slo_names_the_tightest_class_and_fails_on_any_repeat() {
     assert!(!slo(&[], None).pass);
 }
 
+fn limits() -> Thresholds {
+    Thresholds {
+        quality_min: 1.0,
+        isolation_max_drop: 5.0,
+        max_throttle_share: 0.05,
+        max_preemptions: None,
+        host_memory_min_share: 0.05,
+        allow_unjudged: Vec::new(),
+    }
+}
+
+fn scraped(attempts: u64, failed: u64) -> Option<ScrapeCount> {
+    Some(ScrapeCount {
+        attempts,
+        failed,
+        last_error: (failed > 0).then(|| "connection refused".to_owned()),
+    })
+}
+
 #[test]
-fn resources_fail_on_xid_and_drift_and_say_absent() {
-    assert!(!resources(None, None, None).judged);
-    let mut f = GpuFigures {
-        gpu_xid_errors: Some(0),
-        ..GpuFigures::default()
+fn resources_fail_on_xid_and_drift() {
+    let t = limits();
+    let none = ResourceFigures::default();
+    let g = resources(&none, &t, false);
+    assert!(g.pass && !g.judged && g.state == State::NotRequested);
+    let mut f = ResourceFigures {
+        gpu_scrapes: scraped(10, 0),
+        xid_before_run: Some(0),
+        xid_during_run: Some(0),
+        ..ResourceFigures::default()
     };
-    assert!(resources(Some(&f), None, None).pass);
-    f.gpu_xid_errors = Some(2);
-    let g = resources(Some(&f), None, None);
-    assert!(!g.pass);
+    assert!(resources(&f, &t, false).pass);
+    f.xid_during_run = Some(2);
+    let g = resources(&f, &t, false);
+    assert!(!g.pass && g.state == State::Fail);
     assert_eq!(g.actual, Some(2.0));
-    f.gpu_xid_errors = None;
-    let g = resources(Some(&f), None, None);
-    assert!(g.pass && g.actual.is_none());
-    let reasons = ["KV-cache usage grew".to_owned()];
-    assert!(!resources(None, None, Some((Some(false), &reasons))).pass);
-    assert!(resources(None, None, Some((None, &reasons))).pass);
+    f.xid_during_run = None;
+    f.xid_before_run = Some(1);
+    let g = resources(&f, &t, false);
+    assert!(
+        !g.pass && g.reason.unwrap().contains("present before the run"),
+        "an error latched before the run is a sick GPU"
+    );
+    let drift = ResourceFigures {
+        soak_checked: true,
+        drift: vec!["KV-cache usage grew".to_owned()],
+        ..ResourceFigures::default()
+    };
+    assert!(!resources(&drift, &t, false).pass);
+}
+
+#[test]
+fn resources_see_nothing_from_an_exporter_that_rarely_answers() {
+    let t = limits();
+    // 9 of 10 answered: enough.
+    let f = ResourceFigures {
+        gpu_scrapes: scraped(10, 1),
+        xid_during_run: Some(0),
+        ..ResourceFigures::default()
+    };
+    assert!(resources(&f, &t, false).pass);
+    let f = ResourceFigures {
+        gpu_scrapes: scraped(10, 10),
+        ..ResourceFigures::default()
+    };
+    let g = resources(&f, &t, false);
+    assert!(!g.pass && !g.judged && g.state == State::Unjudged, "{g:?}");
+    assert_eq!(
+        g.brief,
+        "unjudged: gpu exporter unreachable: connection refused"
+    );
+    let f = ResourceFigures {
+        gpu_scrapes: scraped(10, 2),
+        ..ResourceFigures::default()
+    };
+    let g = resources(&f, &t, false);
+    assert!(g.reason.unwrap().contains("answered 8 of 10 scrapes"));
+    // Allowed unjudged: it passes, and says so.
+    let mut gates = of_run(Figures {
+        thresholds: &Thresholds {
+            allow_unjudged: vec![GateName::Resources],
+            ..limits()
+        },
+        classes: &[verdict("a", true, 0.99, 0.9)],
+        classes_per_repeat: None,
+        quality: None,
+        quality_per_repeat: None,
+        recovery: None,
+        injected: &[],
+        injection: None,
+        injection_per_repeat: None,
+        resources: f.clone(),
+    });
+    assert!(gates.pass() && gates.resources.allowed_unjudged);
+    assert_eq!(
+        gates.verdict_line(),
+        "PASSED (unjudged, allowed: resources)"
+    );
+    gates.resources.pass = false;
+    assert!(
+        gates
+            .verdict_line()
+            .starts_with("FAILED: resources (unjudged: gpu exporter answered 8 of 10")
+    );
+}
+
+#[test]
+fn resources_judge_throttling_preemptions_restarts_and_host_memory() {
+    let t = limits();
+    let base = ResourceFigures {
+        gpu_scrapes: scraped(10, 0),
+        xid_during_run: Some(0),
+        ..ResourceFigures::default()
+    };
+    let f = ResourceFigures {
+        throttle_share: Some(0.2),
+        ..base.clone()
+    };
+    let g = resources(&f, &t, false);
+    assert!(g.reason.unwrap().contains("throttled in 20.0%"));
+    let f = ResourceFigures {
+        throttle_share: Some(0.05),
+        ..base.clone()
+    };
+    assert!(resources(&f, &t, false).pass);
+    let f = ResourceFigures {
+        engine_read: true,
+        preemptions: Some(3.0),
+        ..base.clone()
+    };
+    assert!(
+        resources(&f, &t, false).pass,
+        "preemptions while the SLO holds"
+    );
+    assert!(!resources(&f, &t, true).pass, "preemptions while it fails");
+    let strict = Thresholds {
+        max_preemptions: Some(2.0),
+        ..limits()
+    };
+    assert!(!resources(&f, &strict, false).pass);
+    let f = ResourceFigures {
+        engine_read: true,
+        engine_restarts: Some(1),
+        ..base.clone()
+    };
+    assert!(!resources(&f, &t, false).pass);
+    let f = ResourceFigures {
+        host_scrapes: scraped(10, 0),
+        host_memory_available_min_share: Some(0.03),
+        ..base
+    };
+    let g = resources(&f, &t, false);
+    assert!(
+        g.reason
+            .unwrap()
+            .contains("host memory available fell to 3.0%")
+    );
 }
 
 fn injected(status: Option<u16>, outcome: Outcome) -> Sample {
@@ -143,6 +284,9 @@ fn a_gate_judged_on_each_repeat_fails_on_one() {
     let pass = |actual| Gate {
         pass: true,
         judged: true,
+        state: State::Pass,
+        allowed_unjudged: false,
+        brief: String::new(),
         measure: "share",
         target: Some(1.0),
         actual: Some(actual),

@@ -18,6 +18,10 @@ fn exporter(util: [u32; 2], fb_used: [u32; 2], xid: [u32; 2], clock: u32) -> Str
         ),
         ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
         ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+        (
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+            "Current clock throttle reasons.",
+        ),
     ] {
         t.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
         for gpu in 0..2 {
@@ -29,6 +33,8 @@ fn exporter(util: [u32; 2], fb_used: [u32; 2], xid: [u32; 2], clock: u32) -> Str
                 "DCGM_FI_DEV_GPU_UTIL" => util[gpu].to_string(),
                 "DCGM_FI_DEV_XID_ERRORS" => xid[gpu].to_string(),
                 "DCGM_FI_DEV_FB_FREE" => (81920 - fb_used[gpu]).to_string(),
+                // Idle (0x1): no trouble.
+                "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" => "1".into(),
                 _ => fb_used[gpu].to_string(),
             };
             t.push_str(&format!(
@@ -92,13 +98,47 @@ fn absent_series_are_absent_not_zero() {
             "gpu_power",
             "gpu_temperature",
             "gpu_sm_clock",
-            "gpu_xid_errors"
+            "gpu_xid_errors",
+            "throttle_share"
         ]
     );
     let json = serde_json::to_value(&f).unwrap();
     assert_eq!(json["gpu_xid_errors"], serde_json::Value::Null);
     let none = figures(&[], 0.0, 1.0);
     assert_eq!((none.gpus, none.gpu_utilization_mean), (0, None));
+}
+
+#[test]
+fn throttling_is_the_worst_gpus_share_of_samples_with_a_reason_that_matters() {
+    // GPU 0: idle (0x1) and application clocks (0x2) only; GPU 1: a hardware slowdown
+    // (0x8) in one sample of five, under the newer series name.
+    let mut all = Vec::new();
+    for i in 0..5u32 {
+        let gpu1 = if i == 2 { 0x8 | 0x1 } else { 0 };
+        let text = format!(
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{gpu=\"0\"}} 3\n\
+             DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{gpu=\"1\"}} {gpu1}\n"
+        );
+        all.extend(parse(&text, 0, f64::from(i)));
+    }
+    let f = figures(&all, 0.0, 4.0);
+    assert_eq!(f.throttle_share, Some(0.2));
+}
+
+#[test]
+fn an_xid_latched_before_the_run_is_counted_apart() {
+    let mut all = Vec::new();
+    for t in 0..3 {
+        all.extend(parse(
+            &exporter([50, 50], [9000, 9000], [0, 3], 1900),
+            0,
+            f64::from(t),
+        ));
+    }
+    assert_eq!(xid_before_run(&all), Some(1));
+    // Already there at the first scrape: not new during the window.
+    assert_eq!(figures(&all, 1.0, 2.0).gpu_xid_errors, Some(0));
+    assert_eq!(xid_before_run(&[]), None);
 }
 
 #[test]

@@ -10,14 +10,18 @@ use super::{
 };
 use crate::replay::gpu::GpuFigures;
 
-fn verdict_cell(pass: bool, judged: bool) -> Cell {
+fn verdict_cell(g: &crate::replay::gates::Gate) -> Cell {
+    use crate::replay::gates::State;
+    let text = match g.state {
+        State::Unjudged if g.allowed_unjudged => "unjudged (allowed)".to_owned(),
+        s => s.as_str().to_owned(),
+    };
     Cell {
-        text: match (judged, pass) {
-            (false, _) => "not judged".into(),
-            (true, true) => "pass".into(),
-            (true, false) => "fail".into(),
+        text,
+        verdict: match g.state {
+            State::NotRequested => None,
+            _ => Some(if g.pass { "pass" } else { "fail" }),
         },
-        verdict: judged.then_some(if pass { "pass" } else { "fail" }),
     }
 }
 
@@ -36,7 +40,7 @@ pub fn gates(r: &Report) -> Table {
         &["gate", "result", "measure", "target", "actual", "why"],
     );
     t.intro = Some(
-        "The run passes only when every gate passes; the exit code is 1 when one fails.".into(),
+        "The run passes only when every gate passes; the exit code is 1 when one fails. A gate asked for but with nothing to judge it by is unjudged, and fails the run unless --allow-unjudged names it.".into(),
     );
     for (name, g) in r.gates.all() {
         let mut why = g.reason.clone().unwrap_or_default();
@@ -63,7 +67,7 @@ pub fn gates(r: &Report) -> Table {
                 iso.max_drop_points
             );
         }
-        let mut row = vec![Cell::from(name.to_owned()), verdict_cell(g.pass, g.judged)];
+        let mut row = vec![Cell::from(name.to_owned()), verdict_cell(g)];
         row.extend(
             [
                 g.measure.to_owned(),

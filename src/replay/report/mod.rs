@@ -224,8 +224,68 @@ fn fail_on_soak_drift(
 
 /// What the gates read besides the steps and verdicts.
 struct Judges<'a> {
+    /// `--node-metrics` was given.
+    node_metrics: bool,
     attribution: Option<&'a super::attribution::AttributionOut>,
     resources: Option<&'a super::gpu::ResourcesOut>,
+}
+
+/// A class's verdict as the `slo` gate reads it.
+fn class_result(v: &json::Verdict) -> gates::ClassResult {
+    gates::ClassResult {
+        class: v.class.clone(),
+        pass: v.verdict == "pass",
+        attainment: v.attainment,
+        attainment_target: v.attainment_target,
+        reason: v.reason.clone(),
+    }
+}
+
+/// What the `resources` gate reads from the exporters' and the engine's figures.
+fn resource_figures(with: Judges<'_>) -> gates::ResourceFigures {
+    let mut f = gates::ResourceFigures::default();
+    if with.node_metrics {
+        // Asked for and not read: the host is not judged, and the gate must say so.
+        f.host_scrapes = Some(gates::ScrapeCount {
+            attempts: 0,
+            failed: 0,
+            last_error: Some("host figures are not read by this version".into()),
+        });
+    }
+    if let Some(r) = with.resources {
+        f.gpu_scrapes = Some(gates::ScrapeCount {
+            attempts: r.scrape_attempts,
+            failed: r.failed_scrapes,
+            last_error: r.last_error.clone(),
+        });
+        f.xid_before_run = r.gpu_xid_before_run;
+        f.xid_during_run = r.overall.gpu_xid_errors;
+        f.throttle_share = r.overall.throttle_share;
+        if let Some(s) = &r.soak {
+            f.soak_checked |= s.holds.is_some();
+            if s.holds == Some(false) {
+                f.drift.extend(s.reasons.iter().cloned());
+            }
+        }
+    }
+    if let Some(at) = with
+        .attribution
+        .filter(|at| at.engine.is_some() && at.scrapes > 0)
+    {
+        f.engine_read = true;
+        f.engine_restarts = Some(u64::from(at.overall.engine_restarted));
+        f.preemptions = at.overall.preemptions;
+        if let Some(s) = &at.soak {
+            f.soak_checked |= s.holds.is_some();
+            if s.holds == Some(false) {
+                f.drift.push(format!(
+                    "the engine's resources drifted: {}",
+                    s.reasons.join("; ")
+                ));
+            }
+        }
+    }
+    f
 }
 
 /// The injection report, the probes' quality and the gates of the run.
@@ -287,18 +347,42 @@ fn checks_of(
                 })
                 .collect()
         });
-    let gates = gates::of_run(gates::RunGates {
-        injection_per_repeat,
-        args: a,
-        steps,
-        verdicts: &j.verdicts,
-        per_repeat: j.per_repeat.as_deref(),
+    // Repeat k of a level is step index ≡ k (mod n) (see the steps mode's session).
+    let quality_per_repeat: Option<Vec<super::probes::Quality>> = (a.mode == Mode::Steps && n > 1)
+        .then(|| {
+            (0..n)
+                .map(|k| {
+                    let mut q = super::probes::Quality::default();
+                    for s in steps.iter().filter(|s| s.index % n == k) {
+                        if let Some(sq) = &s.quality {
+                            q.probes += sq.probes;
+                            q.passed += sq.passed;
+                        }
+                    }
+                    q.pass_rate = (q.probes > 0).then(|| q.passed as f64 / q.probes as f64);
+                    q
+                })
+                .collect()
+        });
+    let classes: Vec<gates::ClassResult> = j.verdicts.iter().map(class_result).collect();
+    let classes_per_repeat: Option<Vec<Vec<gates::ClassResult>>> =
+        j.per_repeat.as_ref().map(|reps| {
+            reps.iter()
+                .map(|v| v.iter().map(class_result).collect())
+                .collect()
+        });
+    let thresholds = a.thresholds();
+    let gates = gates::of_run(gates::Figures {
+        thresholds: &thresholds,
+        classes: &classes,
+        classes_per_repeat: classes_per_repeat.as_deref(),
         quality: quality.as_ref(),
+        quality_per_repeat: quality_per_repeat.as_deref(),
         recovery: i.recovery.as_ref(),
         injected: &injected,
         injection: injection.as_ref(),
-        resources: with.resources,
-        attribution: with.attribution,
+        injection_per_repeat,
+        resources: resource_figures(with),
     });
     (injection, quality, gates)
 }
@@ -336,13 +420,19 @@ pub fn build(i: &Inputs<'_>) -> Report {
         .scrapes
         .map(|sc| attribution(sc, &steps, &measured, i.runs, a));
     fail_on_soak_drift(&mut j.verdicts, attribution.as_ref(), &mut notes);
-    let resources = i.telemetry.map(|t| resources(t, &windows, i.runs, a));
+    let mut resources = i.telemetry.map(|t| resources(t, &windows, i.runs, a));
+    if let (Some(r), Some(at)) = (resources.as_mut(), attribution.as_ref())
+        && at.engine.is_some()
+    {
+        r.engine_restarts = Some(u64::from(at.overall.engine_restarted));
+    }
     let (injection, quality, gates) = checks_of(
         i,
         &steps,
         &measured,
         &j,
         Judges {
+            node_metrics: !a.node_metrics.is_empty(),
             attribution: attribution.as_ref(),
             resources: resources.as_ref(),
         },
@@ -424,6 +514,8 @@ fn resources(
         scrape_attempts: t.scrapes,
         failed_scrapes: t.failed_scrapes,
         last_error: t.last_error.clone(),
+        gpu_xid_before_run: super::gpu::xid_before_run(&t.readings),
+        engine_restarts: None,
         overall: super::gpu::figures(&t.readings, lo, hi),
         soak,
     }

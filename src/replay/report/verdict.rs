@@ -258,11 +258,13 @@ pub fn cost(cost: Option<&Cost>, point: Option<&Stats>, stable: Option<u32>) -> 
             .filter(|t| *t > 0.0 && t.is_finite())
             .map(|t| c.per_hour / (t * 3600.0) * unit)
     };
+    // Effective = met its SLO and, for a quality probe, answered correctly: a wrong
+    // answer is paid for and worth nothing.
     let effective_requests_per_s = point.map(|p| {
         if p.requests == 0 {
             0.0
         } else {
-            p.requests_per_s * p.slo_met as f64 / p.requests as f64
+            p.requests_per_s * p.effective_requests as f64 / p.requests as f64
         }
     });
     Some(CostOut {
@@ -276,9 +278,11 @@ pub fn cost(cost: Option<&Cost>, point: Option<&Stats>, stable: Option<u32>) -> 
         cost_per_million_raw_tokens: per_hour_over(point.map(|p| p.raw_output_tokens_per_s), 1e6),
         cost_per_request: per_hour_over(point.map(|p| p.requests_per_s), 1.0),
         cost_per_effective_request: per_hour_over(effective_requests_per_s, 1.0),
-        wasted_share: point
-            .filter(|p| p.output_tokens > 0)
-            .map(|p| p.missed_output_tokens as f64 / p.output_tokens as f64),
+        // Every output token that was not effective: missed SLOs, failed probes, errors.
+        wasted_share: point.filter(|p| p.output_tokens > 0).map(|p| {
+            p.output_tokens.saturating_sub(p.effective_output_tokens) as f64
+                / p.output_tokens as f64
+        }),
         cost_per_stable_user_per_month: stable
             .filter(|s| *s > 0)
             .map(|s| c.per_hour * HOURS_PER_MONTH / f64::from(s)),

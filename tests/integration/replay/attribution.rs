@@ -256,7 +256,9 @@ async fn a_soak_whose_kv_cache_keeps_growing_fails_saying_so() {
         c["cost_per_million_effective_tokens"].as_f64().unwrap(),
         12.0 / (goodput * 3600.0) * 1e6
     ));
-    let wasted = o["missed_output_tokens"].as_f64().unwrap() / o["output_tokens"].as_f64().unwrap();
+    // Wasted: every output token that was not effective (missed, failed probe, error).
+    let wasted =
+        1.0 - o["effective_output_tokens"].as_f64().unwrap() / o["output_tokens"].as_f64().unwrap();
     assert!(close(c["wasted_share"].as_f64().unwrap(), wasted), "{c}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("EUR per request"), "{md}");

@@ -44,7 +44,7 @@ fn write_config(dir: &Path) -> PathBuf {
 }
 
 /// A steps run at concurrency 2 with `extra` flags, into `dir/out`.
-fn steps(dir: &Path, url: &str, out: &str, extra: &[&str]) -> Vec<String> {
+pub(super) fn steps(dir: &Path, url: &str, out: &str, extra: &[&str]) -> Vec<String> {
     let (profile, config) = (write_profile(dir), write_config(dir));
     let mut a: Vec<String> = [
         "--profile",
@@ -73,7 +73,7 @@ fn steps(dir: &Path, url: &str, out: &str, extra: &[&str]) -> Vec<String> {
     a
 }
 
-fn parsed(list: &[String]) -> replay::ReplayArgs {
+pub(super) fn parsed(list: &[String]) -> replay::ReplayArgs {
     let strs: Vec<&str> = list.iter().map(String::as_str).collect();
     args(&strs)
 }
@@ -111,10 +111,13 @@ async fn probes_that_all_answer_wrongly_fail_the_run() {
     // Fast enough: the SLO itself holds, so only the wrong answers fail the run.
     assert_eq!(g["slo"]["pass"], true, "{g}");
     assert_eq!(r["verdict"]["interactive"], "pass");
-    for gate in ["recovery", "abnormal_input", "resources"] {
+    for gate in ["recovery", "abnormal_input"] {
         assert_eq!(g[gate]["pass"], true, "{gate}");
         assert_eq!(g[gate]["judged"], false, "{gate}");
+        assert_eq!(g[gate]["state"], "not requested", "{gate}");
     }
+    // The simulator's engine metrics are read: no restart, no preemption.
+    assert_eq!(g["resources"]["state"], "pass", "{g}");
     // Wrong answers are no effective output: half the requests are probes.
     let s = &r["steps"][0];
     let (effective, met) = (
@@ -124,6 +127,15 @@ async fn probes_that_all_answer_wrongly_fail_the_run() {
     let probes_n = s["quality"]["probes"].as_u64().unwrap();
     assert!(probes_n >= 4, "{s}");
     assert!(effective < met, "{effective} < {met}");
+    // Nor effective requests: every probe answered wrongly, so the effective requests
+    // are at most the profile's, and their tokens are wasted.
+    let requests = s["requests"].as_u64().unwrap();
+    assert_eq!(
+        s["effective_requests"].as_u64().unwrap(),
+        s["slo_met"].as_u64().unwrap() - probes_n,
+        "{s}"
+    );
+    assert!(s["effective_requests"].as_u64().unwrap() < requests);
     let md = std::fs::read_to_string(done.dir.join("report.md")).unwrap();
     assert!(
         md.contains("## Gates") && md.contains("| quality | **fail** |"),
@@ -336,6 +348,11 @@ fn exposition(n: u64) -> Bytes {
             "DCGM_FI_DEV_FB_USED",
             "Framebuffer memory used (in MiB).",
             ["70559", "69559"],
+        ),
+        (
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+            "Current clock throttle reasons.",
+            ["1", "1"],
         ),
     ] {
         t.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));

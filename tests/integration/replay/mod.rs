@@ -23,6 +23,7 @@ use serde_json::Value;
 
 mod acceptance;
 mod attribution;
+mod decisions;
 mod filter;
 mod gates;
 mod inject;

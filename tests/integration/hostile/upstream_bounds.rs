@@ -222,29 +222,26 @@ async fn bytes_after_a_complete_response_close_the_connection_and_are_counted() 
         let answer = Script::new(vec![Step::Write(Bytes::from_static(
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirstHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale",
         ))]);
-        let fake = FakeUpstream::start_sequence(vec![answer, next()]).await;
-        let proxy = proxy(&fake, relay, |_| {}).await;
-        let (raw, _) = raw_exchange(proxy.proxy_addr, &post(), WAIT).await;
-        assert_eq!(
-            status_and_body(&raw),
-            (200, b"first".to_vec()),
-            "{}",
-            path(relay)
-        );
-        assert_eq!(
-            wait_metric(proxy.admin_addr, UNSOLICITED, 1.0).await,
-            1.0,
-            "{}",
-            path(relay)
-        );
-        next_gets_its_own_answer(&proxy, &fake, 2).await;
-        assert_eq!(
-            fake.connections(),
-            2,
-            "{}: the connection was reused",
-            path(relay)
-        );
+        unsolicited_close_the_connection(answer, relay).await;
     }
+}
+
+/// `answer` (a response with bytes after it) gets the client its first response; the
+/// connection is closed and counted, never reused; the next request gets its own answer.
+/// Returns the proxy for further checks.
+async fn unsolicited_close_the_connection(answer: Script, relay: bool) -> Running {
+    let fake = FakeUpstream::start_sequence(vec![answer, next()]).await;
+    let proxy = proxy(&fake, relay, |_| {}).await;
+    let (raw, _) = raw_exchange(proxy.proxy_addr, &post(), WAIT).await;
+    let path = path(relay);
+    assert_eq!(status_and_body(&raw), (200, b"first".to_vec()), "{path}");
+    // Counted when the response ends, or when the pool next looks at its idle
+    // connections (the sweep, every second): the next request never meets the bytes.
+    let counted = wait_metric(proxy.admin_addr, UNSOLICITED, 1.0).await;
+    assert_eq!(counted, 1.0, "{path}");
+    next_gets_its_own_answer(&proxy, &fake, 2).await;
+    assert_eq!(fake.connections(), 2, "{path}: the connection was reused");
+    proxy
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -259,25 +256,7 @@ async fn bytes_on_an_idle_connection_close_it_and_are_counted() {
                 b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n",
             )),
         ]);
-        let fake = FakeUpstream::start_sequence(vec![answer, next()]).await;
-        let proxy = proxy(&fake, relay, |_| {}).await;
-        let (raw, _) = raw_exchange(proxy.proxy_addr, &post(), WAIT).await;
-        assert_eq!(
-            status_and_body(&raw),
-            (200, b"first".to_vec()),
-            "{}",
-            path(relay)
-        );
-        // Found when the pool looks at its idle connections (the sweep, every second):
-        // the next request then never meets the stray bytes.
-        assert_eq!(
-            wait_metric(proxy.admin_addr, UNSOLICITED, 1.0).await,
-            1.0,
-            "{}",
-            path(relay)
-        );
-        next_gets_its_own_answer(&proxy, &fake, 2).await;
-        assert_eq!(fake.connections(), 2, "{}", path(relay));
+        let proxy = unsolicited_close_the_connection(answer, relay).await;
         let closed = "goodput_upstream_connections_closed_total{reason=\"closed_by_upstream\"}";
         assert_eq!(metric(proxy.admin_addr, closed).await, 0.0);
     }

@@ -9,8 +9,8 @@
 //! conventions define a metric, its name is used. docs/METRICS.md lists every name.
 
 use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{family::Family, histogram::Histogram},
+    encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder},
+    metrics::{MetricType, family::Family, histogram::Histogram},
     registry::{Metric, Registry, Unit},
 };
 
@@ -31,8 +31,11 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// Registers `metric` under this name, help text and unit.
+    /// Registers `metric` under this name, help text and unit. Its `# HELP` and `# TYPE`
+    /// lines are written even while it has no series, as they always were: dashboards and
+    /// the documentation check read them from a fresh instance.
     pub fn register(&self, registry: &mut Registry, metric: impl Metric) {
+        let metric = Described(metric);
         match self.unit {
             None => registry.register(self.name, self.help, metric),
             Some(MetricUnit::Seconds) => {
@@ -45,6 +48,25 @@ impl Spec {
                 metric,
             ),
         }
+    }
+}
+
+/// A metric whose descriptor is encoded even when it has no series (the library leaves
+/// an empty family out of the exposition; the protobuf exposition drops them itself).
+#[derive(Debug)]
+struct Described<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Described<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
     }
 }
 

@@ -6,9 +6,18 @@
 use prometheus_client::{metrics::counter::Counter, registry::Registry};
 
 use crate::{
-    admin::AdminMetrics, calibrate::CalibrationMetrics, measure::RequestMetrics, metrics::names,
-    otlp::OtlpMetrics, profile::ProfileMetrics, proxy::LimitMetrics, shadow::ShadowMetrics,
-    stats::PhaseMetrics, stats::WindowMetrics, tokenize::Fallbacks,
+    admin::AdminMetrics,
+    calibrate::CalibrationMetrics,
+    config::{Config, SloClass},
+    measure::RequestMetrics,
+    metrics::{HistogramOptions, LatencyThresholds, NativeBuckets, names},
+    otlp::OtlpMetrics,
+    profile::ProfileMetrics,
+    proxy::LimitMetrics,
+    shadow::ShadowMetrics,
+    stats::PhaseMetrics,
+    stats::WindowMetrics,
+    tokenize::Fallbacks,
 };
 
 /// Configuration reloads (`run::Reloader`).
@@ -25,6 +34,42 @@ impl ReloadMetrics {
         names::RELOAD_FAILURES.register(registry, m.failures.clone());
         names::RELOADS.register(registry, m.reloads.clone());
         m
+    }
+}
+
+/// The latency histograms' shape from the config: native buckets at `[metrics]`'s
+/// precision, and every SLO class's thresholds (its targets and its percentile targets,
+/// the default class's too) as classic edges of the metric they bound. Taken at start: a
+/// reload that changes a threshold moves the edges at the next restart.
+pub fn histogram_options(cfg: &Config) -> HistogramOptions {
+    use crate::config::slo::LatencyMetric;
+    let mut t = LatencyThresholds::default();
+    let classes: Vec<&SloClass> = cfg.slo.classes.iter().chain([&cfg.slo.default]).collect();
+    for class in classes {
+        let targets = &class.targets;
+        for (into, ms) in [
+            (&mut t.ttft, targets.ttft_ms),
+            (&mut t.tpot, targets.tpot_ms),
+            (&mut t.e2e, targets.e2e_ms),
+        ] {
+            into.extend(ms.map(|ms| ms / 1000.0));
+        }
+        for p in &class.percentiles {
+            let into = match p.metric {
+                LatencyMetric::Ttft => &mut t.ttft,
+                LatencyMetric::Tpot => &mut t.tpot,
+                LatencyMetric::Itl => &mut t.itl,
+                LatencyMetric::E2e => &mut t.e2e,
+            };
+            into.push(p.max_ms / 1000.0);
+        }
+    }
+    HistogramOptions {
+        native: Some(NativeBuckets {
+            schema: cfg.metrics.native_histogram_schema,
+            max_buckets: cfg.metrics.native_histogram_max_buckets,
+        }),
+        thresholds: t,
     }
 }
 
@@ -45,10 +90,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers every subsystem's metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> Metrics {
+    /// Registers every subsystem's metrics in `registry`; the latency histograms are
+    /// built as `histograms` says.
+    pub fn register(registry: &mut Registry, histograms: &HistogramOptions) -> Metrics {
         Metrics {
-            requests: RequestMetrics::register(registry),
+            requests: RequestMetrics::register(registry, histograms),
             windows: WindowMetrics::register(registry),
             reload: ReloadMetrics::register(registry),
             admin: AdminMetrics::register(registry),
@@ -57,7 +103,7 @@ impl Metrics {
             profile: ProfileMetrics::register(registry),
             calibration: CalibrationMetrics::register(registry),
             limits: LimitMetrics::register(registry),
-            phases: PhaseMetrics::register(registry),
+            phases: PhaseMetrics::register(registry, histograms.native),
             shadow: ShadowMetrics::register(registry),
         }
     }
@@ -73,7 +119,7 @@ mod tests {
     /// suffixes the exposition adds).
     fn exposed() -> BTreeSet<String> {
         let mut registry = Registry::default();
-        Metrics::register(&mut registry);
+        Metrics::register(&mut registry, &HistogramOptions::default());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         text.lines()
@@ -120,7 +166,7 @@ mod tests {
     #[test]
     fn every_name_is_registered_once() {
         let mut registry = Registry::default();
-        Metrics::register(&mut registry);
+        Metrics::register(&mut registry, &HistogramOptions::default());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         let helped: Vec<&str> = text
@@ -151,7 +197,15 @@ mod tests {
             ModelPhase, RequestLabels, TokenLabels,
         };
         let mut registry = Registry::default();
-        let m = Metrics::register(&mut registry);
+        // With native buckets: the text exposition shows the classic ones only.
+        let histograms = HistogramOptions {
+            native: Some(NativeBuckets {
+                schema: 6,
+                max_buckets: 512,
+            }),
+            ..HistogramOptions::default()
+        };
+        let m = Metrics::register(&mut registry, &histograms);
         let r = &m.requests;
         r.requests
             .get_or_create(&RequestLabels {

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use goodput::{
     config::{self, Config, Overrides},
     measure::{MeasureLayer, Outcome, Pending, Recorder, RequestMetrics, Settings},
-    metrics::LatencyLabels,
+    metrics::{HistogramOptions, LatencyLabels, NativeBuckets},
     stats::{
         engine::{Engine, Observation},
         engine_config,
@@ -159,7 +159,15 @@ fn hdr(name: &'static str, gaps: Vec<u32>) -> Case {
 
 fn prometheus(name: &'static str, gaps: Vec<u32>) -> Case {
     let mut registry = Registry::default();
-    let metrics = RequestMetrics::register(&mut registry);
+    // With native buckets at the default precision, as `serve` builds them.
+    let histograms = HistogramOptions {
+        native: Some(NativeBuckets {
+            schema: 6,
+            max_buckets: 512,
+        }),
+        ..HistogramOptions::default()
+    };
+    let metrics = RequestMetrics::register(&mut registry, &histograms);
     let key = LatencyLabels {
         model: "meta-llama/Llama-3.1-8B-Instruct".to_owned(),
         api: "chat_completions",

@@ -1,10 +1,12 @@
 //! The admin server, on its own address and never on the data port: `/metrics`
-//! (OpenMetrics), `/api/v1/*` (recent records, summary, timeline, capacity, drift,
+//! (OpenMetrics text, or the Prometheus protobuf exposition with the native histograms
+//! when the scraper asks: [`exposition`]), `/api/v1/*` (recent records, summary, timeline, capacity, drift,
 //! calibration as JSON), the live dashboard at `/` ([`dashboard`]), `/healthz`, `/readyz`;
 //! optionally behind a bearer token ([`auth`]) and TLS.
 
 mod auth;
 mod dashboard;
+pub mod exposition;
 mod server;
 
 pub use dashboard::url as dashboard_url;

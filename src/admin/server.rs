@@ -17,7 +17,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{
     HeaderValue, Method, Request, Response, StatusCode,
-    header::{CONTENT_TYPE, WWW_AUTHENTICATE},
+    header::{ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE},
 };
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
@@ -30,7 +30,10 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 
-use super::{auth, dashboard};
+use super::{
+    auth, dashboard,
+    exposition::{self, Format},
+};
 use crate::{
     calibrate::CalibrationView,
     config::Config,
@@ -90,7 +93,7 @@ impl Admin {
         }
         match req.uri().path() {
             "/" => dashboard::page(StatusCode::OK),
-            "/metrics" => self.metrics(),
+            "/metrics" => self.metrics(req),
             "/api/v1/requests" => self.requests(req.uri().query()),
             "/api/v1/summary" => self.summary(req.uri().query()),
             "/api/v1/timeline" => self.timeline(req.uri().query()),
@@ -110,19 +113,25 @@ impl Admin {
         }
     }
 
-    fn metrics(&self) -> Response<Full<Bytes>> {
-        let mut out = String::with_capacity(16 * 1024);
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::error!(error = %e, "encoding metrics failed");
-            return text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "metrics encoding failed\n",
-            );
+    fn metrics(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
+        let encoded =
+            match exposition::negotiate(accept) {
+                Format::Text => exposition::text(&self.registry)
+                    .map(|t| (Bytes::from(t), exposition::OPENMETRICS)),
+                Format::Protobuf => exposition::protobuf(&self.registry)
+                    .map(|b| (Bytes::from(b), exposition::PROTOBUF)),
+            };
+        match encoded {
+            Ok((body, content_type)) => with_type(Response::new(Full::new(body)), content_type),
+            Err(e) => {
+                tracing::error!(error = %e, "encoding metrics failed");
+                text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "metrics encoding failed\n",
+                )
+            }
         }
-        with_type(
-            Response::new(Full::new(Bytes::from(out))),
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )
     }
 
     fn requests(&self, query: Option<&str>) -> Response<Full<Bytes>> {

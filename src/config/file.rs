@@ -18,6 +18,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub measure: super::measure::MeasureSection,
     #[serde(default)]
+    pub metrics: super::metrics::MetricsSection,
+    #[serde(default)]
     pub log: super::log::LogSection,
     #[serde(default)]
     pub slo: super::slo::SloSection,

@@ -9,6 +9,7 @@ pub mod drift;
 pub mod file;
 pub mod log;
 pub mod measure;
+pub mod metrics;
 pub mod otlp;
 pub mod profile;
 pub mod server;
@@ -28,6 +29,7 @@ pub use cost::Cost;
 pub use drift::DriftConfig;
 pub use log::{Log, LogFormat};
 pub use measure::Measure;
+pub use metrics::MetricsConfig;
 pub use otlp::Otlp;
 pub use profile::ProfileConfig;
 pub use server::{Server, ServerLimits};
@@ -56,6 +58,8 @@ pub struct Config {
     /// Token, `/metrics` protection and TLS of the admin listener (`[admin]`).
     pub admin_access: AdminAccess,
     pub measure: Measure,
+    /// Native-histogram precision of the latency metrics (`[metrics]`).
+    pub metrics: MetricsConfig,
     pub log: Log,
     pub slo: Slo,
     pub cost: Option<Cost>,

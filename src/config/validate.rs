@@ -5,7 +5,8 @@ use std::{net::SocketAddr, path::Path};
 
 use super::{
     Config, ConfigError, Overrides, Problem, admin, calibration, cost, drift, file::FileConfig,
-    log, measure, otlp, profile, server, shadow, slo, tokenizer, upstream, usage_injection,
+    log, measure, metrics, otlp, profile, server, shadow, slo, tokenizer, upstream,
+    usage_injection,
 };
 
 /// Reads (if given) and validates a config file, applying the overrides.
@@ -94,6 +95,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
     let admin_access = admin::validate_admin(&file.admin, &mut problems);
     let upstream = upstream::validate(&file.upstream, overrides.upstream.as_deref(), &mut problems);
     let measure = measure::validate(&file.measure, &mut problems);
+    let metrics = metrics::validate_metrics(&file.metrics, &mut problems);
     let log = log::validate(&file.log, &mut problems);
     let slo = slo::validate(&file.slo, salt, &mut problems);
     let cost = file
@@ -119,6 +121,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
                 admin,
                 admin_access,
                 measure,
+                metrics,
                 log,
                 slo,
                 cost,

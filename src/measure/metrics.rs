@@ -3,14 +3,14 @@
 //! are in [`crate::metrics::names`].
 
 use prometheus_client::{
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
 use super::{RequestRecord, record::status_class, slo::MissCause};
 use crate::metrics::{
-    ClassReason, ClassSlo, HistogramFamily, LatencyLabels, ModelApi, PassthroughLabels,
-    RequestLabels, TokenLabels, names,
+    ClassReason, ClassSlo, HistogramFamily, HistogramOptions, HistogramShape, LatencyLabels,
+    ModelApi, PassthroughLabels, RequestLabels, TokenLabels, names,
 };
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -62,14 +62,19 @@ pub struct RequestMetrics {
 }
 
 impl RequestMetrics {
-    /// Creates the handles and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> RequestMetrics {
+    /// Creates the handles and registers them in `registry`: the latency histograms with
+    /// native buckets and the SLO thresholds as classic edges, as `histograms` says.
+    pub fn register(registry: &mut Registry, histograms: &HistogramOptions) -> RequestMetrics {
+        let (t, native) = (&histograms.thresholds, histograms.native);
+        let latency = |edges: &[f64], thresholds: &[f64]| {
+            Family::new_with_constructor(HistogramShape::latency(edges, thresholds, native))
+        };
         let m = RequestMetrics {
-            ttft: Family::new_with_constructor(|| Histogram::new(TTFT_BUCKETS)),
-            tpot: Family::new_with_constructor(|| Histogram::new(TPOT_BUCKETS)),
-            duration: Family::new_with_constructor(|| Histogram::new(DURATION_BUCKETS)),
-            itl: Family::new_with_constructor(|| Histogram::new(ITL_BUCKETS)),
-            token_usage: Family::new_with_constructor(|| Histogram::new(TOKEN_BUCKETS)),
+            ttft: latency(&TTFT_BUCKETS, &t.ttft),
+            tpot: latency(&TPOT_BUCKETS, &t.tpot),
+            duration: latency(&DURATION_BUCKETS, &t.e2e),
+            itl: latency(&ITL_BUCKETS, &t.itl),
+            token_usage: Family::new_with_constructor(HistogramShape::classic(&TOKEN_BUCKETS)),
             requests: Family::default(),
             passthrough: Family::default(),
             slo_misses: Family::default(),
@@ -235,7 +240,7 @@ mod tests {
     #[test]
     fn exposition_names_carry_units() {
         let mut registry = Registry::default();
-        let m = RequestMetrics::register(&mut registry);
+        let m = RequestMetrics::register(&mut registry, &HistogramOptions::default());
         m.requests
             .get_or_create(&RequestLabels {
                 model: "m".into(),

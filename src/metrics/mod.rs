@@ -8,9 +8,15 @@
 //! prometheus-client from the registration. Where the OpenTelemetry GenAI semantic
 //! conventions define a metric, its name is used. docs/METRICS.md lists every name.
 
+use std::sync::Arc;
+
 use prometheus_client::{
-    encoding::EncodeLabelSet,
-    metrics::{family::Family, histogram::Histogram},
+    encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder},
+    metrics::{
+        MetricType,
+        family::{Family, MetricConstructor},
+        histogram::{Histogram, NativeHistogramConfig},
+    },
     registry::{Metric, Registry, Unit},
 };
 
@@ -31,8 +37,11 @@ pub struct Spec {
 }
 
 impl Spec {
-    /// Registers `metric` under this name, help text and unit.
+    /// Registers `metric` under this name, help text and unit. Its `# HELP` and `# TYPE`
+    /// lines are written even while it has no series, as they always were: dashboards and
+    /// the documentation check read them from a fresh instance.
     pub fn register(&self, registry: &mut Registry, metric: impl Metric) {
+        let metric = Described(metric);
         match self.unit {
             None => registry.register(self.name, self.help, metric),
             Some(MetricUnit::Seconds) => {
@@ -48,6 +57,25 @@ impl Spec {
     }
 }
 
+/// A metric whose descriptor is encoded even when it has no series (the library leaves
+/// an empty family out of the exposition; the protobuf exposition drops them itself).
+#[derive(Debug)]
+struct Described<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Described<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
 /// Boundaries of the client-inference latencies (`gen_ai.client.inference.*`, on `/metrics`
 /// and over OTLP): 1 ms to 20 minutes, because reasoning calls run for many minutes.
 pub const INFERENCE_BUCKETS: [f64; 20] = [
@@ -55,8 +83,103 @@ pub const INFERENCE_BUCKETS: [f64; 20] = [
     81.92, 163.84, 327.68, 655.36, 1200.0,
 ];
 
-/// A family of histograms that all share one set of buckets.
-pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+/// A family of histograms that all share one shape.
+pub type HistogramFamily<L> = Family<L, Histogram, HistogramShape>;
+
+/// How native buckets are kept (`[metrics]`): boundaries grow by `2^(2^-schema)`, and a
+/// series holding more than `max_buckets` halves its resolution (schema - 1) until it fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeBuckets {
+    pub schema: i8,
+    pub max_buckets: u32,
+}
+
+impl NativeBuckets {
+    /// The largest relative error of a value read back from its bucket at `schema`: half
+    /// the bucket's width around its (geometric) middle, `(f - 1) / (f + 1)` with
+    /// `f = 2^(2^-schema)`.
+    pub fn relative_error(schema: i8) -> f64 {
+        let f = 2f64.powf(2f64.powi(-i32::from(schema)));
+        (f - 1.0) / (f + 1.0)
+    }
+}
+
+/// The SLO thresholds (seconds) each latency metric's classic buckets get as edges, so the
+/// share of a series at or under a threshold is read from a bucket, never interpolated.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LatencyThresholds {
+    pub ttft: Vec<f64>,
+    pub tpot: Vec<f64>,
+    pub itl: Vec<f64>,
+    pub e2e: Vec<f64>,
+}
+
+/// What the latency histograms are built with: native buckets (`None`: classic only) and
+/// the thresholds their classic buckets include.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HistogramOptions {
+    pub native: Option<NativeBuckets>,
+    pub thresholds: LatencyThresholds,
+}
+
+/// The histograms of one family: classic edges, plus native buckets when set.
+#[derive(Clone, Debug)]
+pub struct HistogramShape {
+    classic: Arc<[f64]>,
+    native: Option<NativeHistogramConfig>,
+}
+
+impl HistogramShape {
+    /// Classic buckets at `edges` only.
+    pub fn classic(edges: &[f64]) -> HistogramShape {
+        HistogramShape {
+            classic: edges.into(),
+            native: None,
+        }
+    }
+
+    /// Classic buckets at `edges` and at every one of `thresholds` not among them, beside
+    /// native buckets as `native` says.
+    pub fn latency(
+        edges: &[f64],
+        thresholds: &[f64],
+        native: Option<NativeBuckets>,
+    ) -> HistogramShape {
+        HistogramShape {
+            classic: with_edges(edges, thresholds).into(),
+            native: native.map(|n| {
+                NativeHistogramConfig::with_schema(n.schema).max_buckets(n.max_buckets as usize)
+            }),
+        }
+    }
+
+    /// The classic edges, ascending.
+    pub fn edges(&self) -> &[f64] {
+        &self.classic
+    }
+}
+
+impl MetricConstructor<Histogram> for HistogramShape {
+    fn new_metric(&self) -> Histogram {
+        let edges = self.classic.iter().copied();
+        match self.native {
+            Some(native) => Histogram::new_classic_and_native(edges, native),
+            None => Histogram::new(edges),
+        }
+    }
+}
+
+/// `edges` with each finite positive `extra` value inserted, ascending, without repeats.
+fn with_edges(edges: &[f64], extra: &[f64]) -> Vec<f64> {
+    let mut all: Vec<f64> = edges
+        .iter()
+        .chain(extra.iter().filter(|v| v.is_finite() && **v > 0.0))
+        .copied()
+        .collect();
+    all.sort_by(f64::total_cmp);
+    all.dedup();
+    all
+}
 
 pub mod names;
 
@@ -235,6 +358,19 @@ pub struct ModelPhase {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thresholds_become_edges_in_order() {
+        let shape = HistogramShape::latency(&[0.1, 0.5, 1.0], &[0.25, 0.5, f64::NAN, -1.0], None);
+        assert_eq!(shape.edges(), &[0.1, 0.25, 0.5, 1.0]);
+    }
+
+    #[test]
+    fn schema_six_keeps_within_one_percent() {
+        assert!(NativeBuckets::relative_error(6) < 0.01);
+        assert!(NativeBuckets::relative_error(5) > 0.01);
+        assert!((NativeBuckets::relative_error(3) - 0.0433).abs() < 1e-3);
+    }
 
     #[test]
     fn names_are_unique_and_well_formed() {

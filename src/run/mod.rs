@@ -183,7 +183,8 @@ fn start_on_from(
     let admin_addr = local_addr("admin", &admin_listener, cfg.admin)?;
     let resources = Resources::load(&cfg)?;
     let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
+    let histograms = metrics::histogram_options(&cfg);
+    let metrics = Metrics::register(&mut registry, &histograms);
     let files = FileBudget::raise_open_files_limit();
     let division = files.divide(
         cfg.server.limits.max_connections,

@@ -6,13 +6,15 @@
 //! are in [`crate::metrics::names`].
 
 use prometheus_client::{
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{counter::Counter, family::Family},
     registry::Registry,
 };
 
 use super::{Sink, engine::Gauges};
 use crate::measure::{Outcome, RequestRecord};
-use crate::metrics::{HistogramFamily, INFERENCE_BUCKETS, ModelPhase, names};
+use crate::metrics::{
+    HistogramFamily, HistogramShape, INFERENCE_BUCKETS, ModelPhase, NativeBuckets, names,
+};
 
 /// From 100 µs (queue time of an idle engine) to 20 minutes (a reasoning run's decode):
 /// every part of a request's time fits, whatever its length.
@@ -32,10 +34,15 @@ pub struct PhaseMetrics {
 }
 
 impl PhaseMetrics {
-    /// Creates the handles and registers them in `registry`.
-    pub fn register(registry: &mut Registry) -> PhaseMetrics {
+    /// Creates the handles and registers them in `registry`, with native buckets beside
+    /// the classic ones when `native` is set.
+    pub fn register(registry: &mut Registry, native: Option<NativeBuckets>) -> PhaseMetrics {
         let m = PhaseMetrics {
-            phases: Family::new_with_constructor(|| Histogram::new(PHASE_BUCKETS)),
+            phases: Family::new_with_constructor(HistogramShape::latency(
+                &PHASE_BUCKETS,
+                &[],
+                native,
+            )),
             header_objectives_invalid: Counter::default(),
         };
         names::REQUEST_PHASE.register(registry, m.phases.clone());
@@ -95,7 +102,7 @@ impl InferenceMetrics {
     /// Creates the handles and registers them in `registry`.
     pub fn register(registry: &mut Registry) -> InferenceMetrics {
         let h = || -> HistogramFamily<InferenceLabels> {
-            Family::new_with_constructor(|| Histogram::new(INFERENCE_BUCKETS))
+            Family::new_with_constructor(HistogramShape::classic(&INFERENCE_BUCKETS))
         };
         let m = InferenceMetrics {
             duration: h(),

@@ -15,6 +15,7 @@ mod faults;
 mod forwarding;
 mod hostile;
 mod injection;
+mod native_histograms;
 mod operational;
 mod otlp;
 mod profile;

@@ -71,8 +71,14 @@ async fn an_http2_body_shorter_than_its_content_length_is_a_client_error() {
             assert_eq!(error_code(body), "bad_request_body");
             assert_eq!(r["outcome"], "client_error", "{r}");
         }
-        // A reset stream before any answer: still the client's broken body.
-        None => assert_eq!(r["outcome"], "client_error", "{r}"),
+        // A reset stream before any answer: the client's doing either way. When h2 resets
+        // the stream before the body tap has read the short body, the request ends as a
+        // stream the client left (`client_abort`); after, as its broken body
+        // (`client_error`). Both stay out of attainment; which one is a race on the cores.
+        None => assert!(
+            matches!(r["outcome"].as_str(), Some("client_error" | "client_abort")),
+            "{r}"
+        ),
     }
     assert!(
         up.requests().await.is_empty(),

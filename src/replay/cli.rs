@@ -139,6 +139,10 @@ pub struct ReplayArgs {
     /// task, model, revision, precision) instead of refusing.
     #[arg(long, requires = "compare")]
     pub allow_different: bool,
+    /// `--compare A B`: fail the comparison (exit 1) when B's probe pass rate is more
+    /// than POINTS percentage points below A's, naming the probes that flipped.
+    #[arg(long, value_name = "POINTS", requires = "compare", value_parser = points)]
+    pub quality_max_drop: Option<f64>,
     /// The target engine's Prometheus metrics (vLLM or SGLang names) scraped during the
     /// run for the report's `attribution`; default: `[calibration] url` of --config, else
     /// the target's origin + `/metrics`.
@@ -272,6 +276,15 @@ fn share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 1.0 => Ok(v),
         _ => Err(format!("{s:?} is not a share in (0, 1]")),
+    }
+}
+
+fn points(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a number of percentage points from 0 to 100"
+        )),
     }
 }
 

@@ -17,12 +17,29 @@ use std::{fmt::Write as _, path::Path};
 use serde_json::Value;
 
 use super::{
+    flips::{self, QualityDiff},
     report::{
         md::signed,
         svg::{Chart, STYLE, Series, escape},
     },
     verdicts::{self, RunVerdict},
 };
+
+/// How to compare.
+#[derive(Debug, Clone, Default)]
+pub struct CompareOptions {
+    /// Compare runs measured under different conditions instead of refusing.
+    pub allow_different: bool,
+    /// `--quality-max-drop`: B's probe pass rate may be at most this many points below A's.
+    pub quality_max_drop: Option<f64>,
+}
+
+/// A comparison written: its Markdown, and why it failed (exit 1), if it did.
+#[derive(Debug, Clone)]
+pub struct Compared {
+    pub md: String,
+    pub failure: Option<String>,
+}
 
 /// Relative difference below which nothing is highlighted.
 pub const MIN_RELATIVE: f64 = 0.05;
@@ -43,6 +60,8 @@ pub enum CompareError {
     Different(String),
     #[error("--compare needs two or more report.json files")]
     TooFew,
+    #[error("--quality-max-drop judges two runs (--compare A B), not a matrix")]
+    DropNeedsTwo,
     #[error("cannot write to `{path}`: {source}")]
     Write {
         path: String,
@@ -440,6 +459,10 @@ struct CompareJson {
     verdicts: Vec<RunVerdict>,
     /// Key contract fields that differ (compared with --allow-different).
     differences: Vec<String>,
+    /// B's probes against A's (`null` when neither run sent probes).
+    quality: Option<QualityDiff>,
+    /// Why the comparison failed (`--quality-max-drop`), `null` when it did not.
+    failure: Option<String>,
 }
 
 /// The comparison's closing line: which runs passed, and the gates of each that failed.
@@ -455,17 +478,16 @@ pub(super) fn last_line(runs: &[RunVerdict]) -> String {
     format!("\nVerdicts: {}.\n", each.join("; "))
 }
 
-/// Writes `compare.md`, `compare.html` and `compare.json` into `out`; returns the
-/// markdown.
+/// Writes `compare.md`, `compare.html` and `compare.json` into `out`.
 pub fn run(
     a_path: &Path,
     b_path: &Path,
     out: &Path,
-    allow_different: bool,
-) -> Result<String, CompareError> {
+    options: &CompareOptions,
+) -> Result<Compared, CompareError> {
     let (a, b) = (read(a_path)?, read(b_path)?);
     let differences = key_differences(&a, &b);
-    if !differences.is_empty() && !allow_different {
+    if !differences.is_empty() && !options.allow_different {
         return Err(CompareError::Different(differences.join("; ")));
     }
     let runs = [verdicts::of("A", &a), verdicts::of("B", &b)];
@@ -479,11 +501,16 @@ pub fn run(
         "Highlighted: differences over {:.0}% of A and over both runs' own split-half spread at that step.",
         MIN_RELATIVE * 100.0
     );
+    let quality = flips::of(&a, &b, options.quality_max_drop);
+    let quality_table = quality
+        .as_ref()
+        .map(|q| q.table([&names[0], &names[1]], &a, &b));
     let mut md = format!(
-        "# goodput replay: comparison\n\nA: `{}`\nB: `{}`\n{}\n{rule}\n\n## Summary\n\n",
+        "# goodput replay: comparison\n\nA: `{}`\nB: `{}`\n{}{}\n{rule}\n\n## Summary\n\n",
         a_path.display(),
         b_path.display(),
-        verdict_table.md()
+        verdict_table.md(),
+        quality_table.as_ref().map(|t| t.md()).unwrap_or_default()
     );
     let differ = (!differences.is_empty()).then(|| {
         format!(
@@ -496,10 +523,11 @@ pub fn run(
     }
     md_table(&mut md, &names, &head);
     let mut html = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}tr.better{{background:#e3f6e3}}tr.worse{{background:#fbe3e3}}tr.differs{{background:#fff6d5}}td.pass{{background:#e3f6e3}}td.fail{{background:#fbe3e3}}{STYLE}</style></head><body><h1>goodput replay: comparison</h1><p>A: {}<br>B: {}</p>{}<p>{}</p><h2>Summary</h2>",
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}tr.better{{background:#e3f6e3}}tr.worse{{background:#fbe3e3}}tr.differs{{background:#fff6d5}}td.pass{{background:#e3f6e3}}td.fail{{background:#fbe3e3}}{STYLE}</style></head><body><h1>goodput replay: comparison</h1><p>A: {}<br>B: {}</p>{}{}<p>{}</p><h2>Summary</h2>",
         escape(&a_path.display().to_string()),
         escape(&b_path.display().to_string()),
         verdict_table.html(),
+        quality_table.as_ref().map(|t| t.html()).unwrap_or_default(),
         escape(&rule)
     );
     if let Some(d) = &differ {
@@ -530,9 +558,16 @@ pub fn run(
             })
     };
     md.push_str(&last_line(&runs));
+    let failure = quality.as_ref().and_then(|q| q.failure.clone());
+    if let Some(f) = &failure {
+        // Last, so the screen's last line agrees with the exit code.
+        let _ = writeln!(md, "Comparison FAILED: {f}.");
+    }
     let json = serde_json::to_string_pretty(&CompareJson {
         verdicts: runs.to_vec(),
         differences,
+        quality,
+        failure: failure.clone(),
     })
     .map_err(|e| CompareError::Write {
         path: out.join("compare.json").display().to_string(),
@@ -541,7 +576,7 @@ pub fn run(
     write("compare.md", &md)?;
     write("compare.html", &html)?;
     write("compare.json", &json)?;
-    Ok(md)
+    Ok(Compared { md, failure })
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ use serde::Serialize;
 
 use super::{
     inject::{Injection, Kind},
-    probes::Quality,
+    probes::{ProbeTally, Quality},
     recovery::Recovery,
     repeats::Ci,
     tally::Sample,
@@ -127,6 +127,9 @@ pub struct Gate {
     /// flight and without, and the drop in points against its limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<Isolation>,
+    /// `quality`: each probe's answers and pass rate, for a comparison's flips.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_probe: Option<Vec<ProbeTally>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -238,6 +241,7 @@ fn untested(measure: &'static str, why: &str) -> Gate {
         reason: Some(format!("not judged: {why}")),
         repeats: None,
         isolation: None,
+        by_probe: None,
     }
 }
 
@@ -275,6 +279,7 @@ fn judged(
         reason: (!pass).then(|| why.join("; ")),
         repeats: None,
         isolation: None,
+        by_probe: None,
     }
 }
 
@@ -367,6 +372,7 @@ pub fn quality(overall: Option<&Quality>, per_repeat: Option<&[Quality]>, min: f
     };
     let brief = format!("{}/{} probes", q.passed, q.probes);
     let mut g = judged(MEASURE, Some(min), Some(rate), why, Some(brief));
+    g.by_probe = Some(q.by_probe.clone());
     if let Some(reps) = per_repeat.filter(|r| r.len() > 1) {
         let passed: Vec<bool> = reps.iter().map(holds).collect();
         if passed.iter().any(|p| !p) && g.pass {

@@ -37,6 +37,7 @@
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
 //! - `verdicts`: the verdict table every comparison opens with (each run's gates).
+//! - `flips`: quality against a reference: per-probe flips and the pass-rate difference.
 //! - `compare`: `--compare A B`.
 //! - `matrix`: `--compare A B C …`, the matrix with scaling efficiency.
 
@@ -46,6 +47,7 @@ mod client;
 mod compare;
 pub mod describe;
 mod fetch;
+mod flips;
 pub mod gates;
 pub mod gpu;
 pub mod inject;
@@ -74,7 +76,7 @@ use std::{
 };
 
 pub use cli::{Mode, ReplayArgs};
-pub use compare::CompareError;
+pub use compare::{CompareError, CompareOptions, Compared};
 pub use load::AbortHandle;
 pub use report::json::Report;
 
@@ -542,17 +544,19 @@ fn judge(
     })
 }
 
-/// `--compare`: two reports side by side, three or more as a matrix, written to `out`;
-/// the Markdown. Runs measured under different conditions are refused, each difference
-/// named, unless `allow_different`.
+/// `--compare`: two reports side by side, three or more as a matrix, written to `out`.
+/// Runs measured under different conditions are refused, each difference named, unless
+/// `allow_different`.
 pub fn compare_reports(
     files: &[PathBuf],
     out: &std::path::Path,
-    allow_different: bool,
-) -> Result<String, CompareError> {
+    options: &CompareOptions,
+) -> Result<Compared, CompareError> {
     match files {
-        [a, b] => compare::run(a, b, out, allow_different),
-        [_, _, _, ..] => matrix::run(files, out, allow_different),
+        [a, b] => compare::run(a, b, out, options),
+        [_, _, _, ..] if options.quality_max_drop.is_some() => Err(CompareError::DropNeedsTwo),
+        [_, _, _, ..] => matrix::run(files, out, options.allow_different)
+            .map(|md| Compared { md, failure: None }),
         _ => Err(CompareError::TooFew),
     }
 }
@@ -561,12 +565,20 @@ pub fn compare_reports(
 /// the report is, and returns the exit code.
 pub fn run(args: ReplayArgs) -> ExitCode {
     if let Some(files) = &args.compare {
-        return match compare_reports(files, &args.out, args.allow_different) {
-            Ok(md) => {
+        let options = CompareOptions {
+            allow_different: args.allow_different,
+            quality_max_drop: args.quality_max_drop,
+        };
+        return match compare_reports(files, &args.out, &options) {
+            Ok(c) => {
                 // A closed pipe (`| head`) is not an error of the comparison.
-                let _ = writeln!(std::io::stdout(), "{md}");
+                let _ = writeln!(std::io::stdout(), "{}", c.md);
                 eprintln!("comparison written to {}", args.out.display());
-                ExitCode::SUCCESS
+                ExitCode::from(if c.failure.is_some() {
+                    EXIT_FAIL
+                } else {
+                    EXIT_PASS
+                })
             }
             Err(e) => {
                 eprintln!("goodput replay: {e}");

@@ -8,6 +8,7 @@ fn q(probes: u64, passed: u64) -> Quality {
         passed,
         pass_rate: (probes > 0).then(|| passed as f64 / probes as f64),
         failures: Vec::new(),
+        by_probe: Vec::new(),
     }
 }
 
@@ -293,6 +294,7 @@ fn a_gate_judged_on_each_repeat_fails_on_one() {
         reason: None,
         repeats: None,
         isolation: None,
+        by_probe: None,
     };
     let fail = Gate {
         pass: false,

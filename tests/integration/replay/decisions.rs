@@ -139,6 +139,66 @@ async fn a_run_that_failed_its_probes_reads_failed_in_every_comparison() {
         .find(|g| g["gate"] == "quality")
         .unwrap();
     assert_eq!(quality["state"], "fail", "{quality}");
+    // Quality against A: `four` flipped, the words probe did not; B is about half down
+    // (the probes alternate, so each run answers each about as often).
+    assert!(md.contains("## Quality against A"), "{md}");
+    assert!(md.contains("| four | "), "{md}");
+    assert!(md.contains("**pass → FAIL**"), "{md}");
+    let q = &json["quality"];
+    assert_eq!(q["flips"].as_array().unwrap().len(), 1, "{q}");
+    assert_eq!(q["flips"][0]["probe"], "four");
+    assert_eq!(q["flips"][0]["direction"], "pass_to_fail");
+    let delta = q["pass_rate_delta"].as_f64().unwrap();
+    eprintln!("pass rate delta {delta} points, ci95 {}", q["ci95"]);
+    assert!((-75.0..-25.0).contains(&delta), "{q}");
+    let ci: Vec<f64> = q["ci95"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(ci[0] < delta && delta < ci[1] && ci[1] < 0.0, "{q}");
+    assert_eq!(json["failure"], Value::Null, "no --quality-max-drop");
+
+    // With a limit, a drop beyond it fails the comparison, naming the probe; the last
+    // line says so.
+    let o = goodput(&[
+        "replay",
+        "--compare",
+        &report("a"),
+        &report("b"),
+        "--out",
+        &cmp,
+        "--quality-max-drop",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(i32::from(EXIT_FAIL)));
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(md.contains("|  | A | B — FAILED |"), "{md}");
+    let last = last_line(&o);
+    assert!(
+        last.starts_with("Comparison FAILED: quality dropped ")
+            && last.contains("points (100.0% to ")
+            && last.contains("beyond --quality-max-drop 5;")
+            && last.ends_with("probes that flipped from pass to fail: four."),
+        "{last}"
+    );
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cmp/compare.json")).unwrap())
+            .unwrap();
+    assert!(json["failure"].as_str().unwrap().contains("four"));
+    // Two runs against the same simulator are within it.
+    let o = goodput(&[
+        "replay",
+        "--compare",
+        &report("a"),
+        &report("c"),
+        "--out",
+        &cmp,
+        "--quality-max-drop",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", last_line(&o));
 
     // The matrix of three ranks the two that passed and lists the failed one apart.
     let o = goodput(&[

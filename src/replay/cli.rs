@@ -134,9 +134,9 @@ pub struct ReplayArgs {
     /// The fault must be recovered from (attainment back at target) within this long.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
     pub recovery_deadline: Duration,
-    /// `--compare` runs whose conditions differ (profile, load mode and durations,
-    /// warm-up, repeats, ignore_eos, prompt sizing, probe file, SLO and gate thresholds,
-    /// task, model, revision, precision) instead of refusing.
+    /// `--compare` runs measured differently (profile, load and its parameters, durations,
+    /// warm-up, repeats, ignore_eos, prompt sizing, probes, SLO and gate thresholds; for
+    /// two runs also task, model, revision, precision) instead of refusing.
     #[arg(long, requires = "compare")]
     pub allow_different: bool,
     /// `--compare A B`: fail the comparison (exit 1) when B's probe pass rate is more

@@ -4,7 +4,8 @@
 //! and bursts ([`inject`]), the request log ([`log`]), the comparison matrix ([`matrix`]),
 //! quality probes and repeats ([`quality`]), recovery from a fault ([`recovery`]) and
 //! tenants and models ([`tenants`]), the gates, reproducibility and GPU telemetry
-//! ([`gates`]), and one run answering all of them ([`acceptance`]). Replays are timing-sensitive: each takes
+//! ([`gates`]), decisions that cannot mislead ([`decisions`]), like compared only with like
+//! ([`like`]), and one run answering all of them ([`acceptance`]). Replays are timing-sensitive: each takes
 //! [`crate::common::SERIAL`] so that two never run at once.
 #![expect(
     clippy::unwrap_used,
@@ -27,6 +28,7 @@ mod decisions;
 mod filter;
 mod gates;
 mod inject;
+mod like;
 mod log;
 mod matrix;
 mod quality;

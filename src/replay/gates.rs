@@ -568,8 +568,14 @@ pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate 
     if let Some(s) = f.gpu_scrapes.as_ref().filter(|s| s.too_few()) {
         blind.push(s.why("gpu exporter"));
     }
-    if let Some(s) = f.host_scrapes.as_ref().filter(|s| s.too_few()) {
-        blind.push(s.why("node exporter"));
+    if let Some(s) = &f.host_scrapes {
+        if s.too_few() {
+            blind.push(s.why("node exporter"));
+        } else if f.host_memory_available_min_share.is_none() {
+            blind.push(
+                "node exporter served no node_memory_MemAvailable_bytes and MemTotal_bytes".into(),
+            );
+        }
     }
     let mut why = Vec::new();
     if let Some(n) = f.xid_before_run.filter(|n| *n > 0) {

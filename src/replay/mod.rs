@@ -24,6 +24,7 @@
 //! - `fetch`: one GET client for what a replay reads besides the load.
 //! - [`describe`]: `reproducibility`: command line, digests, what the target says.
 //! - [`gpu`]: `--gpu-metrics`: dcgm-exporter scraped every second, figures per window.
+//! - [`host`]: `--node-metrics`: node_exporter on the engine's hosts, figures per window.
 //! - [`attribution`]: the target engine's metrics scraped during the run: where time
 //!   went and what the engine held, per step; a soak's resource drift.
 //! - [`tally`]: per-step numbers: attainment, goodput, percentiles, spread, timeline;
@@ -50,6 +51,7 @@ mod fetch;
 mod flips;
 pub mod gates;
 pub mod gpu;
+pub mod host;
 pub mod inject;
 mod load;
 mod log;
@@ -351,6 +353,7 @@ struct Ran {
     driven: session::Driven,
     scrapes: Option<attribution::Scrapes>,
     telemetry: Option<gpu::Telemetry>,
+    hosts: Option<gpu::Telemetry<host::HostReading>>,
     fault: Option<recovery::FaultRun>,
     started_at: SystemTime,
     t0: Instant,
@@ -389,6 +392,9 @@ async fn run_load(
         .map(|s| attribution::Watch::start(s, args.engine_metrics_interval, t0));
     let gpus = (!args.gpu_metrics.is_empty())
         .then(|| gpu::GpuWatch::start(args.gpu_metrics.clone(), fetcher.clone(), t0));
+    let hosts = (!args.node_metrics.is_empty()).then(|| {
+        gpu::GpuWatch::start_with(args.node_metrics.clone(), fetcher.clone(), t0, host::parse)
+    });
     let ticker = runner.progress().start();
     let driven = session::drive(runner, args, &p.workload).await;
     drop(ticker);
@@ -400,6 +406,10 @@ async fn run_load(
         Some(g) => Some(g.finish().await),
         None => None,
     };
+    let hosts = match hosts {
+        Some(h) => Some(h.finish().await),
+        None => None,
+    };
     let fault = match fault {
         Some((f, cmd, at)) => Some(f.finish(cmd, at).await),
         None => None,
@@ -409,6 +419,7 @@ async fn run_load(
         driven,
         scrapes,
         telemetry,
+        hosts,
         fault,
         started_at,
         t0,
@@ -540,6 +551,7 @@ fn judge(
         probes: p.probes.as_deref(),
         scrapes: ran.scrapes.as_ref(),
         telemetry: ran.telemetry.as_ref(),
+        hosts: ran.hosts.as_ref(),
         reproducibility,
     })
 }

@@ -216,13 +216,37 @@ fn resources_judge_throttling_preemptions_restarts_and_host_memory() {
     let f = ResourceFigures {
         host_scrapes: scraped(10, 0),
         host_memory_available_min_share: Some(0.03),
-        ..base
+        ..base.clone()
     };
     let g = resources(&f, &t, false);
     assert!(
         g.reason
             .unwrap()
             .contains("host memory available fell to 3.0%")
+    );
+    // A node exporter that answered 8 of 10 scrapes, or never served memory: unjudged.
+    let thin = ResourceFigures {
+        host_scrapes: scraped(10, 2),
+        host_memory_available_min_share: Some(0.5),
+        ..base.clone()
+    };
+    let g = resources(&thin, &t, false);
+    assert_eq!(g.state, State::Unjudged);
+    assert!(
+        g.brief.contains("node exporter answered 8 of 10 scrapes"),
+        "{}",
+        g.brief
+    );
+    let blind = ResourceFigures {
+        host_scrapes: scraped(10, 0),
+        ..base
+    };
+    let g = resources(&blind, &t, false);
+    assert_eq!(g.state, State::Unjudged);
+    assert!(
+        g.brief.contains("no node_memory_MemAvailable_bytes"),
+        "{}",
+        g.brief
     );
 }
 

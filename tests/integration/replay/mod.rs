@@ -4,7 +4,8 @@
 //! and bursts ([`inject`]), the request log ([`log`]), the comparison matrix ([`matrix`]),
 //! quality probes and repeats ([`quality`]), recovery from a fault ([`recovery`]) and
 //! tenants and models ([`tenants`]), the gates, reproducibility and GPU telemetry
-//! ([`gates`]), decisions that cannot mislead ([`decisions`]), like compared only with like
+//! ([`gates`]), decisions that cannot mislead ([`decisions`]), the engine hosts'
+//! node_exporter ([`host`]), like compared only with like
 //! ([`like`]), and one run answering all of them ([`acceptance`]). Replays are timing-sensitive: each takes
 //! [`crate::common::SERIAL`] so that two never run at once.
 #![expect(
@@ -27,6 +28,7 @@ mod attribution;
 mod decisions;
 mod filter;
 mod gates;
+mod host;
 mod inject;
 mod like;
 mod log;

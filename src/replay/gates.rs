@@ -546,6 +546,8 @@ pub struct ResourceFigures {
     pub engine_read: bool,
     pub engine_restarts: Option<u64>,
     pub preemptions: Option<f64>,
+    /// Answers with a 5xx whose body named out-of-memory, over the run.
+    pub oom_answers: u64,
     /// A soak's drift reasons (engine and GPU memory); a soak checked without drift has
     /// none, and `soak_checked` says it was checked.
     pub soak_checked: bool,
@@ -556,8 +558,12 @@ pub struct ResourceFigures {
 /// gate failed (preemptions are allowed by default only while it holds).
 pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate {
     const MEASURE: &str = "XID errors on the GPUs";
-    let asked =
-        f.gpu_scrapes.is_some() || f.host_scrapes.is_some() || f.soak_checked || f.engine_read;
+    // An out-of-memory answer is seen whatever was asked for.
+    let asked = f.gpu_scrapes.is_some()
+        || f.host_scrapes.is_some()
+        || f.soak_checked
+        || f.engine_read
+        || f.oom_answers > 0;
     if !asked {
         return untested(
             MEASURE,
@@ -592,6 +598,12 @@ pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate 
             "clocks throttled in {:.1}% of a GPU's samples (limit {:.1}%)",
             share * 100.0,
             t.max_throttle_share * 100.0
+        ));
+    }
+    if f.oom_answers > 0 {
+        why.push(format!(
+            "the engine ran out of memory: {} answers with a 5xx naming out-of-memory",
+            f.oom_answers
         ));
     }
     if let Some(n) = f.engine_restarts.filter(|n| *n > 0) {

@@ -335,6 +335,8 @@ pub struct ResourcesOut {
     pub gpu_xid_before_run: Option<u64>,
     /// Engine restarts seen in its metrics during the run (`null`: not read).
     pub engine_restarts: Option<u64>,
+    /// Answers with a 5xx whose body named out-of-memory (the engine ran out of memory).
+    pub engine_oom_answers: u64,
     /// The GPUs' figures, and the hosts' as `host` (without `--gpu-metrics`, the GPU
     /// figures are absent and `urls` empty).
     #[serde(flatten)]

@@ -224,6 +224,18 @@ fn resources_judge_throttling_preemptions_restarts_and_host_memory() {
             .unwrap()
             .contains("host memory available fell to 3.0%")
     );
+    // An out-of-memory answer fails the gate even when nothing else was asked for.
+    let oom = ResourceFigures {
+        oom_answers: 2,
+        ..ResourceFigures::default()
+    };
+    let g = resources(&oom, &t, false);
+    assert_eq!(g.state, State::Fail);
+    assert!(
+        g.brief.contains("ran out of memory: 2 answers"),
+        "{}",
+        g.brief
+    );
     // A node exporter that answered 8 of 10 scrapes, or never served memory: unjudged.
     let thin = ResourceFigures {
         host_scrapes: scraped(10, 2),

@@ -228,6 +228,8 @@ fn fail_on_soak_drift(
 struct Judges<'a> {
     /// `--gpu-metrics` was given (`resources` may hold only the hosts).
     gpu_metrics: bool,
+    /// Answers with a 5xx whose body named out-of-memory.
+    oom_answers: u64,
     attribution: Option<&'a super::attribution::AttributionOut>,
     resources: Option<&'a super::gpu::ResourcesOut>,
 }
@@ -245,7 +247,10 @@ fn class_result(v: &json::Verdict) -> gates::ClassResult {
 
 /// What the `resources` gate reads from the exporters' and the engine's figures.
 fn resource_figures(with: Judges<'_>) -> gates::ResourceFigures {
-    let mut f = gates::ResourceFigures::default();
+    let mut f = gates::ResourceFigures {
+        oom_answers: with.oom_answers,
+        ..gates::ResourceFigures::default()
+    };
     if let Some(h) = with.resources.and_then(|r| r.overall.host.as_ref()) {
         let e = h.exporters.clone().unwrap_or_default();
         f.host_scrapes = Some(gates::ScrapeCount {
@@ -427,6 +432,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         .scrapes
         .map(|sc| attribution(sc, &steps, &measured, i.runs, a));
     fail_on_soak_drift(&mut j.verdicts, attribution.as_ref(), &mut notes);
+    let oom_answers = i.samples.iter().filter(|s| s.out_of_memory).count() as u64;
     let mut resources = match (i.telemetry, i.hosts) {
         (Some(t), h) => Some(resources(t, h, &windows, i.runs, a)),
         (None, Some(h)) => Some(resources(
@@ -443,6 +449,9 @@ pub fn build(i: &Inputs<'_>) -> Report {
     {
         r.engine_restarts = Some(u64::from(at.overall.engine_restarted));
     }
+    if let Some(r) = resources.as_mut() {
+        r.engine_oom_answers = oom_answers;
+    }
     let (injection, quality, gates) = checks_of(
         i,
         &steps,
@@ -450,6 +459,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
         &j,
         Judges {
             gpu_metrics: !a.gpu_metrics.is_empty(),
+            oom_answers,
             attribution: attribution.as_ref(),
             resources: resources.as_ref(),
         },
@@ -546,6 +556,7 @@ fn resources(
         engine_restarts: None,
         overall,
         soak,
+        engine_oom_answers: 0,
     }
 }
 

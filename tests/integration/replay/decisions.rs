@@ -2,7 +2,8 @@
 //! fail reads FAILED in every comparison and is never ranked; the terminal's last line
 //! agrees with the exit code; and no gate passes blind (an exporter that never answers
 //! leaves `resources` unjudged, an XID latched before the run and clock throttling fail
-//! it), with purpose-built exporters over loopback serving dcgm-exporter's text format.
+//! it), with purpose-built exporters over loopback serving dcgm-exporter's text format;
+//! and an engine answering 5xx bodies that name out-of-memory fails `resources`.
 
 use std::{
     convert::Infallible,
@@ -443,5 +444,68 @@ async fn an_xid_before_the_run_and_clock_throttling_fail_resources() {
             .unwrap()
             .contains(&format!("clocks throttled in {:.1}%", share * 100.0)),
         "{g}"
+    );
+}
+
+/// An engine out of memory: every request answered 500 with vLLM's error body naming
+/// CUDA out of memory.
+async fn out_of_memory_upstream() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let svc = service_fn(|_req: Request<Incoming>| async {
+                    let body = r#"{"object":"error","message":"CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.06 GiB is free.","type":"InternalServerError","param":null,"code":500}"#;
+                    let mut resp = Response::new(Full::new(Bytes::from(body)));
+                    *resp.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+                    resp.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("application/json"),
+                    );
+                    Ok::<_, Infallible>(resp)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_naming_out_of_memory_fails_resources() {
+    let _serial = crate::common::SERIAL.lock().await;
+    let url = out_of_memory_upstream().await;
+    let tmp = TempDir::new("decisions-oom");
+    let dir = tmp.path();
+    let done = replay::execute(
+        &parsed(&steps(dir, &url, "oom", &["--no-engine-metrics"])),
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    let r = read_json(&done.dir.join("report.json"));
+    let g = &r["gates"]["resources"];
+    eprintln!("{g:#}");
+    assert_eq!(done.exit_code(), EXIT_FAIL);
+    assert_eq!(
+        (g["state"].as_str(), g["judged"].as_bool()),
+        (Some("fail"), Some(true))
+    );
+    assert!(
+        g["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the engine ran out of memory: "),
+        "{g}"
+    );
+    assert!(
+        done.verdict_line()
+            .contains("resources (the engine ran out of memory")
     );
 }

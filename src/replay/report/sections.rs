@@ -255,6 +255,7 @@ pub fn sections(r: &Report) -> Vec<Section> {
             ],
         });
     }
+    s.extend(checks::hosts(r).map(table));
     s.extend(by_kind(r));
     s.push(generator(r));
     s.extend(r.drift.as_ref().map(drift));

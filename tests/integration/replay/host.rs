@@ -104,6 +104,10 @@ async fn host_figures_reach_the_report_and_low_memory_fails_resources() {
         (Some("pass"), Some(true))
     );
     assert_eq!(r["contract"]["gates"]["host_memory_min_share"], 0.05);
+    let md = std::fs::read_to_string(dir.join("roomy/report.md")).unwrap();
+    assert!(md.contains("## Hosts"), "{md}");
+    assert!(md.contains("| all | 1 | 50.0 | 25.0 | 0 |"), "{md}");
+    assert!(!md.contains("## GPUs"), "no --gpu-metrics: {md}");
 
     let (code, r) = &reports[1];
     let g = &r["gates"]["resources"];

@@ -24,7 +24,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    compare::{CompareError, last_line, measurement_differences, read},
+    compare::{CompareError, last_line, read},
+    conditions::measurement_differences,
     report::{md::num, table::Table},
     verdicts::{self, RunVerdict},
 };

@@ -38,6 +38,7 @@
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
 //! - `verdicts`: the verdict table every comparison opens with (each run's gates).
+//! - `conditions`: like with like: the fields two runs must share to compare.
 //! - `flips`: quality against a reference: per-probe flips and the pass-rate difference.
 //! - `compare`: `--compare A B`.
 //! - `matrix`: `--compare A B C …`, the matrix with scaling efficiency.
@@ -46,6 +47,7 @@ pub mod attribution;
 pub mod cli;
 mod client;
 mod compare;
+mod conditions;
 pub mod describe;
 mod fetch;
 mod flips;

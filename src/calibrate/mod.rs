@@ -24,7 +24,7 @@ mod attribution;
 mod compare;
 pub mod dcgm;
 mod engines;
-mod exposition;
+pub mod exposition;
 mod metrics;
 mod proxy;
 mod scraper;

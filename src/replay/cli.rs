@@ -134,11 +134,15 @@ pub struct ReplayArgs {
     /// The fault must be recovered from (attainment back at target) within this long.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration)]
     pub recovery_deadline: Duration,
-    /// `--compare` runs whose conditions differ (profile, load mode and durations,
-    /// warm-up, repeats, ignore_eos, prompt sizing, probe file, SLO and gate thresholds,
-    /// task, model, revision, precision) instead of refusing.
+    /// `--compare` runs measured differently (profile, load and its parameters, durations,
+    /// warm-up, repeats, ignore_eos, prompt sizing, probes, SLO and gate thresholds; for
+    /// two runs also task, model, revision, precision) instead of refusing.
     #[arg(long, requires = "compare")]
     pub allow_different: bool,
+    /// `--compare A B`: fail the comparison (exit 1) when B's probe pass rate is more
+    /// than POINTS percentage points below A's, naming the probes that flipped.
+    #[arg(long, value_name = "POINTS", requires = "compare", value_parser = points)]
+    pub quality_max_drop: Option<f64>,
     /// The target engine's Prometheus metrics (vLLM or SGLang names) scraped during the
     /// run for the report's `attribution`; default: `[calibration] url` of --config, else
     /// the target's origin + `/metrics`.
@@ -272,6 +276,15 @@ fn share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 1.0 => Ok(v),
         _ => Err(format!("{s:?} is not a share in (0, 1]")),
+    }
+}
+
+fn points(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a number of percentage points from 0 to 100"
+        )),
     }
 }
 

@@ -116,6 +116,23 @@ pub struct Measured {
     pub ended: Instant,
     /// The whole response body (up to 4 MiB), kept for probes only.
     pub answer: Option<Vec<u8>>,
+    /// A 5xx whose body named out-of-memory ([`names_out_of_memory`]).
+    pub out_of_memory: bool,
+}
+
+/// Bytes of a 5xx body searched for out-of-memory wording.
+const ERROR_BODY_LIMIT: usize = 8 * 1024;
+
+/// Whether an error body names out-of-memory: PyTorch's `CUDA out of memory` and
+/// `OutOfMemoryError`, vLLM's and TGI's `out of memory`, `OOM`, CUDA's
+/// `cudaErrorMemoryAllocation`.
+pub fn names_out_of_memory(body: &[u8]) -> bool {
+    static OOM: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let re = OOM.get_or_init(|| {
+        regex::Regex::new(r"(?i)out[\s_-]*of[\s_-]*memory|\bOOM\b|cudaErrorMemoryAllocation").ok()
+    });
+    re.as_ref()
+        .is_some_and(|re| re.is_match(&String::from_utf8_lossy(body)))
 }
 
 /// The pooled client. Cheap to clone.
@@ -193,6 +210,8 @@ impl Client {
         }
         let ended = Instant::now();
         let answer = m.keep_answer.then(|| std::mem::take(&mut m.answer));
+        let out_of_memory =
+            m.status.is_some_and(|s| s >= 500) && names_out_of_memory(&m.error_body);
         let (record, gaps_us) = m.record(out, started_at, sent, ended, bytes_in);
         Measured {
             record,
@@ -200,6 +219,7 @@ impl Client {
             sent,
             ended,
             answer,
+            out_of_memory,
         }
     }
 }
@@ -242,6 +262,8 @@ struct Seen {
     bytes_out: u64,
     keep_answer: bool,
     answer: Vec<u8>,
+    /// The start of a 5xx body, whatever its type.
+    error_body: Vec<u8>,
 }
 
 impl Seen {
@@ -259,6 +281,7 @@ impl Seen {
             bytes_out: 0,
             keep_answer: false,
             answer: Vec::new(),
+            error_body: Vec::new(),
         }
     }
 
@@ -297,6 +320,11 @@ impl Seen {
             self.bytes_out += data.len() as u64;
             if self.keep_answer && self.answer.len() + data.len() <= BODY_LIMIT {
                 self.answer.extend_from_slice(&data);
+            }
+            if self.status.is_some_and(|s| s >= 500) && self.error_body.len() < ERROR_BODY_LIMIT {
+                let room = ERROR_BODY_LIMIT - self.error_body.len();
+                self.error_body
+                    .extend_from_slice(&data[..data.len().min(room)]);
             }
             if let Some(d) = decoder.as_mut() {
                 let tl = &mut self.timeline;
@@ -397,5 +425,30 @@ impl Seen {
             pairing: Default::default(),
         };
         (record, gaps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_out_of_memory;
+
+    #[test]
+    fn out_of_memory_is_named_in_the_engines_words() {
+        for body in [
+            r#"{"object":"error","message":"CUDA out of memory. Tried to allocate 2.00 GiB","type":"InternalServerError","code":500}"#,
+            "torch.OutOfMemoryError: CUDA error",
+            r#"{"error":"Request failed during generation: Server error: out-of-memory"}"#,
+            "OOM when allocating tensor",
+            "cudaErrorMemoryAllocation",
+        ] {
+            assert!(names_out_of_memory(body.as_bytes()), "{body}");
+        }
+        for body in [
+            "Internal Server Error",
+            "no room left in the zoom",
+            "memory ok",
+        ] {
+            assert!(!names_out_of_memory(body.as_bytes()), "{body}");
+        }
     }
 }

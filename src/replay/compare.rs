@@ -17,12 +17,30 @@ use std::{fmt::Write as _, path::Path};
 use serde_json::Value;
 
 use super::{
+    conditions::key_differences,
+    flips::{self, QualityDiff},
     report::{
         md::signed,
         svg::{Chart, STYLE, Series, escape},
     },
     verdicts::{self, RunVerdict},
 };
+
+/// How to compare.
+#[derive(Debug, Clone, Default)]
+pub struct CompareOptions {
+    /// Compare runs measured under different conditions instead of refusing.
+    pub allow_different: bool,
+    /// `--quality-max-drop`: B's probe pass rate may be at most this many points below A's.
+    pub quality_max_drop: Option<f64>,
+}
+
+/// A comparison written: its Markdown, and why it failed (exit 1), if it did.
+#[derive(Debug, Clone)]
+pub struct Compared {
+    pub md: String,
+    pub failure: Option<String>,
+}
 
 /// Relative difference below which nothing is highlighted.
 pub const MIN_RELATIVE: f64 = 0.05;
@@ -43,6 +61,8 @@ pub enum CompareError {
     Different(String),
     #[error("--compare needs two or more report.json files")]
     TooFew,
+    #[error("--quality-max-drop judges two runs (--compare A B), not a matrix")]
+    DropNeedsTwo,
     #[error("cannot write to `{path}`: {source}")]
     Write {
         path: String,
@@ -182,57 +202,6 @@ fn matching<'a>(step: &Value, others: &'a [Value]) -> Option<&'a Value> {
         return Some(o);
     }
     others.iter().find(|o| o.get("label") == step.get("label"))
-}
-
-/// Fields that must be equal for two runs to compare: the same traffic, load pattern and
-/// its timing (warm-up, step and soak durations, repeats), request shape (`ignore_eos`,
-/// prompt sizing), probe file, SLO and gate thresholds, task and model (hardware, engine
-/// and versions are what a comparison is usually about). Numbers measured under different
-/// conditions do not compare.
-pub const KEY_FIELDS: [&[&str]; 15] = [
-    &["contract", "profile", "hash"],
-    &["contract", "load", "mode"],
-    &["contract", "load", "warmup_s"],
-    &["contract", "load", "step_duration_s"],
-    &["contract", "load", "soak_duration_s"],
-    &["contract", "load", "repeat"],
-    &["contract", "load", "ignore_eos"],
-    &["contract", "load", "prompt_lengths"],
-    &["reproducibility", "probes_sha256"],
-    &["contract", "slo"],
-    &["contract", "gates"],
-    &["contract", "task"],
-    &["contract", "model"],
-    &["contract", "model_revision"],
-    &["contract", "precision"],
-];
-
-/// Key fields that reports of earlier goodput versions do not have.
-const LATER_FIELDS: [&[&str]; 3] = [
-    &["contract", "load", "repeat"],
-    &["reproducibility", "probes_sha256"],
-    &["contract", "gates"],
-];
-
-/// The key fields on which `a` and `b` differ, as `path (A vs B)`.
-pub fn key_differences(a: &Value, b: &Value) -> Vec<String> {
-    let at = |v: &Value, path: &[&str]| {
-        path.iter()
-            .try_fold(v, |v, k| v.get(k))
-            .cloned()
-            .unwrap_or(Value::Null)
-    };
-    let has = |v: &Value, path: &[&str]| path.iter().try_fold(v, |v, k| v.get(k)).is_some();
-    KEY_FIELDS
-        .iter()
-        // A report written before a field existed says nothing about it: not a difference.
-        .filter(|path| !LATER_FIELDS.contains(path) || (has(a, path) && has(b, path)))
-        .filter_map(|path| {
-            let (x, y) = (at(a, path), at(b, path));
-            // Full values: a threshold cut off mid-number cannot be checked.
-            (x != y).then(|| format!("{} ({x} vs {y})", path[1..].join(".")))
-        })
-        .collect()
 }
 
 /// One row: label, A, B, change, highlight (`better`, `worse` or empty).
@@ -440,6 +409,10 @@ struct CompareJson {
     verdicts: Vec<RunVerdict>,
     /// Key contract fields that differ (compared with --allow-different).
     differences: Vec<String>,
+    /// B's probes against A's (`null` when neither run sent probes).
+    quality: Option<QualityDiff>,
+    /// Why the comparison failed (`--quality-max-drop`), `null` when it did not.
+    failure: Option<String>,
 }
 
 /// The comparison's closing line: which runs passed, and the gates of each that failed.
@@ -455,17 +428,16 @@ pub(super) fn last_line(runs: &[RunVerdict]) -> String {
     format!("\nVerdicts: {}.\n", each.join("; "))
 }
 
-/// Writes `compare.md`, `compare.html` and `compare.json` into `out`; returns the
-/// markdown.
+/// Writes `compare.md`, `compare.html` and `compare.json` into `out`.
 pub fn run(
     a_path: &Path,
     b_path: &Path,
     out: &Path,
-    allow_different: bool,
-) -> Result<String, CompareError> {
+    options: &CompareOptions,
+) -> Result<Compared, CompareError> {
     let (a, b) = (read(a_path)?, read(b_path)?);
     let differences = key_differences(&a, &b);
-    if !differences.is_empty() && !allow_different {
+    if !differences.is_empty() && !options.allow_different {
         return Err(CompareError::Different(differences.join("; ")));
     }
     let runs = [verdicts::of("A", &a), verdicts::of("B", &b)];
@@ -479,11 +451,16 @@ pub fn run(
         "Highlighted: differences over {:.0}% of A and over both runs' own split-half spread at that step.",
         MIN_RELATIVE * 100.0
     );
+    let quality = flips::of(&a, &b, options.quality_max_drop);
+    let quality_table = quality
+        .as_ref()
+        .map(|q| q.table([&names[0], &names[1]], &a, &b));
     let mut md = format!(
-        "# goodput replay: comparison\n\nA: `{}`\nB: `{}`\n{}\n{rule}\n\n## Summary\n\n",
+        "# goodput replay: comparison\n\nA: `{}`\nB: `{}`\n{}{}\n{rule}\n\n## Summary\n\n",
         a_path.display(),
         b_path.display(),
-        verdict_table.md()
+        verdict_table.md(),
+        quality_table.as_ref().map(|t| t.md()).unwrap_or_default()
     );
     let differ = (!differences.is_empty()).then(|| {
         format!(
@@ -496,10 +473,11 @@ pub fn run(
     }
     md_table(&mut md, &names, &head);
     let mut html = format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}tr.better{{background:#e3f6e3}}tr.worse{{background:#fbe3e3}}tr.differs{{background:#fff6d5}}td.pass{{background:#e3f6e3}}td.fail{{background:#fbe3e3}}{STYLE}</style></head><body><h1>goodput replay: comparison</h1><p>A: {}<br>B: {}</p>{}<p>{}</p><h2>Summary</h2>",
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>goodput replay comparison</title><style>body{{font:14px sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px}}tr.better{{background:#e3f6e3}}tr.worse{{background:#fbe3e3}}tr.differs{{background:#fff6d5}}td.pass{{background:#e3f6e3}}td.fail{{background:#fbe3e3}}{STYLE}</style></head><body><h1>goodput replay: comparison</h1><p>A: {}<br>B: {}</p>{}{}<p>{}</p><h2>Summary</h2>",
         escape(&a_path.display().to_string()),
         escape(&b_path.display().to_string()),
         verdict_table.html(),
+        quality_table.as_ref().map(|t| t.html()).unwrap_or_default(),
         escape(&rule)
     );
     if let Some(d) = &differ {
@@ -530,9 +508,16 @@ pub fn run(
             })
     };
     md.push_str(&last_line(&runs));
+    let failure = quality.as_ref().and_then(|q| q.failure.clone());
+    if let Some(f) = &failure {
+        // Last, so the screen's last line agrees with the exit code.
+        let _ = writeln!(md, "Comparison FAILED: {f}.");
+    }
     let json = serde_json::to_string_pretty(&CompareJson {
         verdicts: runs.to_vec(),
         differences,
+        quality,
+        failure: failure.clone(),
     })
     .map_err(|e| CompareError::Write {
         path: out.join("compare.json").display().to_string(),
@@ -541,82 +526,12 @@ pub fn run(
     write("compare.md", &md)?;
     write("compare.html", &html)?;
     write("compare.json", &json)?;
-    Ok(md)
+    Ok(Compared { md, failure })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn key_fields_name_what_differs() {
-        let a = serde_json::json!({"contract": {"profile": {"hash": "h1"}, "load": {"mode": "steps"},
-            "slo": [{"name": "x", "ttft_ms": 100}], "model": "m", "hardware": "A100"}});
-        let mut b = a.clone();
-        b["contract"]["hardware"] = "H100".into();
-        b["contract"]["run_id"] = "r2".into();
-        assert!(
-            key_differences(&a, &b).is_empty(),
-            "hardware is what is compared"
-        );
-        b["contract"]["slo"][0]["ttft_ms"] = 200.into();
-        b["contract"]["profile"]["hash"] = "h2".into();
-        let d = key_differences(&a, &b);
-        assert_eq!(d.len(), 2, "{d:?}");
-        assert_eq!(d[0], "profile.hash (\"h1\" vs \"h2\")");
-        assert!(d[1].starts_with("slo ("), "{d:?}");
-    }
-
-    #[test]
-    fn conditions_differ_but_older_reports_are_not_refused_for_newer_fields() {
-        let a = serde_json::json!({"contract": {"load": {"mode": "steps", "warmup_s": 2.0,
-            "step_duration_s": 10.0, "repeat": 3, "ignore_eos": true}, "gates": {"quality_min": 1.0}},
-            "reproducibility": {"probes_sha256": "p1"}});
-        let mut b = a.clone();
-        b["contract"]["load"]["repeat"] = 1.into();
-        b["contract"]["load"]["ignore_eos"] = false.into();
-        b["contract"]["gates"]["quality_min"] = 0.9.into();
-        b["reproducibility"]["probes_sha256"] = "p2".into();
-        let d = key_differences(&a, &b);
-        assert_eq!(
-            d,
-            [
-                "load.repeat (3 vs 1)",
-                "load.ignore_eos (true vs false)",
-                "probes_sha256 (\"p1\" vs \"p2\")",
-                "gates ({\"quality_min\":1.0} vs {\"quality_min\":0.9})"
-            ]
-        );
-        // A report from before `repeat`, `gates` and `reproducibility` existed.
-        let mut old = a.clone();
-        old["contract"]["load"]
-            .as_object_mut()
-            .unwrap()
-            .remove("repeat");
-        old["contract"].as_object_mut().unwrap().remove("gates");
-        old.as_object_mut().unwrap().remove("reproducibility");
-        assert!(key_differences(&a, &old).is_empty());
-        old["contract"]["load"]["warmup_s"] = 5.0.into();
-        assert_eq!(key_differences(&a, &old), ["load.warmup_s (2.0 vs 5.0)"]);
-    }
-
-    #[test]
-    fn a_long_difference_is_shown_whole() {
-        let slo = |ms: u32| {
-            serde_json::json!([{"name": "interactive-with-a-long-name", "ttft_ms": 100,
-                "tpot_ms": 30, "e2e_ms": 9000, "attainment": 0.99, "percentiles": [
-                {"metric": "ttft", "quantile": 0.95, "max_ms": ms}]}])
-        };
-        let a = serde_json::json!({"contract": {"slo": slo(250)}});
-        let b = serde_json::json!({"contract": {"slo": slo(300)}});
-        let d = key_differences(&a, &b);
-        assert_eq!(d.len(), 1);
-        assert!(
-            d[0].contains("\"max_ms\":250") && d[0].contains("\"max_ms\":300"),
-            "{d:?}"
-        );
-        assert!(!d[0].contains('…'));
-    }
 
     #[test]
     fn noise_rule() {

@@ -40,7 +40,7 @@ use serde::Serialize;
 
 use super::{
     inject::{Injection, Kind},
-    probes::Quality,
+    probes::{ProbeTally, Quality},
     recovery::Recovery,
     repeats::Ci,
     tally::Sample,
@@ -127,6 +127,9 @@ pub struct Gate {
     /// flight and without, and the drop in points against its limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<Isolation>,
+    /// `quality`: each probe's answers and pass rate, for a comparison's flips.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_probe: Option<Vec<ProbeTally>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -238,6 +241,7 @@ fn untested(measure: &'static str, why: &str) -> Gate {
         reason: Some(format!("not judged: {why}")),
         repeats: None,
         isolation: None,
+        by_probe: None,
     }
 }
 
@@ -275,6 +279,7 @@ fn judged(
         reason: (!pass).then(|| why.join("; ")),
         repeats: None,
         isolation: None,
+        by_probe: None,
     }
 }
 
@@ -367,6 +372,7 @@ pub fn quality(overall: Option<&Quality>, per_repeat: Option<&[Quality]>, min: f
     };
     let brief = format!("{}/{} probes", q.passed, q.probes);
     let mut g = judged(MEASURE, Some(min), Some(rate), why, Some(brief));
+    g.by_probe = Some(q.by_probe.clone());
     if let Some(reps) = per_repeat.filter(|r| r.len() > 1) {
         let passed: Vec<bool> = reps.iter().map(holds).collect();
         if passed.iter().any(|p| !p) && g.pass {
@@ -540,6 +546,8 @@ pub struct ResourceFigures {
     pub engine_read: bool,
     pub engine_restarts: Option<u64>,
     pub preemptions: Option<f64>,
+    /// Answers with a 5xx whose body named out-of-memory, over the run.
+    pub oom_answers: u64,
     /// A soak's drift reasons (engine and GPU memory); a soak checked without drift has
     /// none, and `soak_checked` says it was checked.
     pub soak_checked: bool,
@@ -550,8 +558,12 @@ pub struct ResourceFigures {
 /// gate failed (preemptions are allowed by default only while it holds).
 pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate {
     const MEASURE: &str = "XID errors on the GPUs";
-    let asked =
-        f.gpu_scrapes.is_some() || f.host_scrapes.is_some() || f.soak_checked || f.engine_read;
+    // An out-of-memory answer is seen whatever was asked for.
+    let asked = f.gpu_scrapes.is_some()
+        || f.host_scrapes.is_some()
+        || f.soak_checked
+        || f.engine_read
+        || f.oom_answers > 0;
     if !asked {
         return untested(
             MEASURE,
@@ -562,8 +574,14 @@ pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate 
     if let Some(s) = f.gpu_scrapes.as_ref().filter(|s| s.too_few()) {
         blind.push(s.why("gpu exporter"));
     }
-    if let Some(s) = f.host_scrapes.as_ref().filter(|s| s.too_few()) {
-        blind.push(s.why("node exporter"));
+    if let Some(s) = &f.host_scrapes {
+        if s.too_few() {
+            blind.push(s.why("node exporter"));
+        } else if f.host_memory_available_min_share.is_none() {
+            blind.push(
+                "node exporter served no node_memory_MemAvailable_bytes and MemTotal_bytes".into(),
+            );
+        }
     }
     let mut why = Vec::new();
     if let Some(n) = f.xid_before_run.filter(|n| *n > 0) {
@@ -580,6 +598,12 @@ pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate 
             "clocks throttled in {:.1}% of a GPU's samples (limit {:.1}%)",
             share * 100.0,
             t.max_throttle_share * 100.0
+        ));
+    }
+    if f.oom_answers > 0 {
+        why.push(format!(
+            "the engine ran out of memory: {} answers with a 5xx naming out-of-memory",
+            f.oom_answers
         ));
     }
     if let Some(n) = f.engine_restarts.filter(|n| *n > 0) {

@@ -48,6 +48,9 @@ pub struct GpuFigures {
     pub throttle_share: Option<f64>,
     /// The figures no exporter had a value for.
     pub absent: Vec<&'static str>,
+    /// `--node-metrics`: the engine hosts' figures over the same window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<super::host::HostFigures>,
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
@@ -113,6 +116,7 @@ pub fn figures(all: &[Reading], lo: f64, hi: f64) -> GpuFigures {
         gpu_xid_errors: xid,
         throttle_share,
         absent: Vec::new(),
+        host: None,
     };
     let named = [
         ("gpu_utilization", f.gpu_utilization_mean.is_none()),
@@ -195,28 +199,64 @@ pub fn soak(all: &[Reading], lo: f64, hi: f64, max_growth: f64) -> GpuSoak {
     }
 }
 
-/// Everything scraped from the exporters over a run.
-#[derive(Debug, Default)]
-pub struct Telemetry {
+/// Everything scraped from the exporters over a run: readings of type `R` (dcgm's by
+/// default; node_exporter's for `--node-metrics`).
+#[derive(Debug)]
+pub struct Telemetry<R = Reading> {
     pub urls: Vec<String>,
-    pub readings: Vec<Reading>,
+    pub readings: Vec<R>,
     pub scrapes: u64,
     pub failed_scrapes: u64,
     pub last_error: Option<String>,
 }
 
-/// The scraping task of one run.
-pub struct GpuWatch {
-    seen: Arc<Mutex<Telemetry>>,
+impl<R> Default for Telemetry<R> {
+    fn default() -> Self {
+        Telemetry {
+            urls: Vec::new(),
+            readings: Vec::new(),
+            scrapes: 0,
+            failed_scrapes: 0,
+            last_error: None,
+        }
+    }
+}
+
+/// A reading taken at a time (seconds since the run's start).
+pub trait Timed {
+    fn t_s(&self) -> f64;
+}
+
+impl Timed for Reading {
+    fn t_s(&self) -> f64 {
+        self.t_s
+    }
+}
+
+/// How an exporter's text becomes readings: `(text, endpoint index, seconds since t0)`.
+pub type Parse<R> = fn(&str, usize, f64) -> Vec<R>;
+
+/// The scraping task of one run (one per kind of exporter).
+pub struct GpuWatch<R = Reading> {
+    seen: Arc<Mutex<Telemetry<R>>>,
     task: tokio::task::JoinHandle<()>,
     fetcher: Fetcher,
     urls: Vec<String>,
     t0: Instant,
+    parse: Parse<R>,
 }
 
-impl GpuWatch {
-    /// Starts scraping `urls` every [`INTERVAL`] (the first at once), timed from `t0`.
+impl GpuWatch<Reading> {
+    /// Starts scraping dcgm-exporters at `urls` every [`INTERVAL`] (the first at once),
+    /// timed from `t0`.
     pub fn start(urls: Vec<String>, fetcher: Fetcher, t0: Instant) -> GpuWatch {
+        GpuWatch::start_with(urls, fetcher, t0, parse)
+    }
+}
+
+impl<R: Timed + Send + 'static> GpuWatch<R> {
+    /// Starts scraping `urls` every [`INTERVAL`] (the first at once), read by `parse`.
+    pub fn start_with(urls: Vec<String>, fetcher: Fetcher, t0: Instant, parse: Parse<R>) -> Self {
         let seen = Arc::new(Mutex::new(Telemetry {
             urls: urls.clone(),
             ..Telemetry::default()
@@ -227,7 +267,7 @@ impl GpuWatch {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                scrape_all(&f, &u, &s, t0).await;
+                scrape_all(&f, &u, &s, t0, parse).await;
             }
         });
         GpuWatch {
@@ -236,21 +276,29 @@ impl GpuWatch {
             fetcher,
             urls,
             t0,
+            parse,
         }
     }
 
     /// Stops after one last scrape, so the last window has its closing readings.
-    pub async fn finish(self) -> Telemetry {
+    pub async fn finish(self) -> Telemetry<R> {
         self.task.abort();
-        scrape_all(&self.fetcher, &self.urls, &self.seen, self.t0).await;
+        scrape_all(&self.fetcher, &self.urls, &self.seen, self.t0, self.parse).await;
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let mut t = std::mem::take(&mut *seen);
-        t.readings.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+        // The aborted task may have finished a scrape beside the last one.
+        t.readings.sort_by(|a, b| a.t_s().total_cmp(&b.t_s()));
         t
     }
 }
 
-async fn scrape_all(f: &Fetcher, urls: &[String], seen: &Mutex<Telemetry>, t0: Instant) {
+async fn scrape_all<R>(
+    f: &Fetcher,
+    urls: &[String],
+    seen: &Mutex<Telemetry<R>>,
+    t0: Instant,
+    parse: Parse<R>,
+) {
     for (node, url) in urls.iter().enumerate() {
         let got = f.get(url, false).await;
         let t_s = t0.elapsed().as_secs_f64();
@@ -287,6 +335,10 @@ pub struct ResourcesOut {
     pub gpu_xid_before_run: Option<u64>,
     /// Engine restarts seen in its metrics during the run (`null`: not read).
     pub engine_restarts: Option<u64>,
+    /// Answers with a 5xx whose body named out-of-memory (the engine ran out of memory).
+    pub engine_oom_answers: u64,
+    /// The GPUs' figures, and the hosts' as `host` (without `--gpu-metrics`, the GPU
+    /// figures are absent and `urls` empty).
     #[serde(flatten)]
     pub overall: GpuFigures,
     #[serde(skip_serializing_if = "Option::is_none")]

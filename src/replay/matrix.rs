@@ -7,9 +7,11 @@
 //! Scaling efficiency, when contracts give card counts (`--contract cards=N`): for each
 //! run, its effective goodput divided by N times the per-card goodput of the run with the
 //! fewest cards among those of the same model, hardware and software (ideally one card):
-//! 1.0 is linear scaling. Like `--compare A B`, runs whose key contract fields differ
-//! (profile, load mode, SLO, task, model, revision, precision) are refused unless
-//! `--allow-different`, and the refusal names the run and the fields.
+//! 1.0 is linear scaling. The matrix compares across the system (model, hardware,
+//! engine, precision, parallelism, task: what a matrix exists to vary) but not across how
+//! it was measured: runs differing from the first in any of `--compare A B`'s measurement
+//! fields (profile, load and its parameters, timing, probes, SLO, gate thresholds) are
+//! refused unless `--allow-different`, and the refusal names the run and the fields.
 //!
 //! The matrix opens with the verdict table ([`super::verdicts`]); a run that failed a gate
 //! is FAILED in its column header, and the ranking (by effective goodput at each run's
@@ -22,7 +24,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{
-    compare::{CompareError, key_differences, last_line, read},
+    compare::{CompareError, last_line, read},
+    conditions::measurement_differences,
     report::{md::num, table::Table},
     verdicts::{self, RunVerdict},
 };
@@ -268,7 +271,7 @@ pub fn run(paths: &[PathBuf], out: &Path, allow_different: bool) -> Result<Strin
     let mut differences = Vec::new();
     if let Some(first) = reports.first() {
         for (r, p) in reports.iter().zip(paths).skip(1) {
-            let d = key_differences(first, r);
+            let d = measurement_differences(first, r);
             if !d.is_empty() {
                 differences.push(format!("{}: {}", p.display(), d.join("; ")));
             }

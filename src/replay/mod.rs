@@ -24,6 +24,7 @@
 //! - `fetch`: one GET client for what a replay reads besides the load.
 //! - [`describe`]: `reproducibility`: command line, digests, what the target says.
 //! - [`gpu`]: `--gpu-metrics`: dcgm-exporter scraped every second, figures per window.
+//! - [`host`]: `--node-metrics`: node_exporter on the engine's hosts, figures per window.
 //! - [`attribution`]: the target engine's metrics scraped during the run: where time
 //!   went and what the engine held, per step; a soak's resource drift.
 //! - [`tally`]: per-step numbers: attainment, goodput, percentiles, spread, timeline;
@@ -37,6 +38,8 @@
 //! - [`recovery`]: `--fault-cmd` run during the load, and the recovery analysis.
 //! - [`report`]: report.json / report.md / report.html and the verdicts.
 //! - `verdicts`: the verdict table every comparison opens with (each run's gates).
+//! - `conditions`: like with like: the fields two runs must share to compare.
+//! - `flips`: quality against a reference: per-probe flips and the pass-rate difference.
 //! - `compare`: `--compare A B`.
 //! - `matrix`: `--compare A B C …`, the matrix with scaling efficiency.
 
@@ -44,10 +47,13 @@ pub mod attribution;
 pub mod cli;
 mod client;
 mod compare;
+mod conditions;
 pub mod describe;
 mod fetch;
+mod flips;
 pub mod gates;
 pub mod gpu;
+pub mod host;
 pub mod inject;
 mod load;
 mod log;
@@ -74,7 +80,7 @@ use std::{
 };
 
 pub use cli::{Mode, ReplayArgs};
-pub use compare::CompareError;
+pub use compare::{CompareError, CompareOptions, Compared};
 pub use load::AbortHandle;
 pub use report::json::Report;
 
@@ -349,6 +355,7 @@ struct Ran {
     driven: session::Driven,
     scrapes: Option<attribution::Scrapes>,
     telemetry: Option<gpu::Telemetry>,
+    hosts: Option<gpu::Telemetry<host::HostReading>>,
     fault: Option<recovery::FaultRun>,
     started_at: SystemTime,
     t0: Instant,
@@ -387,6 +394,9 @@ async fn run_load(
         .map(|s| attribution::Watch::start(s, args.engine_metrics_interval, t0));
     let gpus = (!args.gpu_metrics.is_empty())
         .then(|| gpu::GpuWatch::start(args.gpu_metrics.clone(), fetcher.clone(), t0));
+    let hosts = (!args.node_metrics.is_empty()).then(|| {
+        gpu::GpuWatch::start_with(args.node_metrics.clone(), fetcher.clone(), t0, host::parse)
+    });
     let ticker = runner.progress().start();
     let driven = session::drive(runner, args, &p.workload).await;
     drop(ticker);
@@ -398,6 +408,10 @@ async fn run_load(
         Some(g) => Some(g.finish().await),
         None => None,
     };
+    let hosts = match hosts {
+        Some(h) => Some(h.finish().await),
+        None => None,
+    };
     let fault = match fault {
         Some((f, cmd, at)) => Some(f.finish(cmd, at).await),
         None => None,
@@ -407,6 +421,7 @@ async fn run_load(
         driven,
         scrapes,
         telemetry,
+        hosts,
         fault,
         started_at,
         t0,
@@ -538,21 +553,24 @@ fn judge(
         probes: p.probes.as_deref(),
         scrapes: ran.scrapes.as_ref(),
         telemetry: ran.telemetry.as_ref(),
+        hosts: ran.hosts.as_ref(),
         reproducibility,
     })
 }
 
-/// `--compare`: two reports side by side, three or more as a matrix, written to `out`;
-/// the Markdown. Runs measured under different conditions are refused, each difference
-/// named, unless `allow_different`.
+/// `--compare`: two reports side by side, three or more as a matrix, written to `out`.
+/// Runs measured under different conditions are refused, each difference named, unless
+/// `allow_different`.
 pub fn compare_reports(
     files: &[PathBuf],
     out: &std::path::Path,
-    allow_different: bool,
-) -> Result<String, CompareError> {
+    options: &CompareOptions,
+) -> Result<Compared, CompareError> {
     match files {
-        [a, b] => compare::run(a, b, out, allow_different),
-        [_, _, _, ..] => matrix::run(files, out, allow_different),
+        [a, b] => compare::run(a, b, out, options),
+        [_, _, _, ..] if options.quality_max_drop.is_some() => Err(CompareError::DropNeedsTwo),
+        [_, _, _, ..] => matrix::run(files, out, options.allow_different)
+            .map(|md| Compared { md, failure: None }),
         _ => Err(CompareError::TooFew),
     }
 }
@@ -561,12 +579,20 @@ pub fn compare_reports(
 /// the report is, and returns the exit code.
 pub fn run(args: ReplayArgs) -> ExitCode {
     if let Some(files) = &args.compare {
-        return match compare_reports(files, &args.out, args.allow_different) {
-            Ok(md) => {
+        let options = CompareOptions {
+            allow_different: args.allow_different,
+            quality_max_drop: args.quality_max_drop,
+        };
+        return match compare_reports(files, &args.out, &options) {
+            Ok(c) => {
                 // A closed pipe (`| head`) is not an error of the comparison.
-                let _ = writeln!(std::io::stdout(), "{md}");
+                let _ = writeln!(std::io::stdout(), "{}", c.md);
                 eprintln!("comparison written to {}", args.out.display());
-                ExitCode::SUCCESS
+                ExitCode::from(if c.failure.is_some() {
+                    EXIT_FAIL
+                } else {
+                    EXIT_PASS
+                })
             }
             Err(e) => {
                 eprintln!("goodput replay: {e}");

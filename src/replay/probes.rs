@@ -294,6 +294,45 @@ pub struct Quality {
     pub passed: u64,
     pub pass_rate: Option<f64>,
     pub failures: Vec<Failure>,
+    /// Each probe's answers, in file order (report.json shows them in
+    /// `gates.quality.by_probe`).
+    #[serde(skip)]
+    pub by_probe: Vec<ProbeTally>,
+}
+
+/// One probe's answers in a step or the run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProbeTally {
+    pub name: String,
+    /// Answers judged.
+    pub probes: u64,
+    pub passed: u64,
+    pub pass_rate: Option<f64>,
+}
+
+impl Quality {
+    /// Counts one answer to `name`.
+    pub fn count(&mut self, name: &str, passed: bool) {
+        self.probes += 1;
+        self.passed += u64::from(passed);
+        let i = match self.by_probe.iter().position(|t| t.name == name) {
+            Some(i) => i,
+            None => {
+                self.by_probe.push(ProbeTally {
+                    name: name.to_owned(),
+                    probes: 0,
+                    passed: 0,
+                    pass_rate: None,
+                });
+                self.by_probe.len() - 1
+            }
+        };
+        let t = &mut self.by_probe[i];
+        t.probes += 1;
+        t.passed += u64::from(passed);
+        t.pass_rate = Some(t.passed as f64 / t.probes as f64);
+        self.pass_rate = Some(self.passed as f64 / self.probes as f64);
+    }
 }
 
 /// The excerpt kept of a failed answer.

@@ -72,6 +72,8 @@ pub struct Sample {
     pub measured: bool,
     /// An injected or burst request (`--inject`, `--burst`), kept out of the steps.
     pub inject: Option<super::inject::Kind>,
+    /// A 5xx whose body named out-of-memory.
+    pub out_of_memory: bool,
 }
 
 const NO_COUNT: u64 = u64::MAX;
@@ -106,6 +108,7 @@ impl Sample {
             cache_hit: r.cached_input_tokens.map(|n| n > 0),
             measured: false,
             inject: None,
+            out_of_memory: false,
         }
     }
 

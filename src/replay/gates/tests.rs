@@ -8,6 +8,7 @@ fn q(probes: u64, passed: u64) -> Quality {
         passed,
         pass_rate: (probes > 0).then(|| passed as f64 / probes as f64),
         failures: Vec::new(),
+        by_probe: Vec::new(),
     }
 }
 
@@ -215,13 +216,49 @@ fn resources_judge_throttling_preemptions_restarts_and_host_memory() {
     let f = ResourceFigures {
         host_scrapes: scraped(10, 0),
         host_memory_available_min_share: Some(0.03),
-        ..base
+        ..base.clone()
     };
     let g = resources(&f, &t, false);
     assert!(
         g.reason
             .unwrap()
             .contains("host memory available fell to 3.0%")
+    );
+    // An out-of-memory answer fails the gate even when nothing else was asked for.
+    let oom = ResourceFigures {
+        oom_answers: 2,
+        ..ResourceFigures::default()
+    };
+    let g = resources(&oom, &t, false);
+    assert_eq!(g.state, State::Fail);
+    assert!(
+        g.brief.contains("ran out of memory: 2 answers"),
+        "{}",
+        g.brief
+    );
+    // A node exporter that answered 8 of 10 scrapes, or never served memory: unjudged.
+    let thin = ResourceFigures {
+        host_scrapes: scraped(10, 2),
+        host_memory_available_min_share: Some(0.5),
+        ..base.clone()
+    };
+    let g = resources(&thin, &t, false);
+    assert_eq!(g.state, State::Unjudged);
+    assert!(
+        g.brief.contains("node exporter answered 8 of 10 scrapes"),
+        "{}",
+        g.brief
+    );
+    let blind = ResourceFigures {
+        host_scrapes: scraped(10, 0),
+        ..base
+    };
+    let g = resources(&blind, &t, false);
+    assert_eq!(g.state, State::Unjudged);
+    assert!(
+        g.brief.contains("no node_memory_MemAvailable_bytes"),
+        "{}",
+        g.brief
     );
 }
 
@@ -293,6 +330,7 @@ fn a_gate_judged_on_each_repeat_fails_on_one() {
         reason: None,
         repeats: None,
         isolation: None,
+        by_probe: None,
     };
     let fail = Gate {
         pass: false,

@@ -230,6 +230,7 @@ impl Inner {
             .set_lag_ms(scheduled.map(|s| m.sent.saturating_duration_since(s).as_secs_f64() * 1e3));
         (sample.sent_s, sample.ended_s) = (self.secs(m.sent), self.secs(m.ended));
         (sample.step, sample.probe, sample.inject) = (step, probe, inject);
+        sample.out_of_memory = m.out_of_memory;
         let window = *self.window();
         sample.measured = window.measures(&sample);
         // Only measured requests are read for ITL: their gaps go to their group, the

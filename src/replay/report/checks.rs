@@ -100,7 +100,8 @@ fn gpu_row(label: String, f: &GpuFigures) -> Vec<String> {
 
 /// The GPUs per step and over the run (`--gpu-metrics`).
 pub fn gpus(r: &Report) -> Option<Table> {
-    let res = r.resources.as_ref()?;
+    // `resources` without exporter URLs holds the hosts alone (`--node-metrics`).
+    let res = r.resources.as_ref().filter(|res| !res.urls.is_empty())?;
     let mut t = Table::new(
         "GPUs",
         &[
@@ -150,6 +151,53 @@ pub fn gpus(r: &Report) -> Option<Table> {
         }
     }
     t.row(gpu_row("all".into(), &res.overall));
+    Some(t)
+}
+
+fn host_row(label: String, h: &crate::replay::host::HostFigures) -> Vec<String> {
+    let pct = |v: Option<f64>| v.map_or("absent".to_owned(), |v| format!("{:.1}", v * 100.0));
+    vec![
+        label,
+        h.hosts.to_string(),
+        pct(h.memory_available_min_share),
+        pct(h.cpu_busy_mean),
+        h.network_errors
+            .map_or("absent".to_owned(), |v| format!("{v:.0}")),
+    ]
+}
+
+/// The engine's hosts per step and over the run (`--node-metrics`).
+pub fn hosts(r: &Report) -> Option<Table> {
+    let all = r.resources.as_ref()?.overall.host.as_ref()?;
+    let mut t = Table::new(
+        "Hosts",
+        &[
+            "step",
+            "hosts",
+            "memory available min %",
+            "CPU busy mean %",
+            "network errors",
+        ],
+    );
+    if let Some(e) = &all.exporters {
+        let mut intro = format!(
+            "From {} (node_exporter), scraped every second: {} scrapes, {} failed.",
+            e.urls.join(", "),
+            e.scrape_attempts,
+            e.failed_scrapes
+        );
+        if let Some(err) = &e.last_error {
+            let _ = write!(intro, " Last failure: {err}.");
+        }
+        intro.push_str(" A figure no host served is absent, not zero.");
+        t.intro = Some(intro);
+    }
+    for s in &r.steps {
+        if let Some(h) = s.resources.as_ref().and_then(|f| f.host.as_ref()) {
+            t.row(host_row(s.label.clone(), h));
+        }
+    }
+    t.row(host_row("all".into(), all));
     Some(t)
 }
 

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use super::{
     Inputs,
     json::{
-        ClassTargets, Contract, CostConfigOut, GateThresholds, LoadOut, PercentileOut, ProfileId,
-        StepOut,
+        BurstOut, ClassTargets, Contract, CostConfigOut, GateThresholds, LoadOut, PercentileOut,
+        ProfileId, RampOut, StepOut,
     },
 };
-use crate::replay::cli::Mode;
+use crate::replay::{cli::Mode, describe::redact_text};
 
 /// `--contract` keys with a field of their own besides the recorded six.
 pub const NAMED_FIELDS: [&str; 14] = [
@@ -32,6 +32,13 @@ pub const NAMED_FIELDS: [&str; 14] = [
 
 pub(super) fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contract {
     let a = i.args;
+    // The fault command is recorded as run, but never with a credential in it.
+    let secrets: Vec<String> = a
+        .api_key_env
+        .as_deref()
+        .and_then(|v| std::env::var(v).ok())
+        .into_iter()
+        .collect();
     let recorded = i
         .profile
         .files
@@ -155,6 +162,28 @@ pub(super) fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contrac
             idle_timeout_s: a.idle_timeout.as_secs_f64(),
             prompt_lengths: i.prompt_lengths.clone(),
             block_bytes: i.workload.block_bytes,
+            // A soak without --soak-rate finds its rate with a quick ramp.
+            ramp: (a.mode == Mode::Ramp || (a.mode == Mode::Soak && a.soak_rate.is_none()))
+                .then_some(RampOut {
+                    start: a.ramp_start,
+                    factor: a.ramp_factor,
+                    steps: a.ramp_steps,
+                }),
+            soak_rate_source: (a.mode == Mode::Soak).then_some(if a.soak_rate.is_some() {
+                "flag"
+            } else {
+                "knee"
+            }),
+            burst: a.burst.map(|(rate, d)| BurstOut {
+                rate,
+                duration_s: d.as_secs_f64(),
+            }),
+            inject: a.inject.iter().map(|(k, s)| (k.as_str(), *s)).collect(),
+            context_tokens: a.context_tokens,
+            fault_cmd: a.fault_cmd.as_deref().map(|c| redact_text(c, &secrets)),
+            fault_at_s: a.fault_at.map(|d| d.as_secs_f64()),
+            probes: a.probes.as_ref().map(|p| p.display().to_string()),
+            probe_share: a.probes.as_ref().map(|_| a.probe_share),
         },
         started_at: humantime::format_rfc3339_millis(i.started_at).to_string(),
         duration_s: run_s,
@@ -170,6 +199,16 @@ pub(super) fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contrac
             soak_max_kv_growth: a.soak_max_kv_growth,
             soak_max_waiting_growth: a.soak_max_waiting_growth,
             soak_max_jitter_growth: a.soak_max_jitter_growth,
+            max_throttle_share: a.max_throttle_share,
+            max_preemptions: a.max_preemptions,
+            host_memory_min_share: a.host_memory_min_share,
+            allow_unjudged: {
+                let mut g: Vec<&'static str> =
+                    a.allow_unjudged.iter().map(|g| g.as_str()).collect();
+                g.sort_unstable();
+                g.dedup();
+                g
+            },
         },
         cost: i.config.cost.as_ref().map(|c| CostConfigOut {
             currency: c.currency.clone(),

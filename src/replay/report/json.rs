@@ -138,6 +138,14 @@ pub struct GateThresholds {
     pub soak_max_kv_growth: f64,
     pub soak_max_waiting_growth: f64,
     pub soak_max_jitter_growth: f64,
+    /// `--max-throttle-share`.
+    pub max_throttle_share: f64,
+    /// `--max-preemptions` (`null`: none while the SLO gate fails).
+    pub max_preemptions: Option<f64>,
+    /// `--host-memory-min-share`.
+    pub host_memory_min_share: f64,
+    /// `--allow-unjudged`, sorted.
+    pub allow_unjudged: Vec<&'static str>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -181,6 +189,39 @@ pub struct LoadOut {
     pub prompt_lengths: String,
     /// Text bytes of one profile block.
     pub block_bytes: usize,
+    /// `--ramp-start`, `--ramp-factor`, `--ramp-steps` (ramp), as asked: `rates` are the
+    /// steps that ran.
+    pub ramp: Option<RampOut>,
+    /// `flag` (`--soak-rate`) or `knee` (70% of a quick ramp's knee); `null` but in a soak.
+    pub soak_rate_source: Option<&'static str>,
+    /// `--burst`: the extra open-loop load in each step's window.
+    pub burst: Option<BurstOut>,
+    /// `--inject`: each abnormal kind's share of the requests (`{}` without).
+    pub inject: BTreeMap<&'static str, f64>,
+    /// `--context-tokens`.
+    pub context_tokens: Option<u64>,
+    /// `--fault-cmd`, credentials redacted.
+    pub fault_cmd: Option<String>,
+    /// `--fault-at`.
+    pub fault_at_s: Option<f64>,
+    /// `--probes`, as given (its content is `reproducibility.probes_sha256`).
+    pub probes: Option<String>,
+    /// `--probe-share` (`null` without probes).
+    pub probe_share: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RampOut {
+    pub start: f64,
+    pub factor: f64,
+    pub steps: u32,
+}
+
+/// `--burst RATE:DURATION`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BurstOut {
+    pub rate: f64,
+    pub duration_s: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -66,6 +66,8 @@ pub struct Inputs<'a> {
     pub scrapes: Option<&'a super::attribution::Scrapes>,
     /// `--gpu-metrics`: the exporters' readings.
     pub telemetry: Option<&'a super::gpu::Telemetry>,
+    /// `--node-metrics`: the node exporters' readings.
+    pub hosts: Option<&'a super::gpu::Telemetry<super::host::HostReading>>,
     pub reproducibility: super::describe::Reproducibility,
 }
 
@@ -224,8 +226,10 @@ fn fail_on_soak_drift(
 
 /// What the gates read besides the steps and verdicts.
 struct Judges<'a> {
-    /// `--node-metrics` was given.
-    node_metrics: bool,
+    /// `--gpu-metrics` was given (`resources` may hold only the hosts).
+    gpu_metrics: bool,
+    /// Answers with a 5xx whose body named out-of-memory.
+    oom_answers: u64,
     attribution: Option<&'a super::attribution::AttributionOut>,
     resources: Option<&'a super::gpu::ResourcesOut>,
 }
@@ -243,16 +247,20 @@ fn class_result(v: &json::Verdict) -> gates::ClassResult {
 
 /// What the `resources` gate reads from the exporters' and the engine's figures.
 fn resource_figures(with: Judges<'_>) -> gates::ResourceFigures {
-    let mut f = gates::ResourceFigures::default();
-    if with.node_metrics {
-        // Asked for and not read: the host is not judged, and the gate must say so.
+    let mut f = gates::ResourceFigures {
+        oom_answers: with.oom_answers,
+        ..gates::ResourceFigures::default()
+    };
+    if let Some(h) = with.resources.and_then(|r| r.overall.host.as_ref()) {
+        let e = h.exporters.clone().unwrap_or_default();
         f.host_scrapes = Some(gates::ScrapeCount {
-            attempts: 0,
-            failed: 0,
-            last_error: Some("host figures are not read by this version".into()),
+            attempts: e.scrape_attempts,
+            failed: e.failed_scrapes,
+            last_error: e.last_error,
         });
+        f.host_memory_available_min_share = h.memory_available_min_share;
     }
-    if let Some(r) = with.resources {
+    if let Some(r) = with.resources.filter(|_| with.gpu_metrics) {
         f.gpu_scrapes = Some(gates::ScrapeCount {
             attempts: r.scrape_attempts,
             failed: r.failed_scrapes,
@@ -393,9 +401,13 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let measured = measured(i);
     let mut steps = steps::of_run(i, &measured);
     let windows = steps::windows(&steps);
-    if let Some(t) = i.telemetry {
+    if i.telemetry.is_some() || i.hosts.is_some() {
+        let none = Vec::new();
+        let gpus = i.telemetry.map_or(&none, |t| &t.readings);
         for (s, (lo, hi)) in steps.iter_mut().zip(&windows) {
-            s.resources = Some(super::gpu::figures(&t.readings, *lo, *hi));
+            let mut f = super::gpu::figures(gpus, *lo, *hi);
+            f.host = i.hosts.map(|h| super::host::figures(&h.readings, *lo, *hi));
+            s.resources = Some(f);
         }
     }
     let measuring_s: f64 = i.runs.iter().map(StepRun::duration_s).sum();
@@ -420,11 +432,25 @@ pub fn build(i: &Inputs<'_>) -> Report {
         .scrapes
         .map(|sc| attribution(sc, &steps, &measured, i.runs, a));
     fail_on_soak_drift(&mut j.verdicts, attribution.as_ref(), &mut notes);
-    let mut resources = i.telemetry.map(|t| resources(t, &windows, i.runs, a));
+    let oom_answers = i.samples.iter().filter(|s| s.out_of_memory).count() as u64;
+    let mut resources = match (i.telemetry, i.hosts) {
+        (Some(t), h) => Some(resources(t, h, &windows, i.runs, a)),
+        (None, Some(h)) => Some(resources(
+            &super::gpu::Telemetry::default(),
+            Some(h),
+            &windows,
+            i.runs,
+            a,
+        )),
+        (None, None) => None,
+    };
     if let (Some(r), Some(at)) = (resources.as_mut(), attribution.as_ref())
         && at.engine.is_some()
     {
         r.engine_restarts = Some(u64::from(at.overall.engine_restarted));
+    }
+    if let Some(r) = resources.as_mut() {
+        r.engine_oom_answers = oom_answers;
     }
     let (injection, quality, gates) = checks_of(
         i,
@@ -432,7 +458,8 @@ pub fn build(i: &Inputs<'_>) -> Report {
         &measured,
         &j,
         Judges {
-            node_metrics: !a.node_metrics.is_empty(),
+            gpu_metrics: !a.gpu_metrics.is_empty(),
+            oom_answers,
             attribution: attribution.as_ref(),
             resources: resources.as_ref(),
         },
@@ -491,6 +518,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
 /// report.json `resources`: the GPUs over every step's window, and a soak's check.
 fn resources(
     t: &super::gpu::Telemetry,
+    hosts: Option<&super::gpu::Telemetry<super::host::HostReading>>,
     windows: &[(f64, f64)],
     runs: &[StepRun],
     a: &ReplayArgs,
@@ -499,6 +527,16 @@ fn resources(
         (Some(f), Some(l)) => (f.0, l.1),
         _ => (0.0, 0.0),
     };
+    let mut overall = super::gpu::figures(&t.readings, lo, hi);
+    overall.host = hosts.map(|h| super::host::HostFigures {
+        exporters: Some(super::host::HostScrapes {
+            urls: h.urls.iter().map(|u| super::fetch::shown(u)).collect(),
+            scrape_attempts: h.scrapes,
+            failed_scrapes: h.failed_scrapes,
+            last_error: h.last_error.clone(),
+        }),
+        ..super::host::figures(&h.readings, lo, hi)
+    });
     let soak = match (a.mode, runs.first()) {
         (Mode::Soak, Some(run)) => Some(super::gpu::soak(
             &t.readings,
@@ -516,8 +554,9 @@ fn resources(
         last_error: t.last_error.clone(),
         gpu_xid_before_run: super::gpu::xid_before_run(&t.readings),
         engine_restarts: None,
-        overall: super::gpu::figures(&t.readings, lo, hi),
+        overall,
         soak,
+        engine_oom_answers: 0,
     }
 }
 

@@ -205,14 +205,28 @@ fn quality(r: &Report) -> Vec<Section> {
                 q.failures.len() - FAILURES_SHOWN
             ));
         }
+        let per_probe: Vec<String> = q
+            .by_probe
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} {}/{} ({})",
+                    t.name,
+                    t.passed,
+                    t.probes,
+                    pct(t.pass_rate)
+                )
+            })
+            .collect();
         out.push(Section {
             title: None,
             blocks: vec![
                 Block::Text(format!(
-                    "Probes over the run: {} of {} passed ({}).",
+                    "Probes over the run: {} of {} passed ({}); per probe: {}.",
                     q.passed,
                     q.probes,
-                    pct(q.pass_rate)
+                    pct(q.pass_rate),
+                    per_probe.join(", ")
                 )),
                 Block::Items(items),
             ],
@@ -241,6 +255,7 @@ pub fn sections(r: &Report) -> Vec<Section> {
             ],
         });
     }
+    s.extend(checks::hosts(r).map(table));
     s.extend(by_kind(r));
     s.push(generator(r));
     s.extend(r.drift.as_ref().map(drift));

@@ -24,10 +24,8 @@ pub(super) fn quality(
     let mut q = Quality::default();
     for s in samples {
         let Some(p) = &s.probe else { continue };
-        q.probes += 1;
-        if p.passed {
-            q.passed += 1;
-        } else {
+        q.count(probes.name(p.probe), p.passed);
+        if !p.passed {
             q.failures.push(Failure {
                 name: probes.name(p.probe).to_owned(),
                 step: label(s.step),
@@ -37,7 +35,6 @@ pub(super) fn quality(
             });
         }
     }
-    q.pass_rate = (q.probes > 0).then(|| q.passed as f64 / q.probes as f64);
     q
 }
 

@@ -2,7 +2,8 @@
 //! fail reads FAILED in every comparison and is never ranked; the terminal's last line
 //! agrees with the exit code; and no gate passes blind (an exporter that never answers
 //! leaves `resources` unjudged, an XID latched before the run and clock throttling fail
-//! it), with purpose-built exporters over loopback serving dcgm-exporter's text format.
+//! it), with purpose-built exporters over loopback serving dcgm-exporter's text format;
+//! and an engine answering 5xx bodies that name out-of-memory fails `resources`.
 
 use std::{
     convert::Infallible,
@@ -139,6 +140,66 @@ async fn a_run_that_failed_its_probes_reads_failed_in_every_comparison() {
         .find(|g| g["gate"] == "quality")
         .unwrap();
     assert_eq!(quality["state"], "fail", "{quality}");
+    // Quality against A: `four` flipped, the words probe did not; B is about half down
+    // (the probes alternate, so each run answers each about as often).
+    assert!(md.contains("## Quality against A"), "{md}");
+    assert!(md.contains("| four | "), "{md}");
+    assert!(md.contains("**pass → FAIL**"), "{md}");
+    let q = &json["quality"];
+    assert_eq!(q["flips"].as_array().unwrap().len(), 1, "{q}");
+    assert_eq!(q["flips"][0]["probe"], "four");
+    assert_eq!(q["flips"][0]["direction"], "pass_to_fail");
+    let delta = q["pass_rate_delta"].as_f64().unwrap();
+    eprintln!("pass rate delta {delta} points, ci95 {}", q["ci95"]);
+    assert!((-75.0..-25.0).contains(&delta), "{q}");
+    let ci: Vec<f64> = q["ci95"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(ci[0] < delta && delta < ci[1] && ci[1] < 0.0, "{q}");
+    assert_eq!(json["failure"], Value::Null, "no --quality-max-drop");
+
+    // With a limit, a drop beyond it fails the comparison, naming the probe; the last
+    // line says so.
+    let o = goodput(&[
+        "replay",
+        "--compare",
+        &report("a"),
+        &report("b"),
+        "--out",
+        &cmp,
+        "--quality-max-drop",
+        "5",
+    ]);
+    assert_eq!(o.status.code(), Some(i32::from(EXIT_FAIL)));
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(md.contains("|  | A | B — FAILED |"), "{md}");
+    let last = last_line(&o);
+    assert!(
+        last.starts_with("Comparison FAILED: quality dropped ")
+            && last.contains("points (100.0% to ")
+            && last.contains("beyond --quality-max-drop 5;")
+            && last.ends_with("probes that flipped from pass to fail: four."),
+        "{last}"
+    );
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cmp/compare.json")).unwrap())
+            .unwrap();
+    assert!(json["failure"].as_str().unwrap().contains("four"));
+    // Two runs against the same simulator are within it.
+    let o = goodput(&[
+        "replay",
+        "--compare",
+        &report("a"),
+        &report("c"),
+        "--out",
+        &cmp,
+        "--quality-max-drop",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", last_line(&o));
 
     // The matrix of three ranks the two that passed and lists the failed one apart.
     let o = goodput(&[
@@ -383,5 +444,68 @@ async fn an_xid_before_the_run_and_clock_throttling_fail_resources() {
             .unwrap()
             .contains(&format!("clocks throttled in {:.1}%", share * 100.0)),
         "{g}"
+    );
+}
+
+/// An engine out of memory: every request answered 500 with vLLM's error body naming
+/// CUDA out of memory.
+async fn out_of_memory_upstream() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let svc = service_fn(|_req: Request<Incoming>| async {
+                    let body = r#"{"object":"error","message":"CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.06 GiB is free.","type":"InternalServerError","param":null,"code":500}"#;
+                    let mut resp = Response::new(Full::new(Bytes::from(body)));
+                    *resp.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+                    resp.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("application/json"),
+                    );
+                    Ok::<_, Infallible>(resp)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_5xx_naming_out_of_memory_fails_resources() {
+    let _serial = crate::common::SERIAL.lock().await;
+    let url = out_of_memory_upstream().await;
+    let tmp = TempDir::new("decisions-oom");
+    let dir = tmp.path();
+    let done = replay::execute(
+        &parsed(&steps(dir, &url, "oom", &["--no-engine-metrics"])),
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    let r = read_json(&done.dir.join("report.json"));
+    let g = &r["gates"]["resources"];
+    eprintln!("{g:#}");
+    assert_eq!(done.exit_code(), EXIT_FAIL);
+    assert_eq!(
+        (g["state"].as_str(), g["judged"].as_bool()),
+        (Some("fail"), Some(true))
+    );
+    assert!(
+        g["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the engine ran out of memory: "),
+        "{g}"
+    );
+    assert!(
+        done.verdict_line()
+            .contains("resources (the engine ran out of memory")
     );
 }

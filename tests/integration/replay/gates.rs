@@ -193,12 +193,17 @@ async fn runs_differing_in_warm_up_are_refused_by_compare() {
     }
     let reports = [dir.join("a/report.json"), dir.join("b/report.json")];
     let cmp = dir.join("cmp");
-    let err = replay::compare_reports(&reports, &cmp, false).unwrap_err();
+    let strict = replay::CompareOptions::default();
+    let err = replay::compare_reports(&reports, &cmp, &strict).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("load.warmup_s (0.1 vs 0.3)"), "{msg}");
     // Nothing else differs: the same profile, SLO, durations, repeats and gates.
     assert_eq!(msg.matches(" vs ").count(), 1, "{msg}");
-    let md = replay::compare_reports(&reports, &cmp, true).unwrap();
+    let allow = replay::CompareOptions {
+        allow_different: true,
+        ..strict
+    };
+    let md = replay::compare_reports(&reports, &cmp, &allow).unwrap().md;
     assert!(
         md.contains("measured under different conditions") && md.contains("load.warmup_s"),
         "{md}"

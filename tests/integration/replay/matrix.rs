@@ -1,6 +1,7 @@
 //! `goodput replay --compare A B C`: three runs against the simulator (one, two and four
 //! "cards" by their contracts) put in a matrix with P99 rows and scaling efficiency, from
-//! the command line as a user runs it; a run of other traffic is refused by name.
+//! the command line as a user runs it, across precisions (the system is what a matrix
+//! varies); a run of other traffic is refused by name.
 
 use std::{path::Path, process::Command};
 
@@ -53,8 +54,9 @@ async fn three_runs_make_a_matrix_with_scaling_efficiency() {
             p.to_str().unwrap(),
             "--target",
             &url,
+            // The same load for every run: how it was measured must not differ.
             "--concurrency",
-            cards,
+            "2",
             "--warmup",
             "100ms",
             "--step-duration",
@@ -63,6 +65,13 @@ async fn three_runs_make_a_matrix_with_scaling_efficiency() {
             &format!("cards={cards}"),
             "--contract",
             "hardware=sim",
+            // What a matrix exists to vary: not refused.
+            "--contract",
+            if cards == "4" {
+                "precision=fp8"
+            } else {
+                "precision=bf16"
+            },
             "--out",
             out.to_str().unwrap(),
         ];

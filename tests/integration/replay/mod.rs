@@ -4,7 +4,9 @@
 //! and bursts ([`inject`]), the request log ([`log`]), the comparison matrix ([`matrix`]),
 //! quality probes and repeats ([`quality`]), recovery from a fault ([`recovery`]) and
 //! tenants and models ([`tenants`]), the gates, reproducibility and GPU telemetry
-//! ([`gates`]), and one run answering all of them ([`acceptance`]). Replays are timing-sensitive: each takes
+//! ([`gates`]), decisions that cannot mislead ([`decisions`]), the engine hosts'
+//! node_exporter ([`host`]), like compared only with like
+//! ([`like`]), and one run answering all of them ([`acceptance`]). Replays are timing-sensitive: each takes
 //! [`crate::common::SERIAL`] so that two never run at once.
 #![expect(
     clippy::unwrap_used,
@@ -26,7 +28,9 @@ mod attribution;
 mod decisions;
 mod filter;
 mod gates;
+mod host;
 mod inject;
+mod like;
 mod log;
 mod matrix;
 mod quality;

@@ -557,7 +557,7 @@ pub struct ResourceFigures {
 /// `resources`, judged from `f` with the run's limits; `slo_failed` is whether the SLO
 /// gate failed (preemptions are allowed by default only while it holds).
 pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate {
-    const MEASURE: &str = "XID errors on the GPUs";
+    const MEASURE: &str = "GPU and host health: XID errors, clock throttling, engine restarts, preemptions, out-of-memory answers, host memory";
     // An out-of-memory answer is seen whatever was asked for.
     let asked = f.gpu_scrapes.is_some()
         || f.host_scrapes.is_some()

@@ -1,6 +1,9 @@
 //! Tests of `inline.rs`.
 
-use std::sync::atomic::AtomicUsize;
+use std::{
+    sync::atomic::{AtomicUsize, Ordering},
+    task::Wake,
+};
 
 use super::*;
 

@@ -49,7 +49,8 @@ async fn tpot_with_multi_token_events_and_usage_matches_sim_truth() {
     // and not with the configuration) and as the proxy saw them (tpot × (output_tokens − 1)).
     // Dividing by the 2 event gaps instead of the 9 token gaps would be off by 4.5×.
     let truth_span = ms(truth.last_token_at.unwrap() - truth.first_token_at.unwrap());
-    assert!((40.0..75.0).contains(&truth_span), "sim span {truth_span}");
+    // The sim paused at least its configured gaps; a loaded machine only stretches them.
+    assert!(truth_span >= 40.0, "sim span {truth_span}");
     let tpot = num(&r, "tpot_ms").unwrap();
     assert!(
         (tpot * 9.0 - truth_span).abs() <= 2.0,
@@ -61,7 +62,7 @@ async fn tpot_with_multi_token_events_and_usage_matches_sim_truth() {
     // sim sent the first token, so it is at least the sim's own TTFT and at most what the
     // client observed; on loopback within 2 ms of the sim's.
     let truth_ttft = ms(truth.first_token_at.unwrap() - truth.received_at);
-    assert!((39.0..65.0).contains(&truth_ttft), "sim ttft {truth_ttft}");
+    assert!(truth_ttft >= 39.0, "sim ttft {truth_ttft}");
     let ttft = num(&r, "ttft_ms").unwrap();
     assert!(
         ttft >= truth_ttft && ttft - truth_ttft <= 2.0,

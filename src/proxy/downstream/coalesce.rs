@@ -9,7 +9,8 @@
 //! task goes to the back of the run queue, what the upstream sends meanwhile arrives (read
 //! by the response body itself on a plain HTTP/1 upstream, handed over by the pooled
 //! client's connection task otherwise), and the write comes back with more in it. hyper
-//! keeps the buffers meanwhile (`Bytes` handles, nothing is copied). The write goes out
+//! keeps what it has meanwhile, in its one write buffer (`server.rs` says why flat rather
+//! than a queue of the body's buffers). The write goes out
 //! once a turn brought nothing new, enough is queued, or after [`MAX_YIELDS`] turns; never
 //! on a timer.
 //!
@@ -39,8 +40,8 @@ const BURST_GAP: Duration = Duration::from_millis(2);
 const MAX_YIELDS: u8 = 15;
 /// A write this large goes out at once.
 const ENOUGH_BYTES: usize = 32 << 10;
-/// hyper's write queue holds 16 buffers, an HTTP/1 chunk is 3 slices: when the queue is
-/// nearly full, waiting gains nothing.
+/// A vectored write of this many slices goes out at once (a writer that queues buffers:
+/// hyper's queue holds 16, an HTTP/1 chunk is 3 slices).
 const ENOUGH_SLICES: usize = 45;
 
 pin_project! {

@@ -135,11 +135,17 @@ impl Proxy {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         // hyper-util's HTTP/1 has no separate header limit: the read buffer bounds the
         // head (at least 8 KiB, checked by validation); a larger head -> 431.
+        // One flat write buffer, not a queue of the body's buffers: hyper answers a
+        // malformed pipelined request with a 400 written ahead of whatever of the previous
+        // response its queue still holds (a held-back write, a slow reader), which cuts
+        // that response; in one buffer the 400 follows it. The copy is a memcpy of what
+        // goes out (hyper bounds the buffer by `max_buf_size`).
         builder
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(server.header_read_timeout)
             .max_buf_size(header_bytes)
+            .writev(false)
             .half_close(server.http1_half_close)
             .keep_alive(true);
         // Flood bounds h2 has without settings: one PING answer and one SETTINGS ack
@@ -160,6 +166,7 @@ impl Proxy {
             .timer(TokioTimer::new())
             .header_read_timeout(server.header_read_timeout)
             .max_header_size(header_bytes)
+            .writev(false)
             .half_close(server.http1_half_close)
             .keep_alive(true);
         let control_floods = limits

@@ -113,6 +113,10 @@ seed() {
       for i in "${!exchange_seeds[@]}"; do
         printf '%b' "${exchange_seeds[$i]}" >"$dir/seed-$i"
       done
+      # Inputs that once showed a fault (artifacts-found/README.md) are run first.
+      for f in artifacts-found/http_exchange-*; do
+        cp "$f" "$dir/found-$(basename "$f")"
+      done
       # A real stream, unframed (it runs to the close).
       { printf '%b' "$post_cl$sep${ok}content-type: text/event-stream\r\n\r\n"
         cat "$fixtures/openai_chat_stream.sse"; } >"$dir/seed-openai-stream"

@@ -195,6 +195,12 @@ pub const REACCEPTANCE: Spec = Spec {
     unit: None,
 };
 
+pub const UPSTREAM_INFO: Spec = Spec {
+    name: "goodput_upstream_info",
+    help: "1 for what the upstream last said it is (engine, version, model, weights' revision; [drift] identity_interval)",
+    unit: None,
+};
+
 pub const PROFILE_DRIFT: Spec = Spec {
     name: "goodput_profile_drift",
     help: "Drift statistic of the live window against the baseline profile",
@@ -394,7 +400,7 @@ pub const LATEST_GENAI: [&Spec; 6] = [
 ];
 
 /// Every metric, in the order `/metrics` shows them.
-pub const ALL: [&Spec; 57] = [
+pub const ALL: [&Spec; 58] = [
     &TTFT,
     &TPOT,
     &DURATION,
@@ -427,6 +433,7 @@ pub const ALL: [&Spec; 57] = [
     &PROFILE_RECORDS,
     &PROFILE_DROPPED,
     &REACCEPTANCE,
+    &UPSTREAM_INFO,
     &PROFILE_DRIFT,
     &CALIBRATION_ENGINE,
     &CALIBRATION_PROXY,

@@ -14,7 +14,7 @@ use ring::digest::{Context, SHA256};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::fetch::Fetcher;
+use crate::fetch::Fetcher;
 
 /// The file `--describe-cmd`'s output is kept in.
 pub const DESCRIBE_FILE: &str = "describe.txt";
@@ -159,7 +159,7 @@ fn answer(body: &[u8]) -> Value {
 /// [`VERSION_PATHS`] about itself.
 pub async fn ask_target(f: &Fetcher, models_url: &str, origin: &str) -> TargetSays {
     let mut says = TargetSays {
-        models_url: super::fetch::shown(models_url),
+        models_url: shown(models_url),
         ..TargetSays::default()
     };
     match f.get(models_url, true).await {
@@ -228,6 +228,17 @@ pub async fn describe(cmd: &str, dir: &Path, secrets: &[String]) -> Described {
         }
     }
     out
+}
+
+/// `url` as reports show it: without user info or query (which may hold credentials).
+pub fn shown(url: &str) -> String {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return redact_text(url, &[]);
+    };
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let host = uri.host().unwrap_or("?");
+    let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+    format!("{scheme}://{host}{port}{}", uri.path())
 }
 
 #[cfg(test)]

@@ -21,7 +21,6 @@
 //! - `session`: the load patterns as sequences of steps.
 //! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
 //! - [`gates`]: the run's gates (SLO, quality, recovery, abnormal input, resources).
-//! - `fetch`: one GET client for what a replay reads besides the load.
 //! - [`describe`]: `reproducibility`: command line, digests, what the target says.
 //! - [`gpu`]: `--gpu-metrics`: dcgm-exporter scraped every second, figures per window.
 //! - [`host`]: `--node-metrics`: node_exporter on the engine's hosts, figures per window.
@@ -49,7 +48,6 @@ mod client;
 mod compare;
 mod conditions;
 pub mod describe;
-mod fetch;
 mod flips;
 pub mod gates;
 pub mod gpu;
@@ -367,7 +365,7 @@ async fn run_load(
     runner: &Runner,
     args: &ReplayArgs,
     p: &Prepared,
-    fetcher: &fetch::Fetcher,
+    fetcher: &crate::fetch::Fetcher,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Ran {
     let abort = runner.abort_handle();
@@ -433,7 +431,7 @@ async fn run_load(
 async fn reproducibility(
     args: &ReplayArgs,
     p: &Prepared,
-    fetcher: &fetch::Fetcher,
+    fetcher: &crate::fetch::Fetcher,
 ) -> Result<describe::Reproducibility, ReplayError> {
     let command: Vec<String> = if args.command_line.is_empty() {
         std::env::args().collect()
@@ -480,7 +478,7 @@ pub async fn execute(
 ) -> Result<Finished, ReplayError> {
     let mut p = Prepared::read(args)?;
     std::fs::create_dir_all(&args.out).map_err(|e| write_error(args, e))?;
-    let fetcher = fetch::Fetcher::new(describe::FETCH_TIMEOUT, p.target.auth());
+    let fetcher = crate::fetch::Fetcher::new(describe::FETCH_TIMEOUT, p.target.auth());
     // Before the runner's clock starts: `--fault-at` counts from the first request.
     let reproducibility = reproducibility(args, &p, &fetcher).await?;
     let runner = p.runner(args)?;

@@ -530,7 +530,7 @@ fn resources(
     let mut overall = super::gpu::figures(&t.readings, lo, hi);
     overall.host = hosts.map(|h| super::host::HostFigures {
         exporters: Some(super::host::HostScrapes {
-            urls: h.urls.iter().map(|u| super::fetch::shown(u)).collect(),
+            urls: h.urls.iter().map(|u| super::describe::shown(u)).collect(),
             scrape_attempts: h.scrapes,
             failed_scrapes: h.failed_scrapes,
             last_error: h.last_error.clone(),
@@ -547,7 +547,7 @@ fn resources(
         _ => None,
     };
     super::gpu::ResourcesOut {
-        urls: t.urls.iter().map(|u| super::fetch::shown(u)).collect(),
+        urls: t.urls.iter().map(|u| super::describe::shown(u)).collect(),
         interval_s: super::gpu::INTERVAL.as_secs_f64(),
         scrape_attempts: t.scrapes,
         failed_scrapes: t.failed_scrapes,

@@ -466,6 +466,7 @@ async fn reproducibility(
         profile_sha256,
         probes_sha256: args.probes.as_deref().map(digest).transpose()?,
         target,
+        target_at_end: None,
         describe: described,
     })
 }
@@ -483,6 +484,10 @@ pub async fn execute(
     let reproducibility = reproducibility(args, &p, &fetcher).await?;
     let runner = p.runner(args)?;
     let ran = run_load(&runner, args, &p, &fetcher, shutdown).await;
+    // Read again after the load: a target swapped meanwhile fails the run.
+    let mut reproducibility = reproducibility;
+    reproducibility.target_at_end =
+        Some(describe::ask_target(&fetcher, &p.target.models_url(), &p.target.origin()).await);
     let report = judge(args, &p, &runner, ran, reproducibility);
     runner
         .close_log()

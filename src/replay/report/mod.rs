@@ -232,6 +232,8 @@ struct Judges<'a> {
     oom_answers: u64,
     attribution: Option<&'a super::attribution::AttributionOut>,
     resources: Option<&'a super::gpu::ResourcesOut>,
+    /// `target changed during the run: ...` (see `Reproducibility::target_changed`).
+    target_changed: Option<String>,
 }
 
 /// A class's verdict as the `slo` gate reads it.
@@ -249,6 +251,7 @@ fn class_result(v: &json::Verdict) -> gates::ClassResult {
 fn resource_figures(with: Judges<'_>) -> gates::ResourceFigures {
     let mut f = gates::ResourceFigures {
         oom_answers: with.oom_answers,
+        target_changed: with.target_changed.clone(),
         ..gates::ResourceFigures::default()
     };
     if let Some(h) = with.resources.and_then(|r| r.overall.host.as_ref()) {
@@ -462,6 +465,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             oom_answers,
             attribution: attribution.as_ref(),
             resources: resources.as_ref(),
+            target_changed: i.reproducibility.target_changed(),
         },
     );
     let failed = gates.failures();

@@ -418,7 +418,6 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let mut j = judge(i, &steps, &measured, &overall);
     let (point_stats, operating_point) = headline(i, &steps, &overall, &j);
     let goodput = point_stats.map(|p| p.effective_goodput_tokens_per_s);
-    let cost = verdict::cost(i.config.cost.as_ref(), point_stats, j.stable);
     let lags: Vec<f64> = i.samples.iter().filter_map(Sample::lag_ms).collect();
     let lag = (!lags.is_empty()).then(|| super::tally::Pcts::of(lags));
     let run_s = i.samples.iter().map(|s| s.ended_s).fold(0.0f64, f64::max);
@@ -455,6 +454,13 @@ pub fn build(i: &Inputs<'_>) -> Report {
     if let Some(r) = resources.as_mut() {
         r.engine_oom_answers = oom_answers;
     }
+    // The accelerators' power over the run (mean per GPU × GPUs), for the energy cost.
+    let measured_kw = resources.as_ref().and_then(|r| {
+        r.overall
+            .gpu_power_mean_w
+            .map(|w| w * r.overall.gpus as f64 / 1000.0)
+    });
+    let cost = verdict::cost(i.config.cost.as_ref(), point_stats, j.stable, measured_kw);
     let (injection, quality, gates) = checks_of(
         i,
         &steps,

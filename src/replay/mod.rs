@@ -53,6 +53,7 @@ pub mod gates;
 pub mod gpu;
 pub mod host;
 pub mod inject;
+mod limits;
 mod load;
 mod log;
 mod matrix;
@@ -325,7 +326,7 @@ impl Prepared {
                 args.seed,
                 w.block_bytes,
                 args.ignore_eos,
-                self.tokenizer.take(),
+                self.tokenizer.clone(),
             ),
             slo: Arc::new(self.config.slo.clone()),
             seed: args.seed,
@@ -471,24 +472,64 @@ async fn reproducibility(
     })
 }
 
+/// `--mode limits`' probes: single requests of the profile's first API and model, before
+/// any load.
+async fn find_limits_of(args: &ReplayArgs, p: &Prepared) -> limits::LimitsOut {
+    let client = Client::new(p.target.clone(), 1, args.idle_timeout)
+        .with_tenant_header(p.config.slo.tenant_header.clone());
+    let prompts = Prompts::new(
+        args.seed,
+        p.workload.block_bytes,
+        args.ignore_eos,
+        p.tokenizer.clone(),
+    );
+    let first = p.workload.templates.first();
+    let prober = limits::Prober {
+        client: &client,
+        prompts: &prompts,
+        model: first.and_then(|t| t.model.as_deref()),
+        api: first.map_or(plan::ReplayApi::Chat, |t| t.api),
+        // The client's --idle-timeout bounds every wait for a byte; this bounds a whole
+        // probe (the output probe streams a long answer).
+        timeout: std::time::Duration::from_secs(600),
+    };
+    prober.find(p.prompt_lengths()).await
+}
+
 /// Runs the replay `args` describe until done or `shutdown` resolves (then in-flight
 /// requests are cancelled and the report covers what ran), and writes the report.
 pub async fn execute(
     args: &ReplayArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Finished, ReplayError> {
+    // Limits run as steps once their probes are done: everything after the probes reads
+    // the run as steps.
+    let steps_args;
+    let (args, find_limits) = if args.mode == Mode::Limits {
+        let mut a = args.clone();
+        a.mode = Mode::Steps;
+        steps_args = a;
+        (&steps_args, true)
+    } else {
+        (args, false)
+    };
     let mut p = Prepared::read(args)?;
     std::fs::create_dir_all(&args.out).map_err(|e| write_error(args, e))?;
     let fetcher = crate::fetch::Fetcher::new(describe::FETCH_TIMEOUT, p.target.auth());
     // Before the runner's clock starts: `--fault-at` counts from the first request.
     let reproducibility = reproducibility(args, &p, &fetcher).await?;
+    let limits = if find_limits {
+        Some(find_limits_of(args, &p).await)
+    } else {
+        None
+    };
     let runner = p.runner(args)?;
     let ran = run_load(&runner, args, &p, &fetcher, shutdown).await;
     // Read again after the load: a target swapped meanwhile fails the run.
     let mut reproducibility = reproducibility;
     reproducibility.target_at_end =
         Some(describe::ask_target(&fetcher, &p.target.models_url(), &p.target.origin()).await);
-    let report = judge(args, &p, &runner, ran, reproducibility);
+    let report = judge(args, &p, &runner, ran, reproducibility, limits);
     runner
         .close_log()
         .and_then(|()| report::write(&report, &args.out))
@@ -507,6 +548,7 @@ fn judge(
     runner: &Runner,
     ran: Ran,
     reproducibility: describe::Reproducibility,
+    limits: Option<limits::LimitsOut>,
 ) -> Report {
     let finished = runner.take_finished();
     let recovery = ran.fault.as_ref().map(|f| {
@@ -558,6 +600,7 @@ fn judge(
         telemetry: ran.telemetry.as_ref(),
         hosts: ran.hosts.as_ref(),
         reproducibility,
+        limits,
     })
 }
 

@@ -42,6 +42,10 @@ pub struct Report {
     /// ramp) or the whole measured run (trace, soak).
     pub operating_point: Option<String>,
     pub cost: Option<CostOut>,
+    /// `--mode limits`: the largest input and output the target takes, and its
+    /// concurrency ceiling at the SLO (the steps' max stable concurrency).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::replay::limits::LimitsOut>,
     pub generator: Generator,
     pub steps: Vec<StepOut>,
     /// Every measured request of the run together.

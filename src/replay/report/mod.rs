@@ -69,6 +69,8 @@ pub struct Inputs<'a> {
     /// `--node-metrics`: the node exporters' readings.
     pub hosts: Option<&'a super::gpu::Telemetry<super::host::HostReading>>,
     pub reproducibility: super::describe::Reproducibility,
+    /// `--mode limits`: what the probes found (the ceiling is filled in here).
+    pub limits: Option<super::limits::LimitsOut>,
 }
 
 /// The measured requests of the reported steps (a soak's quick ramp is not one of them).
@@ -166,7 +168,7 @@ fn headline<'s>(
     j: &Judged,
 ) -> (Option<&'s Stats>, Option<String>) {
     let point = match i.args.mode {
-        Mode::Steps => steps
+        Mode::Steps | Mode::Limits => steps
             .iter()
             .find(|s| s.concurrency.is_some() && s.concurrency == j.stable),
         Mode::Ramp => steps
@@ -492,6 +494,10 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .collect(),
         verdicts: j.verdicts,
         gates,
+        limits: i.limits.clone().map(|mut l| {
+            l.ceiling_concurrency = j.stable;
+            l
+        }),
         max_stable_concurrency: j.stable,
         knee: j.knee,
         effective_goodput_tokens_per_s: goodput,

@@ -149,7 +149,7 @@ pub fn judged_step(
 ) -> Result<Option<usize>, String> {
     match mode {
         Mode::Trace | Mode::Soak => Ok(None),
-        Mode::Steps => {
+        Mode::Steps | Mode::Limits => {
             let want = required_c.unwrap_or(1);
             steps
                 .iter()

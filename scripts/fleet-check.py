@@ -254,6 +254,7 @@ scrape_configs:
     try:
         failures += compare(native, classic, warm, final, after)
         print("\n".join(share_lines))
+        memory(final)
     finally:
         stop(procs)
     if failures:
@@ -309,6 +310,19 @@ def compare(native, classic, warm, final, after):
                 failures.append(f"{name} P{round(q * 100)}: native {got['native']} against {want_q}")
 
     return failures
+
+
+def memory(final):
+    """The native buckets each replica's TTFT and TPOT series hold: one per distinct
+    schema-6 bucket index among its values (16 bytes each in prometheus-client: an i32
+    index and a u64 count, aligned)."""
+    for key, name in (("ttft_ms", TTFT), ("tpot_ms", TPOT)):
+        held = []
+        for f in final:
+            values = [x[key] / 1000 for x in f if x.get(key)]
+            held.append(len({math.ceil(math.log2(v) * 64) for v in values}))
+        print(f"{name} native buckets per replica: "
+              + ", ".join(f"{n} ({n * 16} bytes)" for n in held))
 
 
 def shares(native, classic, every):

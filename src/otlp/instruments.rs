@@ -2,6 +2,12 @@
 //! each finished request into (in memory, no I/O), and the task that collects them every
 //! `interval` and sends them to the collector. Temporality is cumulative, as Prometheus-
 //! style backends expect.
+//!
+//! The latency instruments (TTFT, TPOT, the request and inference durations) are base-2
+//! exponential histograms at the precision of the native histograms on `/metrics`
+//! ([`Precision`], from `[metrics]`): a collector that sums replicas, or converts them to
+//! Prometheus native histograms, gets the same bounded relative error as a Prometheus
+//! scraping goodput.
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,8 +20,8 @@ use opentelemetry_sdk::{
     Resource,
     error::OTelSdkResult,
     metrics::{
-        InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
-        data::ResourceMetrics, exporter::PushMetricExporter, reader::MetricReader,
+        Aggregation, Instrument, InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Stream,
+        Temporality, data::ResourceMetrics, exporter::PushMetricExporter, reader::MetricReader,
     },
 };
 use tokio::sync::watch;
@@ -88,19 +94,55 @@ impl MetricReader for SharedReader {
     }
 }
 
+/// The latency instruments, exported as exponential histograms.
+const EXPONENTIAL: [&str; 7] = [
+    sc::CLIENT_OPERATION_DURATION,
+    sc::SERVER_REQUEST_DURATION,
+    sc::SERVER_TTFT,
+    sc::SERVER_TPOT,
+    sc::INFERENCE_DURATION,
+    sc::INFERENCE_TTFC,
+    sc::INFERENCE_TPOC,
+];
+
+/// The exponential histograms' precision: the native histograms' on `/metrics`. An OTLP
+/// scale is a Prometheus schema (bucket boundaries grow by `2^(2^-scale)`: scale 6 is
+/// ±0.54 %), and past `max_size` buckets a data point halves its resolution, as a native
+/// histogram past its bucket cap does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Precision {
+    pub max_scale: i8,
+    pub max_size: u32,
+}
+
 pub fn build(
     resource: Resource,
     scope: InstrumentationScope,
     latest: bool,
+    precision: Precision,
 ) -> (Instruments, Collection) {
     let reader = SharedReader(Arc::new(
         ManualReader::builder()
             .with_temporality(Temporality::Cumulative)
             .build(),
     ));
+    let exponential = move |i: &Instrument| {
+        if !EXPONENTIAL.contains(&i.name()) {
+            return None;
+        }
+        let aggregation = Aggregation::Base2ExponentialHistogram {
+            max_size: precision.max_size,
+            max_scale: precision.max_scale,
+            record_min_max: true,
+        };
+        // An invalid stream (a scale outside -10..=20; `[metrics]` allows -4..=8) would
+        // leave the instrument its explicit buckets.
+        Stream::builder().with_aggregation(aggregation).build().ok()
+    };
     let provider = SdkMeterProvider::builder()
         .with_resource(resource)
         .with_reader(reader.clone())
+        .with_view(exponential)
         .build();
     let meter = provider.meter_with_scope(scope);
     let instruments = Instruments::new(&meter, latest);
@@ -109,11 +151,11 @@ pub fn build(
 
 impl Instruments {
     fn new(m: &Meter, latest: bool) -> Instruments {
-        let seconds = |name: &'static str, what: &'static str, buckets: &[f64]| {
+        // Exponential buckets (the view in `build`): no boundaries to advise.
+        let seconds = |name: &'static str, what: &'static str| {
             m.f64_histogram(name)
                 .with_unit("s")
                 .with_description(what)
-                .with_boundaries(buckets.to_vec())
                 .build()
         };
         let gauge = |name: &'static str, unit: &'static str, what: &'static str| {
@@ -126,22 +168,18 @@ impl Instruments {
             client_duration: seconds(
                 sc::CLIENT_OPERATION_DURATION,
                 "GenAI operation duration, as the proxy saw it (arrival to the end of the response)",
-                &sc::DURATION_BUCKETS,
             ),
             server_duration: seconds(
                 sc::SERVER_REQUEST_DURATION,
                 "Generative AI server request duration (arrival to the end of the response)",
-                &sc::DURATION_BUCKETS,
             ),
             ttft: seconds(
                 sc::SERVER_TTFT,
                 "Time to generate first token for successful responses",
-                &sc::TTFT_BUCKETS,
             ),
             tpot: seconds(
                 sc::SERVER_TPOT,
                 "Time per output token generated after the first token for successful responses",
-                &sc::TPOT_BUCKETS,
             ),
             token_usage: m
                 .u64_histogram(sc::CLIENT_TOKEN_USAGE)
@@ -264,7 +302,6 @@ impl Latest {
             m.f64_histogram(name)
                 .with_unit("s")
                 .with_description(what)
-                .with_boundaries(crate::metrics::INFERENCE_BUCKETS.to_vec())
                 .build()
         };
         let tokens = |name: &'static str, what: &'static str| {

@@ -87,12 +87,13 @@ impl Tasks {
 
 /// Builds the exporters and spawns their tasks (call from within the runtime).
 /// `latest`: also export the GenAI conventions' latest client-inference instruments
-/// ([`semconv::latest_genai`]).
+/// ([`semconv::latest_genai`]); `precision`: the latency histograms' (`[metrics]`).
 pub fn start(
     cfg: &Otlp,
     upstream: &Upstream,
     counters: &OtlpMetrics,
     latest: bool,
+    precision: instruments::Precision,
 ) -> Result<(Exporter, Tasks), OtlpError> {
     let resource = Resource::builder()
         .with_service_name(cfg.service_name.clone())
@@ -118,7 +119,8 @@ pub fn start(
                 signal: "metrics",
                 source,
             })?;
-        let (instruments, collection) = instruments::build(resource.clone(), scope.clone(), latest);
+        let (instruments, collection) =
+            instruments::build(resource.clone(), scope.clone(), latest, precision);
         handles.push(tokio::spawn(instruments::run(
             collection,
             exporter,

@@ -107,7 +107,7 @@ async fn metrics_and_spans_match_the_requests_sent() {
 
     // Metrics: cumulative, so wait for an export that has seen all four requests.
     let total = |m: &ExportMetricsServiceRequest| {
-        histogram(m, "gen_ai.server.request.duration")
+        exponential(m, "gen_ai.server.request.duration")
             .iter()
             .map(|p| p.count)
             .sum::<u64>()
@@ -118,13 +118,7 @@ async fn metrics_and_spans_match_the_requests_sent() {
             _ => None,
         })
         .await;
-    let duration = histogram(&m, "gen_ai.server.request.duration");
-    assert_eq!(
-        duration[0].explicit_bounds,
-        [
-            0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92
-        ]
-    );
+    let duration = exponential(&m, "gen_ai.server.request.duration");
     let a = &duration[0].attributes;
     assert_eq!(s(a, "gen_ai.operation.name"), "chat");
     assert_eq!(s(a, "gen_ai.provider.name"), "openai");
@@ -138,23 +132,60 @@ async fn metrics_and_spans_match_the_requests_sent() {
         (sum * 1000.0 - e2e_sum).abs() < 1e-6,
         "{sum} s vs {e2e_sum} ms"
     );
-    let client_duration: u64 = histogram(&m, "gen_ai.client.operation.duration")
-        .iter()
-        .map(|p| p.count)
-        .sum();
-    assert_eq!(client_duration, 4);
-    // TTFT and TPOT: the three streamed requests.
-    let ttft = histogram(&m, "gen_ai.server.time_to_first_token");
-    assert_eq!(ttft.iter().map(|p| p.count).sum::<u64>(), 3);
-    assert_eq!(ttft[0].explicit_bounds.len(), 16);
-    assert_eq!(
-        metric(&m, "gen_ai.server.time_to_first_token")
-            .unwrap()
-            .unit,
-        "s"
-    );
-    let tpot = histogram(&m, "gen_ai.server.time_per_output_token");
-    assert_eq!(tpot.iter().map(|p| p.count).sum::<u64>(), 3);
+    // The latencies are base-2 exponential histograms at the native histograms' default
+    // precision (scale 6: ±0.54 %, at most 512 buckets), every request in the bucket its
+    // value falls in.
+    let streamed: Vec<&Value> = records.iter().filter(|r| r["stream"] == true).collect();
+    let seconds = |rs: &[&Value], key: &str| -> Vec<f64> {
+        rs.iter()
+            .map(|r| r[key].as_f64().unwrap() / 1000.0)
+            .collect()
+    };
+    let all: Vec<&Value> = records.iter().collect();
+    for (name, values) in [
+        ("gen_ai.server.request.duration", seconds(&all, "e2e_ms")),
+        ("gen_ai.client.operation.duration", seconds(&all, "e2e_ms")),
+        (
+            "gen_ai.server.time_to_first_token",
+            seconds(&streamed, "ttft_ms"),
+        ),
+        (
+            "gen_ai.server.time_per_output_token",
+            seconds(&streamed, "tpot_ms"),
+        ),
+    ] {
+        let points = exponential(&m, name);
+        assert_eq!(metric(&m, name).unwrap().unit, "s", "{name}");
+        let (scale, zeros, counts) = expected_exponential(&values, 6, 512);
+        assert_eq!(
+            points.iter().map(|p| p.zero_count).sum::<u64>(),
+            zeros,
+            "{name}"
+        );
+        for p in &points {
+            assert_eq!(p.scale, scale, "{name}");
+            assert!(
+                p.negative
+                    .as_ref()
+                    .is_none_or(|b| b.bucket_counts.iter().all(|&n| n == 0))
+            );
+        }
+        assert_eq!(
+            points.iter().map(|p| p.count).sum::<u64>(),
+            values.len() as u64,
+            "{name}"
+        );
+        assert_eq!(exponential_buckets(&points), counts, "{name}");
+        // Within a nanosecond: the records reach the test through JSON.
+        let max = values.iter().copied().fold(0.0, f64::max);
+        assert!(
+            points
+                .iter()
+                .any(|p| p.max.is_some_and(|m| (m - max).abs() < 1e-9)),
+            "{name}: max {max}"
+        );
+    }
+    assert_eq!(streamed.len(), 3);
     // Token usage: input and output, their sums the records' totals.
     let usage = histogram(&m, "gen_ai.client.token.usage");
     assert_eq!(
@@ -221,7 +252,8 @@ async fn metrics_and_spans_match_the_requests_sent() {
     proxy.shutdown().await;
 }
 
-/// The last requests before shutdown are exported at shutdown, not lost.
+/// The last requests before shutdown are exported at shutdown, not lost; the latency
+/// histograms follow `[metrics] native_histogram_schema`.
 #[tokio::test]
 async fn shutdown_exports_what_is_left() {
     let mut receiver = Receiver::start(Mode::Accept).await;
@@ -230,7 +262,8 @@ async fn shutdown_exports_what_is_left() {
     let cfg = otlp_config(
         &upstream,
         &format!(
-            "[otlp]\nendpoint = \"{}\"\ntraces = true\ninterval = \"1h\"\nbatch_size = 100\n",
+            "[metrics]\nnative_histogram_schema = 3\n\
+             [otlp]\nendpoint = \"{}\"\ntraces = true\ninterval = \"1h\"\nbatch_size = 100\n",
             receiver.endpoint()
         ),
     );
@@ -243,21 +276,24 @@ async fn shutdown_exports_what_is_left() {
     }
     wait_records(proxy.admin_addr, 3, Duration::from_secs(10)).await;
     proxy.shutdown().await;
-    let (mut spans, mut metric_requests) = (0, 0);
+    let (mut spans, mut metric_requests, mut scales) = (0, 0, Vec::new());
     receiver
         .until("the shutdown exports", |got| {
             match got {
                 Got::Traces(t) => spans += spans_of(t).len(),
                 Got::Metrics(m) => {
-                    metric_requests = histogram(m, "gen_ai.server.request.duration")
-                        .iter()
-                        .map(|p| p.count)
-                        .sum()
+                    let points = exponential(m, "gen_ai.server.time_to_first_token");
+                    metric_requests = points.iter().map(|p| p.count).sum();
+                    scales = points.iter().map(|p| p.scale).collect();
                 }
             }
             (spans == 3 && metric_requests == 3).then_some(())
         })
         .await;
+    assert!(
+        !scales.is_empty() && scales.iter().all(|&s| s == 3),
+        "{scales:?}"
+    );
 }
 
 /// With `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` (the real binary, so the
@@ -298,7 +334,7 @@ async fn the_latest_genai_instruments_are_exported_when_opted_in() {
         sent += 1;
         let got = tokio::time::timeout(Duration::from_secs(2), receiver.rx.recv()).await;
         if let Ok(Some(Got::Metrics(m))) = got {
-            let ttfc = histogram(&m, "gen_ai.client.inference.time_to_first_chunk");
+            let ttfc = exponential(&m, "gen_ai.client.inference.time_to_first_chunk");
             let cost = histogram(&m, "gen_ai.client.operation.cost");
             if !ttfc.is_empty() && !cost.is_empty() {
                 break (ttfc[0].clone(), cost[0].clone());
@@ -309,7 +345,7 @@ async fn the_latest_genai_instruments_are_exported_when_opted_in() {
             "no priced request after {sent}"
         );
     };
-    assert!(ttfc.count >= 1 && ttfc.explicit_bounds.last().copied() >= Some(600.0));
+    assert!(ttfc.count >= 1 && ttfc.scale == 6, "{ttfc:?}");
     assert_eq!(s(&ttfc.attributes, "gen_ai.request.model"), "test-model");
     assert_eq!(s(&cost.attributes, "gen_ai.usage.cost.source"), "local");
     assert_eq!(s(&cost.attributes, "goodput.cost.currency"), "EUR");

@@ -6,9 +6,10 @@ Starts three `goodput sim` with different latencies, three `goodput serve` repli
 of them, and two Prometheus (Debian's `prometheus` package) scraping the replicas with
 deploy/prometheus/goodput-rules.yml: one with native histograms on (it scrapes the protobuf
 exposition and keeps the native histograms), one without (it scrapes text: the classic
-buckets only). Drives a warm-up until every replica has both met and missed requests (so
-every series exists before the measured run; a series born mid-run would have its first
-requests left out of `rate()`), then the measured requests, and fails unless:
+buckets only). Drives a warm-up until every replica has both met and missed requests
+before Prometheus starts (so every series' first sample holds the whole warm-up and
+`rate()` over the run counts the measured requests exactly; a series born mid-run would
+have its first requests left out), then the measured requests, and fails unless:
 - fleet attainment from `job:goodput_slo_attainment:ratio_rate5m` is within 0.5 %
   (relative) of Σmet/Σjudged over the measured records, in both Prometheus;
 - fleet P50, P95 and P99 TTFT and TPOT from `class_model_quantile:...:histogram_quantile_rate5m`
@@ -26,10 +27,11 @@ run; once no scrape comes, every series is extrapolated by the same half interva
 
 Every wait polls a condition (a port, `/-/ready`, the scraped counts, a rule's evaluation
 time) with a deadline; ports are free ones picked at start.
-Usage: scripts/fleet-check.py [--goodput BIN] [--prometheus BIN] [--per N]
+Usage: scripts/fleet-check.py [--goodput BIN] [--prometheus BIN] [--per N (157)]
 Exit status: 0 when every check holds, 1 otherwise.
 """
-import argparse, json, math, os, re, subprocess, sys, tempfile, time, urllib.parse, urllib.request
+import argparse, json, math, os, re, shutil, subprocess, sys, tempfile, time, urllib.parse
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from ports import free_ports, wait_port
@@ -115,7 +117,10 @@ class Replica:
 
 
 def prometheus_version(prom):
-    out = subprocess.run([prom, "--version"], capture_output=True, text=True).stdout
+    try:
+        out = subprocess.run([prom, "--version"], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        raise SystemExit(f"{prom} not found: install Debian's prometheus package")
     m = re.search(r"version (\d+)\.(\d+)", out)
     if not m:
         raise SystemExit(f"cannot read the version of {prom}: {out!r}")
@@ -164,7 +169,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--goodput", default=os.path.join(HERE, "..", "target", "debug", "goodput"))
     ap.add_argument("--prometheus", default="prometheus")
-    ap.add_argument("--per", type=int, default=160, help="measured requests per replica")
+    # 471 measured requests: q·N is 235.5, 447.45 and 466.29 at P50, P95 and P99, each away
+    # from a whole number, so the slightly unequal weights `rate()` gives the replicas (their
+    # spans differ by up to a scrape) cannot move histogram_quantile's rank onto the next
+    # observation (at q·N = 456 of 480 they can: +1.9 % once at P95).
+    ap.add_argument("--per", type=int, default=157, help="measured requests per replica")
     args = ap.parse_args()
     major, minor = prometheus_version(args.prometheus)
     if (major, minor) < (2, 40):
@@ -194,6 +203,21 @@ def main():
                 args.goodput, "serve", "-c", os.path.join(tmp, "goodput.toml"),
                 "--listen", f"127.0.0.1:{r.proxy}", "--admin", f"127.0.0.1:{r.admin}",
                 "--upstream", f"http://127.0.0.1:{r.sim}"]))
+        for r, serve in zip(replicas, serves):
+            wait_port(r.proxy, serve)
+            wait_port(r.admin, serve)
+        # Warm-up: every series born (met and missed on each replica) before Prometheus
+        # starts, so that each series' first sample holds all of the warm-up and `rate()`
+        # over the run counts exactly the measured requests.
+        warm = [[] for _ in replicas]
+        for _ in range(40):
+            if all({x["slo_met"] for x in w} >= {True, False} for w in warm):
+                break
+            drive(replicas, 4)
+            warm = records(replicas, len(warm[0]) + 4)
+        else:
+            raise SystemExit("warm-up: a replica never both met and missed its SLO")
+
         targets = ", ".join(f'"127.0.0.1:{r.admin}"' for r in replicas)
         with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
             f.write(f"""global:
@@ -212,21 +236,8 @@ scrape_configs:
                 args.prometheus, f"--config.file={tmp}/prometheus.yml",
                 f"--storage.tsdb.path={tmp}/data-{p.name}",
                 f"--web.listen-address={p.url.removeprefix('http://')}"] + flags)
-        for r, serve in zip(replicas, serves):
-            wait_port(r.proxy, serve)
-            wait_port(r.admin, serve)
         for p in (native, classic):
             poll(f"{p.name} Prometheus ready", p.ready)
-
-        # Warm-up: every series born (met and missed on each replica) and scraped.
-        warm = [[] for _ in replicas]
-        for _ in range(40):
-            if all({x["slo_met"] for x in w} >= {True, False} for w in warm):
-                break
-            drive(replicas, 4)
-            warm = records(replicas, len(warm[0]) + 4)
-        else:
-            raise SystemExit("warm-up: a replica never both met and missed its SLO")
         for p in (native, classic):
             # histogram_count reads native histograms only: the native Prometheus must hold them.
             poll(f"the {p.name} Prometheus holding the warm-up in its {p.name} histograms",
@@ -239,8 +250,11 @@ scrape_configs:
                  lambda: scraped(p, replicas, [len(f) for f in final], p is native))
         # The cumulative series are read while they stand (stopped targets' series go stale).
         share_lines, failures = shares(native, classic, [x for f in final for x in f])
+        # All at once: a replica's series end with its last scrape, and `rate()` weighs each
+        # replica by its series' span, so the spans must end together.
         for s in serves:
             s.terminate()
+        for s in serves:
             s.wait(timeout=20)
         after = time.time() + 2 * INTERVAL
     except BaseException:
@@ -249,6 +263,7 @@ scrape_configs:
             with open(log) as f:
                 tail = f.read()[-2000:]
             print(f"--- {os.path.basename(log)}\n{tail}", file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
     try:
@@ -257,6 +272,7 @@ scrape_configs:
         memory(final)
     finally:
         stop(procs)
+        shutil.rmtree(tmp, ignore_errors=True)
     if failures:
         print("\nFAILED:\n  " + "\n  ".join(failures))
         sys.exit(1)

@@ -20,10 +20,12 @@ have its first requests left out), then the measured requests, and fails unless:
 The classic-bucket quantiles (the same rules in the other Prometheus) are printed beside
 the native ones, not checked: their error is the bucket layout's.
 
-The replicas are stopped before the rules are read. `rate()` extrapolates each series to
-the window's end by the time since its last scrape, which differs between replicas (their
-scrapes are out of phase) and weighs them unequally by up to one scrape interval over the
-run; once no scrape comes, every series is extrapolated by the same half interval.
+The replicas are stopped together before the rules are read. `rate()` scales each series
+by its span plus its extrapolation to the window's end, which, while the replicas are
+scraped, is the time since each one's last scrape (their scrapes are out of phase): the
+replicas would weigh unequally. Once no scrape comes, every series ends at once and is
+extrapolated by the same half interval. The measured request count (`--per`) keeps q·N
+off whole numbers (see `main`).
 
 Every wait polls a condition (a port, `/-/ready`, the scraped counts, a rule's evaluation
 time) with a deadline; ports are free ones picked at start.

@@ -3,7 +3,8 @@
 //! `interval` and sends them to the collector. Temporality is cumulative, as Prometheus-
 //! style backends expect.
 //!
-//! The latency instruments (TTFT, TPOT, the request and inference durations) are base-2
+//! The latency instruments (TTFT, TPOT, ITL, the request and inference durations, the
+//! engine's phases) are base-2
 //! exponential histograms at the precision of the native histograms on `/metrics`
 //! ([`Precision`], from `[metrics]`): a collector that sums replicas, or converts them to
 //! Prometheus native histograms, gets the same bounded relative error as a Prometheus
@@ -38,6 +39,10 @@ pub struct Instruments {
     server_duration: Histogram<f64>,
     ttft: Histogram<f64>,
     tpot: Histogram<f64>,
+    /// Every inter-token gap, as `goodput_inter_token_latency_seconds` on `/metrics`.
+    itl: Histogram<f64>,
+    /// The engine's own timings per part (`goodput.phase`), as `goodput_request_phase_seconds`.
+    phases: Histogram<f64>,
     token_usage: Histogram<u64>,
     requests: Counter<u64>,
     output_tokens: Counter<u64>,
@@ -95,11 +100,13 @@ impl MetricReader for SharedReader {
 }
 
 /// The latency instruments, exported as exponential histograms.
-const EXPONENTIAL: [&str; 7] = [
+const EXPONENTIAL: [&str; 9] = [
     sc::CLIENT_OPERATION_DURATION,
     sc::SERVER_REQUEST_DURATION,
     sc::SERVER_TTFT,
     sc::SERVER_TPOT,
+    sc::ITL,
+    sc::REQUEST_PHASE,
     sc::INFERENCE_DURATION,
     sc::INFERENCE_TTFC,
     sc::INFERENCE_TPOC,
@@ -181,6 +188,14 @@ impl Instruments {
                 sc::SERVER_TPOT,
                 "Time per output token generated after the first token for successful responses",
             ),
+            itl: seconds(
+                sc::ITL,
+                "Time between consecutive streamed output tokens, every gap of every request",
+            ),
+            phases: seconds(
+                sc::REQUEST_PHASE,
+                "The engine's own timing of a part of the request (goodput.phase: queue, prefill, decode, inference, outside_engine)",
+            ),
             token_usage: m
                 .u64_histogram(sc::CLIENT_TOKEN_USAGE)
                 .with_unit("{token}")
@@ -225,7 +240,14 @@ impl Instruments {
 
     /// Records one judged generation request. `common` holds the attributes every GenAI
     /// metric carries (operation, provider, model, server address and port).
-    pub fn record(&self, r: &RequestRecord, common: &[KeyValue], verdict: &'static str) {
+    /// `gaps`: the inter-token gaps in microseconds.
+    pub fn record(
+        &self,
+        r: &RequestRecord,
+        common: &[KeyValue],
+        verdict: &'static str,
+        gaps: &[u32],
+    ) {
         let mut attrs = Vec::with_capacity(common.len() + 2);
         attrs.extend_from_slice(common);
         attrs.push(KeyValue::new(sc::G_CLASS, r.slo_class.clone()));
@@ -236,6 +258,17 @@ impl Instruments {
             }
             if let Some(tpot) = r.tpot_ms {
                 self.tpot.record(tpot / 1000.0, &attrs);
+            }
+        }
+        for &gap in gaps {
+            self.itl.record(f64::from(gap) / 1e6, &attrs);
+        }
+        for (part, ms) in r.engine.parts() {
+            if let Some(ms) = ms {
+                attrs.push(KeyValue::new(sc::G_PHASE, part.as_str()));
+                // Negative parts (the engine's clock ahead) count as 0, as on `/metrics`.
+                self.phases.record(ms.max(0.0) / 1000.0, &attrs);
+                attrs.pop();
             }
         }
         for (kind, n) in [("input", r.input_tokens), ("output", r.output_tokens)] {

@@ -200,8 +200,9 @@ impl Exporter {
         self.spans.is_some()
     }
 
-    /// One judged generation request; `model` is the bounded metric label.
-    pub fn observe(&self, r: &RequestRecord, model: &str) {
+    /// One judged generation request; `model` is the bounded metric label, `gaps` the
+    /// inter-token gaps in microseconds.
+    pub fn observe(&self, r: &RequestRecord, model: &str, gaps: &[u32]) {
         let verdict = match r.slo_met {
             Some(true) => "met",
             Some(false) => "missed",
@@ -221,7 +222,7 @@ impl Exporter {
             common.push(KeyValue::new(semconv::REQUEST_MODEL, model.to_owned()));
         }
         if let Some(i) = &self.instruments {
-            i.record(r, &common, verdict);
+            i.record(r, &common, verdict, gaps);
         }
         if let Some(s) = &self.spans {
             s.push(r, &common, verdict);
@@ -243,8 +244,8 @@ impl Exporter {
 /// The aggregator hands the exporter every judged record and, when metrics are exported,
 /// the windowed gauges.
 impl crate::stats::Sink for Exporter {
-    fn observe(&self, record: &RequestRecord, model: &str) {
-        Exporter::observe(self, record, model);
+    fn observe(&self, record: &RequestRecord, model: &str, gaps: &[u32]) {
+        Exporter::observe(self, record, model, gaps);
     }
 
     fn wants_gauges(&self) -> bool {

@@ -21,6 +21,8 @@ pub const INFERENCE_CACHE_READ_TOKENS: &str =
     "gen_ai.client.inference.usage.cache_read.input_tokens";
 pub const OPERATION_COST: &str = "gen_ai.client.operation.cost";
 pub const REQUESTS: &str = "goodput.requests";
+pub const ITL: &str = "goodput.inter_token_latency";
+pub const REQUEST_PHASE: &str = "goodput.request.phase";
 pub const OUTPUT_TOKENS: &str = "goodput.output_tokens";
 pub const ATTAINMENT: &str = "goodput.slo.attainment";
 pub const EFFECTIVE_TPS: &str = "goodput.effective_output_tokens_per_second";
@@ -48,6 +50,7 @@ pub const G_API: &str = "goodput.api";
 pub const G_STREAM: &str = "goodput.stream";
 pub const G_OUTCOME: &str = "goodput.outcome";
 pub const G_CLASS: &str = "goodput.slo.class";
+pub const G_PHASE: &str = "goodput.phase";
 pub const G_VERDICT: &str = "goodput.slo.verdict";
 pub const G_MISS_REASON: &str = "goodput.slo.miss_reason";
 pub const G_WINDOW: &str = "goodput.window";

@@ -249,6 +249,38 @@ async fn metrics_and_spans_match_the_requests_sent() {
         "{text}"
     );
     assert!(metric_value(&text, "goodput_otlp_exports_total{signal=\"metrics\"}").unwrap() >= 1.0);
+    // Every inter-token gap and every engine part, as on `/metrics` (the simulator reports
+    // no engine timings: none of either), at the same precision.
+    let total_of = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    for (otlp, prom) in [
+        (
+            "goodput.inter_token_latency",
+            "goodput_inter_token_latency_seconds",
+        ),
+        ("goodput.request.phase", "goodput_request_phase_seconds"),
+    ] {
+        let points = exponential(&m, otlp);
+        let count = points.iter().map(|p| p.count).sum::<u64>();
+        assert_eq!(count as f64, total_of(&format!("{prom}_count")), "{otlp}");
+        let sum: f64 = points.iter().map(|p| p.sum.unwrap()).sum();
+        assert!(
+            (sum - total_of(&format!("{prom}_sum"))).abs() < 1e-9,
+            "{otlp}: sum {sum}"
+        );
+        // At most scale 6; gaps from a microsecond to tens of milliseconds span more than
+        // 512 buckets at 6, and the data point then halves its resolution, once or twice.
+        assert!(points.iter().all(|p| (4..=6).contains(&p.scale)), "{otlp}");
+    }
+    assert!(
+        exponential(&m, "goodput.inter_token_latency")
+            .iter()
+            .any(|p| p.count > 0)
+    );
     proxy.shutdown().await;
 }
 

@@ -1,4 +1,6 @@
-//! What goodput exports over OTLP: metrics and spans that match the requests sent, and what is left at shutdown.
+//! What goodput exports over OTLP: metrics and spans that match the requests sent (the
+//! latencies as exponential histograms, decoded bucket by bucket), the engine's phases, and
+//! what is left at shutdown.
 
 use super::*;
 use serde_json::Value;
@@ -384,4 +386,69 @@ async fn the_latest_genai_instruments_are_exported_when_opted_in() {
     assert!(cost.sum.unwrap() > 0.0, "{cost:?}");
     served.signal("-TERM");
     served.exited(Duration::from_secs(10)).unwrap();
+}
+
+/// The engine's own timings (vLLM's per-request `metrics`: 40 ms queued, 75 ms to the first
+/// token) reach the collector as `goodput.request.phase`, each part in its exponential
+/// bucket at scale 6.
+#[tokio::test]
+async fn engine_phases_are_exported_as_exponential_histograms() {
+    use crate::common::fake::{FakeUpstream, Script, WritePlan, openai_chat_events};
+    const METRICS: &str = r#""metrics":{"time_to_first_token_ms":75.0,"generation_time_ms":20.0,"queue_time_ms":40.0,"mean_itl_ms":5.0,"tokens_per_second":200.0}"#;
+    let mut events = openai_chat_events(5, true);
+    let usage = events.len() - 2;
+    let chunk = String::from_utf8(events[usage].clone()).unwrap();
+    events[usage] = chunk
+        .replacen(r#""usage":"#, &format!("{METRICS},\"usage\":"), 1)
+        .into_bytes();
+    let fake = FakeUpstream::start(Script::sse_chunked(
+        &events,
+        WritePlan::Whole,
+        Duration::ZERO,
+    ))
+    .await;
+    let mut receiver = Receiver::start(Mode::Accept).await;
+    let cfg = otlp_config(
+        &fake.url(),
+        &format!(
+            "[otlp]\nendpoint = \"{}\"\ninterval = \"200ms\"\ntimeout = \"2s\"\n",
+            receiver.endpoint()
+        ),
+    );
+    let proxy = start_proxy_with(cfg).await;
+    let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
+    let (status, _) = post_with(&client(), &url, chat_body(true, 5, true), None).await;
+    assert_eq!(status, 200);
+    let records: Vec<Value> = wait_records(proxy.admin_addr, 1, Duration::from_secs(10)).await;
+    let m = receiver
+        .until("the engine's phases", |got| match got {
+            Got::Metrics(m) if !exponential(m, "goodput.request.phase").is_empty() => {
+                Some(m.clone())
+            }
+            _ => None,
+        })
+        .await;
+    let points = exponential(&m, "goodput.request.phase");
+    for (phase, key) in [
+        ("queue", "engine_queue_ms"),
+        ("prefill", "engine_prefill_ms"),
+    ] {
+        let seconds = records[0][key].as_f64().unwrap() / 1000.0;
+        let of: Vec<_> = points
+            .iter()
+            .copied()
+            .filter(|p| s(&p.attributes, "goodput.phase") == phase)
+            .collect();
+        let (scale, zeros, counts) = expected_exponential(&[seconds], 6, 512);
+        assert_eq!(of.len(), 1, "{phase}");
+        assert_eq!(
+            (of[0].scale, of[0].zero_count, of[0].count),
+            (scale, zeros, 1),
+            "{phase}"
+        );
+        assert_eq!(exponential_buckets(&of), counts, "{phase}");
+        assert!((of[0].sum.unwrap() - seconds).abs() < 1e-12, "{phase}");
+    }
+    assert_eq!(records[0]["engine_queue_ms"].as_f64(), Some(40.0));
+    proxy.shutdown().await;
 }

@@ -4,11 +4,11 @@
 //! style backends expect.
 //!
 //! The latency instruments (TTFT, TPOT, ITL, the request and inference durations, the
-//! engine's phases) are base-2
-//! exponential histograms at the precision of the native histograms on `/metrics`
-//! ([`Precision`], from `[metrics]`): a collector that sums replicas, or converts them to
-//! Prometheus native histograms, gets the same bounded relative error as a Prometheus
-//! scraping goodput.
+//! engine's phases) are base-2 exponential histograms at the precision of the native
+//! histograms on `/metrics` ([`Precision`], from `[metrics]`): a collector that sums
+//! replicas, or converts them to Prometheus native histograms, gets the same bounded
+//! relative error as a Prometheus scraping goodput. ITL is recorded once per gap, so a
+//! long stream costs the aggregator one histogram update per token while OTLP is on.
 
 use std::{sync::Arc, time::Duration};
 

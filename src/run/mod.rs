@@ -377,8 +377,12 @@ impl MeasurementPath {
         };
         let (aggregator, otlp_tasks) = match &cfg.otlp {
             Some(o) => {
+                let precision = crate::otlp::instruments::Precision {
+                    max_scale: cfg.metrics.native_histogram_schema,
+                    max_size: cfg.metrics.native_histogram_max_buckets,
+                };
                 let (exporter, tasks) =
-                    crate::otlp::start(o, &cfg.upstream, &metrics.otlp, latest)?;
+                    crate::otlp::start(o, &cfg.upstream, &metrics.otlp, latest, precision)?;
                 (aggregator.with_sink(Box::new(exporter)), Some(tasks))
             }
             None => (aggregator, None),

@@ -19,7 +19,7 @@ use super::{
     plan::{ReplayApi, Template},
     prompt::Prompts,
 };
-use crate::measure::Outcome;
+use crate::measure::{Outcome, TokenSource};
 
 /// The first input length tried.
 pub const START_TOKENS: u64 = 1024;
@@ -40,6 +40,9 @@ const MAX_OUTPUT_PROBES: u32 = 4;
 pub struct LimitsOut {
     /// The largest input accepted (tokens, as the prompts are sized: see `tokenizer`).
     pub max_input_tokens: Option<u64>,
+    /// The same request as the target counted it (its `usage`), chat template and all:
+    /// what its context limit is measured in.
+    pub max_input_tokens_by_target: Option<u64>,
     /// The smallest input refused, and what the refusal was.
     pub refused_input_tokens: Option<u64>,
     pub refused_with: Option<String>,
@@ -61,6 +64,7 @@ struct Answer {
     accepted: bool,
     /// `HTTP 400`, `timeout`, ...
     why: String,
+    input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     finish: Option<String>,
 }
@@ -102,6 +106,7 @@ impl Prober<'_> {
             Err(_) => Answer {
                 accepted: false,
                 why: "timeout".into(),
+                input_tokens: None,
                 output_tokens: None,
                 finish: None,
             },
@@ -114,6 +119,10 @@ impl Prober<'_> {
                         Some(s) if s >= 300 => format!("HTTP {s}"),
                         _ => r.outcome.as_str().to_owned(),
                     },
+                    // Only the target's own count.
+                    input_tokens: r
+                        .input_tokens
+                        .filter(|_| r.input_tokens_source == Some(TokenSource::Usage)),
                     output_tokens: r.output_tokens,
                     finish: r.finish_reason.and_then(|f| {
                         serde_json::to_value(f)
@@ -141,6 +150,7 @@ impl Prober<'_> {
             let a = self.probe(seq, size, 1).await;
             if a.accepted {
                 lo = Some(size);
+                out.max_input_tokens_by_target = a.input_tokens;
             } else {
                 hi = Some(size);
                 out.refused_with = Some(a.why);

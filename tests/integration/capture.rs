@@ -430,6 +430,9 @@ async fn a_new_engine_version_fires_the_system_trigger_naming_both() {
             .and_then(|mut d| d.next())
             .map(|e| e.unwrap().path())
     });
+    // No traffic in the window: the snapshot is named for when it was written.
+    let name = snapshot.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(!name.contains("19700101"), "{name}");
     let header: Value = serde_json::from_str(
         std::fs::read_to_string(&snapshot)
             .unwrap()

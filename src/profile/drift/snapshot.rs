@@ -12,7 +12,8 @@ use crate::profile::{ProfileLine, format::Header, line::LineEncoder};
 
 /// Writes `lines` (sorted by arrival) under `header` to
 /// `dir/goodput-snapshot-<started>.jsonl`, fsynced; returns the path. The header's
-/// `started_at` is replaced by the first arrival.
+/// `started_at` is replaced by the first arrival (by now when the window is empty, as
+/// when the system changed with no traffic).
 pub fn write_snapshot<'a>(
     dir: &Path,
     header: &Header,
@@ -20,7 +21,10 @@ pub fn write_snapshot<'a>(
 ) -> io::Result<PathBuf> {
     let mut lines: Vec<&ProfileLine> = lines.into_iter().collect();
     lines.sort_by_key(|l| l.arrival_ms);
-    let start_ms = lines.first().map_or(0, |l| l.arrival_ms);
+    let start_ms = lines.first().map_or_else(
+        || crate::profile::format::unix_ms(std::time::SystemTime::now()),
+        |l| l.arrival_ms,
+    );
     let mut header = header.clone();
     header.started_at =
         humantime::format_rfc3339_millis(crate::profile::format::from_unix_ms(start_ms))

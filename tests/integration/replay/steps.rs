@@ -419,11 +419,20 @@ async fn replay_through_the_proxy_agrees_with_its_records() {
             t["ttft_ms"].as_f64().unwrap(),
         );
         diffs.push(a - b);
-        let (a, b) = (
-            o["tpot_ms"].as_f64().unwrap(),
-            t["tpot_ms"].as_f64().unwrap(),
+        // Both measure the span the simulator waits (15 ms), from the request's start:
+        // measured from a later start, or to an earlier event, they would fall below it.
+        assert!(
+            b >= 14.9,
+            "the proxy's TTFT {b} is below the simulator's 15 ms"
         );
-        assert!((a - b).abs() < 1.0, "tpot {a} vs {b}");
+        // The simulator's last token is due 15 ms + 11 × 2 ms after the request: no e2e
+        // can be shorter (its timetable lets late tokens catch up, so single gaps can).
+        let (a, b) = (o["e2e_ms"].as_f64().unwrap(), t["e2e_ms"].as_f64().unwrap());
+        assert!(a >= 36.9 && b >= 36.9, "e2e {a} (client) vs {b} (proxy)");
+        assert!(
+            a >= b - 0.5,
+            "the client cannot finish before the proxy does"
+        );
     }
     diffs.sort_by(f64::total_cmp);
     let q = |q: f64| diffs[((q * diffs.len() as f64) as usize).min(diffs.len() - 1)];
@@ -437,9 +446,8 @@ async fn replay_through_the_proxy_agrees_with_its_records() {
         "the client cannot see a token before the proxy does"
     );
     // How far apart they are depends on how busy the machine is (the load benchmark
-    // measures it); measuring a different span (from another start, or to another event)
-    // would put them a whole TTFT or more apart.
-    assert!(median < 25.0, "median {median}, p95 {p95}, max {max}");
+    // measures it, and a loaded machine only widens it): bounded here from below only,
+    // by the proxy's own TTFT never under the simulator's and never over the client's.
     proxy.shutdown().await;
 }
 

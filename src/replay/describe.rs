@@ -45,18 +45,51 @@ pub struct Reproducibility {
     /// the run (a rollback, a canary that flipped) answers differently, and the run fails.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_at_end: Option<TargetSays>,
+    /// Reads during the load (every `--step-duration`) in which the target said something
+    /// else than at the start: a swap rolled back before the end still shows here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub target_changes_during: Vec<IdentityRead>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub describe: Option<Described>,
 }
 
+/// What the target said it is at `at_s` seconds into the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdentityRead {
+    pub at_s: f64,
+    pub identity: crate::identity::Identity,
+}
+
 impl Reproducibility {
+    /// Keeps the reads of `during` that differ from the start (in a field both know).
+    pub fn note_during(&mut self, during: Vec<IdentityRead>) {
+        let start = self.target.identity();
+        self.target_changes_during = during
+            .into_iter()
+            .filter(|r| !start.changes(&r.identity).is_empty())
+            .collect();
+    }
+
     /// `target changed during the run: version 0.31.0 → 0.32.0`, when what the target
-    /// said at the end differs from what it said at the start in a field both reads know.
+    /// said at the end, or at a step boundary, differs from what it said at the start in
+    /// a field both reads know.
     pub fn target_changed(&self) -> Option<String> {
-        let end = self.target_at_end.as_ref()?;
-        let changes = self.target.identity().changes(&end.identity());
-        (!changes.is_empty())
-            .then(|| format!("target changed during the run: {}", changes.join(", ")))
+        let start = self.target.identity();
+        if let Some(end) = &self.target_at_end {
+            let changes = start.changes(&end.identity());
+            if !changes.is_empty() {
+                return Some(format!(
+                    "target changed during the run: {}",
+                    changes.join(", ")
+                ));
+            }
+        }
+        let first = self.target_changes_during.first()?;
+        Some(format!(
+            "target changed during the run: {} (read at {:.1} s)",
+            start.changes(&first.identity).join(", "),
+            first.at_s
+        ))
     }
 }
 

@@ -356,6 +356,8 @@ struct Ran {
     telemetry: Option<gpu::Telemetry>,
     hosts: Option<gpu::Telemetry<host::HostReading>>,
     fault: Option<recovery::FaultRun>,
+    /// What the target said about itself during the load, every `--step-duration`.
+    identities: Vec<describe::IdentityRead>,
     started_at: SystemTime,
     t0: Instant,
 }
@@ -396,9 +398,38 @@ async fn run_load(
     let hosts = (!args.node_metrics.is_empty()).then(|| {
         gpu::GpuWatch::start_with(args.node_metrics.clone(), fetcher.clone(), t0, host::parse)
     });
+    // The target's identity, read at every step boundary (each --step-duration) while
+    // the load runs: a swap that is rolled back before the end is still seen.
+    let reads: Arc<std::sync::Mutex<Vec<describe::IdentityRead>>> = Arc::default();
+    let reading = {
+        let (f, models, origin) = (fetcher.clone(), p.target.models_url(), p.target.origin());
+        let every = args.step_duration.max(std::time::Duration::from_secs(1));
+        let reads = reads.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            // Bounded: a day of 10 s steps.
+            for _ in 0..10_000 {
+                ticks.tick().await;
+                let says = describe::ask_target(&f, &models, &origin).await;
+                reads
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(describe::IdentityRead {
+                        at_s: t0.elapsed().as_secs_f64(),
+                        identity: says.identity(),
+                    });
+            }
+        })
+    };
     let ticker = runner.progress().start();
     let driven = session::drive(runner, args, &p.workload).await;
     drop(ticker);
+    reading.abort();
+    let identities = std::mem::take(
+        &mut *reads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     let scrapes = match watch {
         Some(w) => Some(w.finish().await),
         None => None,
@@ -422,6 +453,7 @@ async fn run_load(
         telemetry,
         hosts,
         fault,
+        identities,
         started_at,
         t0,
     }
@@ -468,6 +500,7 @@ async fn reproducibility(
         probes_sha256: args.probes.as_deref().map(digest).transpose()?,
         target,
         target_at_end: None,
+        target_changes_during: Vec::new(),
         describe: described,
     })
 }
@@ -524,9 +557,10 @@ pub async fn execute(
         None
     };
     let runner = p.runner(args)?;
-    let ran = run_load(&runner, args, &p, &fetcher, shutdown).await;
+    let mut ran = run_load(&runner, args, &p, &fetcher, shutdown).await;
     // Read again after the load: a target swapped meanwhile fails the run.
     let mut reproducibility = reproducibility;
+    reproducibility.note_during(std::mem::take(&mut ran.identities));
     reproducibility.target_at_end =
         Some(describe::ask_target(&fetcher, &p.target.models_url(), &p.target.origin()).await);
     let report = judge(args, &p, &runner, ran, reproducibility, limits);

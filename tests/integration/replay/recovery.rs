@@ -311,6 +311,57 @@ async fn a_target_swapped_during_the_run_fails_it_naming_both_versions() {
     assert!(md.contains("version 0.31.0 → 0.32.0"), "{md}");
 }
 
+/// Swapped and swapped back before the end (a canary rolled back): the read at a step
+/// boundary saw it, and the run fails all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_swapped_and_rolled_back_during_the_run_still_fails_it() {
+    let _serial = crate::common::SERIAL.lock().await;
+    let tmp = TempDir::new("rolled-back");
+    let dir = tmp.path();
+    let sim = SimProcess::start(dir, "--engine-version 0.31.0");
+    sim.ready().await;
+    let start = std::fs::read_to_string(dir.join("start.sh")).unwrap();
+    std::fs::write(dir.join("start2.sh"), start.replace("0.31.0", "0.32.0")).unwrap();
+    let d = dir.display();
+    let fault = format!(
+        "kill -9 $(cat '{d}/sim.pid'); sleep 1; sh '{d}/start2.sh'; sleep 4; \
+         kill -9 $(cat '{d}/sim.pid'); sleep 1; sh '{d}/start.sh'"
+    );
+    let (profile, config) = (write_profile(dir), write_config(dir));
+    let out = dir.join("report");
+    let a = soak(
+        &profile,
+        &config,
+        &sim.url(),
+        &out,
+        &[
+            "--soak-duration",
+            "10s",
+            "--fault-at",
+            "1s",
+            "--fault-cmd",
+            &fault,
+            "--recovery-deadline",
+            "3s",
+        ],
+    );
+    let finished = replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    let x = &r["reproducibility"];
+    assert_eq!(x["target_at_end"]["version"]["version"], "0.31.0", "{x}");
+    let during = x["target_changes_during"].as_array().unwrap();
+    assert!(
+        during.iter().all(|d| d["identity"]["version"] == "0.32.0"),
+        "{x}"
+    );
+    let reason = r["gates"]["resources"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("target changed during the run: version 0.31.0 → 0.32.0 (read at"),
+        "{reason}"
+    );
+    assert_eq!(finished.exit_code(), 1);
+}
+
 /// The same target before and after (restarted, not swapped): nothing changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_that_answers_the_same_at_the_end_is_unchanged() {

@@ -290,9 +290,21 @@ impl Tap {
 
     /// This measurement is the shadow's answer to the primary request `pair_id`.
     pub fn shadow_of(&mut self, pair_id: String) {
+        self.copy_of(Target::Shadow, pair_id);
+    }
+
+    /// This measurement is `target`'s answer to a copy of the primary request `pair_id`.
+    pub fn copy_of(&mut self, target: Target, pair_id: String) {
         if let Some(p) = self.pending.as_mut() {
-            p.pairing.target = Target::Shadow;
+            p.pairing.target = target;
             p.pairing.pair_id = Some(pair_id);
+        }
+    }
+
+    /// The copy asked for a reproducible answer (`temperature` 0 or a `seed`).
+    pub fn deterministic(&mut self) {
+        if let Some(p) = self.pending.as_mut() {
+            p.pairing.deterministic = true;
         }
     }
 

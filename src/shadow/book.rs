@@ -35,6 +35,8 @@ struct Pair {
     class: String,
     primary: Option<Side>,
     shadow: Option<(Instant, Side)>,
+    /// The secondary's answer to the same copy, when one is configured.
+    secondary: Option<Side>,
 }
 
 impl Book {
@@ -42,7 +44,7 @@ impl Book {
     pub fn note(&self, r: &RequestRecord) {
         let key = match r.pairing.target {
             Target::Primary if r.pairing.mirrored => r.id.clone(),
-            Target::Shadow => match &r.pairing.pair_id {
+            Target::Shadow | Target::Secondary => match &r.pairing.pair_id {
                 Some(id) => id.clone(),
                 None => return,
             },
@@ -65,15 +67,24 @@ impl Book {
             ledger.order.push_back(key);
             Pair::default()
         });
-        if r.pairing.target == Target::Shadow {
-            if pair.class.is_empty() {
-                pair.class.clone_from(&r.slo_class);
+        match r.pairing.target {
+            Target::Shadow => {
+                if pair.class.is_empty() {
+                    pair.class.clone_from(&r.slo_class);
+                }
+                pair.shadow = Some((r.finished_at.unwrap_or_else(Instant::now), side));
             }
-            pair.shadow = Some((r.finished_at.unwrap_or_else(Instant::now), side));
-        } else {
-            // The primary's class names the pair: the shadow is held to the same one.
-            pair.class.clone_from(&r.slo_class);
-            pair.primary = Some(side);
+            Target::Secondary => {
+                if pair.class.is_empty() {
+                    pair.class.clone_from(&r.slo_class);
+                }
+                pair.secondary = Some(side);
+            }
+            Target::Primary => {
+                // The primary's class names the pair: the copies are held to the same one.
+                pair.class.clone_from(&r.slo_class);
+                pair.primary = Some(side);
+            }
         }
         while ledger.order.len() > KEEP {
             if let Some(old) = ledger.order.pop_front() {
@@ -117,18 +128,15 @@ impl Book {
             return Vec::new();
         };
         let since = now.checked_sub(window);
-        let mut by_class: HashMap<&str, Vec<(&Side, &Side)>> = HashMap::new();
+        let mut by_class: HashMap<&str, Vec<&Pair>> = HashMap::new();
         for pair in ledger.pairs.values() {
-            let (Some(primary), Some((at, shadow))) = (&pair.primary, &pair.shadow) else {
+            let (Some(_), Some((at, _))) = (&pair.primary, &pair.shadow) else {
                 continue;
             };
             if since.is_some_and(|s| *at < s) || *at > now {
                 continue;
             }
-            by_class
-                .entry(&pair.class)
-                .or_default()
-                .push((primary, shadow));
+            by_class.entry(&pair.class).or_default().push(pair);
         }
         let window_s = window.as_secs_f64();
         let mut out: Vec<ClassReport> = by_class
@@ -170,6 +178,9 @@ pub struct ClassReport {
     pub attainment_target: f64,
     pub primary: SideStats,
     pub shadow: SideStats,
+    /// The secondary's side over the same pairs, where it answered (`null` without
+    /// `shadow.secondary_url`).
+    pub secondary: Option<SideStats>,
     /// Per-request shadow/primary ratios over the pairs both answered (`ok`).
     pub ttft_ratio: Ratio,
     pub tpot_ratio: Ratio,
@@ -179,7 +190,13 @@ pub struct ClassReport {
 }
 
 impl ClassReport {
-    fn of(class: &str, pairs: &[(&Side, &Side)], window_s: f64, slo: &Slo) -> ClassReport {
+    fn of(class: &str, book: &[&Pair], window_s: f64, slo: &Slo) -> ClassReport {
+        let pairs: Vec<(&Side, &Side)> = book
+            .iter()
+            .filter_map(|p| Some((p.primary.as_ref()?, &p.shadow.as_ref()?.1)))
+            .collect();
+        let pairs = &pairs[..];
+        let secondaries: Vec<&Side> = book.iter().filter_map(|p| p.secondary.as_ref()).collect();
         let cfg = slo
             .classes
             .iter()
@@ -213,6 +230,8 @@ impl ClassReport {
             attainment_target: cfg.attainment,
             primary: SideStats::of(pairs.iter().map(|(p, _)| *p), window_s),
             shadow: SideStats::of(pairs.iter().map(|(_, s)| *s), window_s),
+            secondary: (!secondaries.is_empty())
+                .then(|| SideStats::of(secondaries.iter().copied(), window_s)),
             ttft_ratio: ratio(|s| s.ttft_ms),
             tpot_ratio: ratio(|s| s.tpot_ms),
             verdict,

@@ -214,7 +214,7 @@ impl Aggregator {
         let finished = pending.finish_all();
         let (mut record, gaps) = (finished.record, finished.gaps);
         let config = self.config.load();
-        if record.pairing.target == Target::Shadow {
+        if record.pairing.target.is_copy() {
             slo::judge(&mut record, &config.slo);
             self.shadow_answer(record, config.log.access_log);
             if let Some(held) = held {
@@ -280,7 +280,10 @@ impl Aggregator {
     /// out of every view of the primary (metrics, attainment, capacity, drift, profiles).
     fn shadow_answer(&mut self, record: RequestRecord, log: bool) {
         if let Some((book, metrics)) = &self.shadow {
-            metrics.answered(record.outcome);
+            // The secondary describes the primary's noise, not the candidate.
+            if record.pairing.target == Target::Shadow {
+                metrics.answered(record.outcome);
+            }
             book.note(&record);
         }
         if log {

@@ -641,3 +641,47 @@ async fn a_slow_large_candidate_does_not_hold_primary_records_up() {
     );
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secondary_answers_every_copy_and_stays_out_of_the_primarys_numbers() {
+    let (_primary, upstream) = start_sim(fast_sim(1.0, 0.0)).await;
+    let (_candidate, candidate_url) = start_sim(fast_sim(1.0, 0.0)).await;
+    let (secondary, secondary_url) = start_sim(fast_sim(1.0, 0.0)).await;
+    let extra = format!("secondary_url = \"{secondary_url}\"\nauth_header = \"Bearer CAND\"");
+    let proxy = proxy_with(&upstream, &shadow_config(&candidate_url, &extra)).await;
+    let n = 6;
+    for i in 0..n {
+        let (status, body, _) = chat(&proxy, &format!("req-{i}")).await;
+        assert_eq!(status, 200);
+        assert!(body.ends_with(b"data: [DONE]\n\n"));
+    }
+    let report = report_when(&proxy, |r| {
+        r["classes"][0]["secondary"]["requests"].as_u64() == Some(n)
+    })
+    .await;
+    assert_eq!(pairs(&report), n, "{report:#}");
+    let recs = poll_until!("every secondary record", T, {
+        let recs = records(proxy.admin_addr).await;
+        let n_sec = recs.iter().filter(|r| r["target"] == "secondary").count();
+        (n_sec == n as usize).then_some(recs)
+    });
+    for i in 0..n {
+        let id = format!("req-{i}:secondary");
+        let rec = recs.iter().find(|r| r["id"] == id.as_str()).unwrap();
+        assert_eq!(rec["pair_id"], format!("req-{i}"));
+    }
+    assert_eq!(
+        recs.iter().filter(|r| r["target"] == "primary").count(),
+        n as usize
+    );
+    // The secondary gets the client's body, without the candidate's credential.
+    assert_eq!(secondary.truth().len(), n as usize);
+    // Only the candidate's answers count as the shadow's.
+    metric_reaches(
+        &proxy,
+        r#"goodput_shadow_requests_total{outcome="ok"}"#,
+        n as f64,
+    )
+    .await;
+    proxy.shutdown().await;
+}

@@ -16,6 +16,7 @@
 //! - [`book`] pairs shadow records with their primaries for `GET /api/v1/shadow`;
 //!   [`report`] computes the side-by-side numbers and the verdict.
 
+mod answers;
 pub mod book;
 mod metrics;
 pub mod report;
@@ -38,6 +39,7 @@ use http::{
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+pub use answers::Answer;
 pub use book::Book;
 pub use metrics::{DropReason, ShadowMetrics};
 pub use stage::{Queue, Stage};
@@ -210,6 +212,20 @@ impl Shadow {
         }
     }
 
+    /// Diffy's thresholds of the current `[shadow]` (the defaults without one).
+    pub fn thresholds(&self) -> report::Thresholds {
+        let active = self.inner.active.load();
+        let d = crate::config::shadow::ShadowSection::default();
+        report::Thresholds {
+            relative: active
+                .as_ref()
+                .map_or(d.answers_relative, |a| a.cfg.answers_relative),
+            absolute: active
+                .as_ref()
+                .map_or(d.answers_absolute, |a| a.cfg.answers_absolute),
+        }
+    }
+
     pub fn metrics(&self) -> &ShadowMetrics {
         &self.inner.metrics
     }
@@ -325,6 +341,10 @@ struct Ticket {
 }
 
 impl MirrorTicket for Ticket {
+    fn answer_limit(&self) -> u64 {
+        self.active.cfg.max_answer_bytes
+    }
+
     fn body_complete(self: Box<Self>, chunks: &[Bytes]) {
         let Ticket {
             shadow,

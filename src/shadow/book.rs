@@ -10,7 +10,8 @@ use std::{
 
 use serde::Serialize;
 
-use super::report::{Bar, RULE, Ratio, Side, SideStats, Verdict, verdict};
+use super::answers::{Answer, Compared, Side as AnswerSide, Waiting};
+use super::report::{Answers, Bar, RULE, Ratio, Side, SideStats, Thresholds, Verdict, verdict};
 use crate::{
     config::Slo,
     measure::{RequestRecord, Target},
@@ -28,6 +29,8 @@ pub struct Book {
 struct Ledger {
     pairs: HashMap<String, Pair>,
     order: VecDeque<String>,
+    /// The answers of pairs still waiting for a side (content, bounded, never kept).
+    waiting: Waiting,
 }
 
 #[derive(Debug, Default)]
@@ -35,6 +38,11 @@ struct Pair {
     class: String,
     primary: Option<Side>,
     shadow: Option<(Instant, Side)>,
+    /// The secondary's answer to the same copy, when one is configured.
+    secondary: Option<Side>,
+    /// The candidate's and the secondary's answers beside the primary's, as numbers.
+    candidate_answer: Option<Compared>,
+    secondary_answer: Option<Compared>,
 }
 
 impl Book {
@@ -42,7 +50,7 @@ impl Book {
     pub fn note(&self, r: &RequestRecord) {
         let key = match r.pairing.target {
             Target::Primary if r.pairing.mirrored => r.id.clone(),
-            Target::Shadow => match &r.pairing.pair_id {
+            Target::Shadow | Target::Secondary => match &r.pairing.pair_id {
                 Some(id) => id.clone(),
                 None => return,
             },
@@ -65,21 +73,62 @@ impl Book {
             ledger.order.push_back(key);
             Pair::default()
         });
-        if r.pairing.target == Target::Shadow {
-            if pair.class.is_empty() {
-                pair.class.clone_from(&r.slo_class);
+        match r.pairing.target {
+            Target::Shadow => {
+                if pair.class.is_empty() {
+                    pair.class.clone_from(&r.slo_class);
+                }
+                pair.shadow = Some((r.finished_at.unwrap_or_else(Instant::now), side));
             }
-            pair.shadow = Some((r.finished_at.unwrap_or_else(Instant::now), side));
-        } else {
-            // The primary's class names the pair: the shadow is held to the same one.
-            pair.class.clone_from(&r.slo_class);
-            pair.primary = Some(side);
+            Target::Secondary => {
+                if pair.class.is_empty() {
+                    pair.class.clone_from(&r.slo_class);
+                }
+                pair.secondary = Some(side);
+            }
+            Target::Primary => {
+                // The primary's class names the pair: the copies are held to the same one.
+                pair.class.clone_from(&r.slo_class);
+                pair.primary = Some(side);
+            }
         }
         while ledger.order.len() > KEEP {
             if let Some(old) = ledger.order.pop_front() {
                 ledger.pairs.remove(&old);
             }
         }
+    }
+
+    /// Reduces a side's answer into the comparison of its pair: `answer` waits (bounded)
+    /// only until the primary's and a copy's are both there, then is compared and
+    /// dropped. `copies` is 2 with a secondary, else 1. Returns the candidate's
+    /// comparison when this made it.
+    pub fn answer(&self, r: &RequestRecord, answer: Answer, copies: u8) -> Option<Compared> {
+        let (key, side) = match r.pairing.target {
+            Target::Primary if r.pairing.mirrored => (r.id.clone(), AnswerSide::Primary),
+            Target::Shadow => (r.pairing.pair_id.clone()?, AnswerSide::Candidate),
+            Target::Secondary => (r.pairing.pair_id.clone()?, AnswerSide::Secondary),
+            Target::Primary => return None,
+        };
+        let mut ledger = self.ledger.lock().ok()?;
+        let ledger = &mut *ledger;
+        let made = ledger
+            .waiting
+            .add(&key, side, answer, r.pairing.deterministic, copies);
+        if made.candidate.is_none() && made.secondary.is_none() {
+            return None;
+        }
+        let pair = ledger.pairs.entry(key.clone()).or_insert_with(|| {
+            ledger.order.push_back(key);
+            Pair::default()
+        });
+        if made.candidate.is_some() {
+            pair.candidate_answer = made.candidate;
+        }
+        if made.secondary.is_some() {
+            pair.secondary_answer = made.secondary;
+        }
+        made.candidate
     }
 
     /// Counts of the shadow answers that finished within `window` before `now`, per class
@@ -112,28 +161,31 @@ impl Book {
     }
 
     /// The report of the pairs whose shadow finished within `window` before `now`.
-    pub fn report(&self, window: Duration, now: Instant, slo: &Slo) -> Vec<ClassReport> {
+    pub fn report(
+        &self,
+        window: Duration,
+        now: Instant,
+        slo: &Slo,
+        thresholds: Thresholds,
+    ) -> Vec<ClassReport> {
         let Ok(ledger) = self.ledger.lock() else {
             return Vec::new();
         };
         let since = now.checked_sub(window);
-        let mut by_class: HashMap<&str, Vec<(&Side, &Side)>> = HashMap::new();
+        let mut by_class: HashMap<&str, Vec<&Pair>> = HashMap::new();
         for pair in ledger.pairs.values() {
-            let (Some(primary), Some((at, shadow))) = (&pair.primary, &pair.shadow) else {
+            let (Some(_), Some((at, _))) = (&pair.primary, &pair.shadow) else {
                 continue;
             };
             if since.is_some_and(|s| *at < s) || *at > now {
                 continue;
             }
-            by_class
-                .entry(&pair.class)
-                .or_default()
-                .push((primary, shadow));
+            by_class.entry(&pair.class).or_default().push(pair);
         }
         let window_s = window.as_secs_f64();
         let mut out: Vec<ClassReport> = by_class
             .into_iter()
-            .map(|(class, pairs)| ClassReport::of(class, &pairs, window_s, slo))
+            .map(|(class, pairs)| ClassReport::of(class, &pairs, window_s, slo, thresholds))
             .collect();
         out.sort_by(|a, b| a.class.cmp(&b.class));
         out
@@ -170,16 +222,36 @@ pub struct ClassReport {
     pub attainment_target: f64,
     pub primary: SideStats,
     pub shadow: SideStats,
+    /// The secondary's side over the same pairs, where it answered (`null` without
+    /// `shadow.secondary_url`).
+    pub secondary: Option<SideStats>,
     /// Per-request shadow/primary ratios over the pairs both answered (`ok`).
     pub ttft_ratio: Ratio,
     pub tpot_ratio: Ratio,
+    /// The latency half of the verdict (today's rule): `verdict`, `reason`, `rule`.
     pub verdict: Verdict,
     pub reason: String,
     pub rule: &'static str,
+    /// The answers half: the candidate's words against the primary's own noise.
+    pub answers: Answers,
 }
 
 impl ClassReport {
-    fn of(class: &str, pairs: &[(&Side, &Side)], window_s: f64, slo: &Slo) -> ClassReport {
+    fn of(
+        class: &str,
+        book: &[&Pair],
+        window_s: f64,
+        slo: &Slo,
+        thresholds: Thresholds,
+    ) -> ClassReport {
+        let candidate: Vec<Compared> = book.iter().filter_map(|p| p.candidate_answer).collect();
+        let noise: Vec<Compared> = book.iter().filter_map(|p| p.secondary_answer).collect();
+        let pairs: Vec<(&Side, &Side)> = book
+            .iter()
+            .filter_map(|p| Some((p.primary.as_ref()?, &p.shadow.as_ref()?.1)))
+            .collect();
+        let pairs = &pairs[..];
+        let secondaries: Vec<&Side> = book.iter().filter_map(|p| p.secondary.as_ref()).collect();
         let cfg = slo
             .classes
             .iter()
@@ -213,11 +285,14 @@ impl ClassReport {
             attainment_target: cfg.attainment,
             primary: SideStats::of(pairs.iter().map(|(p, _)| *p), window_s),
             shadow: SideStats::of(pairs.iter().map(|(_, s)| *s), window_s),
+            secondary: (!secondaries.is_empty())
+                .then(|| SideStats::of(secondaries.iter().copied(), window_s)),
             ttft_ratio: ratio(|s| s.ttft_ms),
             tpot_ratio: ratio(|s| s.tpot_ms),
             verdict,
             reason,
             rule: RULE,
+            answers: Answers::of(&candidate, &noise, thresholds, slo.min_samples.max(1)),
         }
     }
 }

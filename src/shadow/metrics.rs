@@ -67,6 +67,14 @@ pub struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+/// Results of comparing a candidate's answer with the primary's. Closed set.
+pub const ANSWER_RESULTS: [&str; 3] = ["same", "differs", "close"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: &'static str,
 }
@@ -76,6 +84,7 @@ pub struct ShadowMetrics {
     pub requests: Family<OutcomeLabel, Counter>,
     pub dropped: Family<ReasonLabel, Counter>,
     pub in_flight: Gauge,
+    pub answer_pairs: Family<ResultLabel, Counter>,
 }
 
 impl ShadowMetrics {
@@ -88,13 +97,25 @@ impl ShadowMetrics {
                 outcome: o.as_str(),
             });
         }
+        for result in ANSWER_RESULTS {
+            let _ = m.answer_pairs.get_or_create(&ResultLabel { result });
+        }
         for r in DropReason::ALL {
             let _ = m.dropped.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
         names::SHADOW_REQUESTS.register(registry, m.requests.clone());
         names::SHADOW_DROPPED.register(registry, m.dropped.clone());
+        names::SHADOW_ANSWER_PAIRS.register(registry, m.answer_pairs.clone());
         names::SHADOW_IN_FLIGHT.register(registry, m.in_flight.clone());
         m
+    }
+
+    /// A candidate's answer was compared with the primary's.
+    pub fn compared(&self, same: bool) {
+        let result = if same { "same" } else { "differs" };
+        self.answer_pairs
+            .get_or_create(&ResultLabel { result })
+            .inc();
     }
 
     pub fn dropped(&self, reason: DropReason) {

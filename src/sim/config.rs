@@ -54,6 +54,10 @@ pub struct SimConfig {
     ///
     /// [`Truth::event_times`]: super::Truth::event_times
     pub record_event_times: bool,
+    /// Share of the deterministic requests (`temperature` 0 or a `seed`) answered with
+    /// other words than the prompt's usual ones, as a replica whose batching changes the
+    /// arithmetic would: exactly this share of every run of them, spread evenly.
+    pub vary_share: f64,
 }
 
 impl Default for SimConfig {
@@ -80,6 +84,7 @@ impl Default for SimConfig {
             max_output_tokens: 4096,
             max_input_tokens: None,
             record_event_times: false,
+            vary_share: 0.0,
         }
     }
 }
@@ -132,6 +137,10 @@ pub struct SimArgs {
     /// Context limit on input tokens (estimated at 4 bytes each): longer prompts get 400.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_input_tokens: Option<u64>,
+    /// Share of deterministic requests (temperature 0 or a seed) answered with other words
+    /// than the same prompt usually gets.
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
+    pub vary_share: f64,
 }
 
 impl SimArgs {
@@ -153,6 +162,7 @@ impl SimArgs {
             max_input_tokens: self.max_input_tokens,
             // Grows with every event: for the benchmarks that embed the simulator.
             record_event_times: false,
+            vary_share: self.vary_share,
         }
     }
 }

@@ -211,10 +211,16 @@ impl Aggregator {
         } else {
             None
         };
+        let answer = (self.shadow.is_some()
+            && (pending.pairing.mirrored || pending.pairing.target.is_copy()))
+        .then(|| (std::mem::take(&mut pending.answer), pending.kind));
         let finished = pending.finish_all();
         let (mut record, gaps) = (finished.record, finished.gaps);
         let config = self.config.load();
-        if record.pairing.target == Target::Shadow {
+        if let Some((chunks, kind)) = answer {
+            self.compare_answer(&record, api, kind, &chunks, &config);
+        }
+        if record.pairing.target.is_copy() {
             slo::judge(&mut record, &config.slo);
             self.shadow_answer(record, config.log.access_log);
             if let Some(held) = held {
@@ -276,11 +282,51 @@ impl Aggregator {
         self.recent.push(Arc::new(record));
     }
 
+    /// Reduces a mirrored exchange's answer (the primary's or a copy's) to the text its
+    /// comparison needs and hands it to the book, off the data path: the frames were
+    /// only kept as handles, up to `shadow.max_answer_bytes`. Answers that did not end
+    /// well, or were cut, are not compared.
+    fn compare_answer(
+        &self,
+        record: &RequestRecord,
+        api: crate::decode::Api,
+        kind: crate::decode::StreamKind,
+        chunks: &[bytes::Bytes],
+        config: &Config,
+    ) {
+        let (Some((book, metrics)), Some(shadow)) = (&self.shadow, config.shadow.as_ref()) else {
+            return;
+        };
+        if record.outcome != crate::measure::Outcome::Ok
+            || record.pairing.cut.is_some()
+            || chunks.is_empty()
+        {
+            return;
+        }
+        let limit = usize::try_from(shadow.max_answer_bytes).unwrap_or(usize::MAX);
+        let Some(text) = crate::decode::answer_text(api, kind, chunks, limit) else {
+            return;
+        };
+        let marks = text.marks().map(<[u32]>::to_vec);
+        let answer = crate::shadow::Answer {
+            text: text.into_text(),
+            marks,
+            finish: record.finish_reason,
+        };
+        let copies = 1 + u8::from(shadow.secondary.is_some());
+        if let Some(c) = book.answer(record, answer, copies) {
+            metrics.compared(c.exact);
+        }
+    }
+
     /// A candidate's answer to a mirrored copy: judged on its own, kept as a record, and
     /// out of every view of the primary (metrics, attainment, capacity, drift, profiles).
     fn shadow_answer(&mut self, record: RequestRecord, log: bool) {
         if let Some((book, metrics)) = &self.shadow {
-            metrics.answered(record.outcome);
+            // The secondary describes the primary's noise, not the candidate.
+            if record.pairing.target == Target::Shadow {
+                metrics.answered(record.outcome);
+            }
             book.note(&record);
         }
         if log {

@@ -641,3 +641,183 @@ async fn a_slow_large_candidate_does_not_hold_primary_records_up() {
     );
     proxy.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secondary_answers_every_copy_and_stays_out_of_the_primarys_numbers() {
+    let (_primary, upstream) = start_sim(fast_sim(1.0, 0.0)).await;
+    let (_candidate, candidate_url) = start_sim(fast_sim(1.0, 0.0)).await;
+    let (secondary, secondary_url) = start_sim(fast_sim(1.0, 0.0)).await;
+    let extra = format!("secondary_url = \"{secondary_url}\"\nauth_header = \"Bearer CAND\"");
+    let proxy = proxy_with(&upstream, &shadow_config(&candidate_url, &extra)).await;
+    let n = 6;
+    for i in 0..n {
+        let (status, body, _) = chat(&proxy, &format!("req-{i}")).await;
+        assert_eq!(status, 200);
+        assert!(body.ends_with(b"data: [DONE]\n\n"));
+    }
+    let report = report_when(&proxy, |r| {
+        r["classes"][0]["secondary"]["requests"].as_u64() == Some(n)
+    })
+    .await;
+    assert_eq!(pairs(&report), n, "{report:#}");
+    let recs = poll_until!("every secondary record", T, {
+        let recs = records(proxy.admin_addr).await;
+        let n_sec = recs.iter().filter(|r| r["target"] == "secondary").count();
+        (n_sec == n as usize).then_some(recs)
+    });
+    for i in 0..n {
+        let id = format!("req-{i}:secondary");
+        let rec = recs.iter().find(|r| r["id"] == id.as_str()).unwrap();
+        assert_eq!(rec["pair_id"], format!("req-{i}"));
+    }
+    assert_eq!(
+        recs.iter().filter(|r| r["target"] == "primary").count(),
+        n as usize
+    );
+    // The secondary gets the client's body, without the candidate's credential.
+    assert_eq!(secondary.truth().len(), n as usize);
+    // Only the candidate's answers count as the shadow's.
+    metric_reaches(
+        &proxy,
+        r#"goodput_shadow_requests_total{outcome="ok"}"#,
+        n as f64,
+    )
+    .await;
+    proxy.shutdown().await;
+}
+
+/// A greedy (temperature 0) streamed chat request whose prompt carries a canary; returns
+/// the words the client received.
+async fn greedy_chat(addr: std::net::SocketAddr, id: &str, prompt: &str) -> String {
+    let body = serde_json::json!({
+        "model": "test-model",
+        "messages": [{"role": "user", "content": format!("CANARY-PROMPT-{prompt}")}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let req = Request::post(format!("http://{addr}/v1/chat/completions"))
+        .header(CONTENT_TYPE, "application/json")
+        .header("x-request-id", id)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = client().request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(bytes.ends_with(b"data: [DONE]\n\n"));
+    words_of(&bytes)
+}
+
+/// The content deltas of an SSE chat stream, joined.
+fn words_of(sse: &[u8]) -> String {
+    String::from_utf8_lossy(sse)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn varying_sim(seed: u64, vary_share: f64) -> goodput::sim::SimConfig {
+    goodput::sim::SimConfig {
+        seed,
+        vary_share,
+        ..fast_sim(1.0, 0.0)
+    }
+}
+
+/// Sends `n` greedy requests through a proxy mirroring to a candidate and a secondary,
+/// and returns the class's `answers` once every pair is compared, with the proxy.
+async fn answers_of(
+    candidate: goodput::sim::SimConfig,
+    secondary: goodput::sim::SimConfig,
+    n: u64,
+) -> (Value, Running) {
+    let (_primary, upstream) = start_sim(varying_sim(1, 0.0)).await;
+    let (direct, direct_url) = start_sim(varying_sim(1, 0.0)).await;
+    let (_candidate, candidate_url) = start_sim(candidate).await;
+    let (_secondary, secondary_url) = start_sim(secondary).await;
+    let extra = format!("secondary_url = \"{secondary_url}\"");
+    let proxy = proxy_with(&upstream, &shadow_config(&candidate_url, &extra)).await;
+    let direct_addr: std::net::SocketAddr =
+        direct_url.trim_start_matches("http://").parse().unwrap();
+    for i in 0..n {
+        let words = greedy_chat(proxy.proxy_addr, &format!("req-{i}"), &i.to_string()).await;
+        // The client gets the primary's own words, as a direct request would.
+        let expected = greedy_chat(direct_addr, &format!("direct-{i}"), &i.to_string()).await;
+        assert_eq!(words, expected);
+    }
+    drop(direct);
+    let report = report_when(&proxy, |r| {
+        let a = &r["classes"][0]["answers"];
+        a["pairs"].as_u64() == Some(n) && a["noise_pairs"].as_u64() == Some(n)
+    })
+    .await;
+    (report["classes"][0]["answers"].clone(), proxy)
+}
+
+/// No content of a prompt or an answer anywhere: records, metrics, the report.
+async fn assert_no_content(proxy: &Running) {
+    let recs = serde_json::to_string(&records(proxy.admin_addr).await).unwrap();
+    let text = metrics(proxy.admin_addr).await;
+    let report = shadow_report(proxy).await.to_string();
+    for (what, s) in [("records", &recs), ("metrics", &text), ("report", &report)] {
+        assert!(!s.contains("CANARY"), "a prompt in the {what}");
+        // Every answer is made of the simulator's words ("the ", "model ", ...).
+        assert!(!s.contains("model is"), "an answer in the {what}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_candidate_with_the_same_words_passes_and_one_with_others_fails() {
+    let (answers, proxy) = answers_of(varying_sim(1, 0.0), varying_sim(1, 0.0), 6).await;
+    assert_eq!(answers["verdict"], "pass", "{answers:#}");
+    assert_eq!(answers["exact_match"], 1.0);
+    assert_eq!(answers["noise_exact_match"], 1.0);
+    assert!(
+        answers["rule"]
+            .as_str()
+            .unwrap()
+            .contains("answers_relative")
+    );
+    metric_reaches(
+        &proxy,
+        r#"goodput_shadow_answer_pairs_total{result="same"}"#,
+        6.0,
+    )
+    .await;
+    assert_no_content(&proxy).await;
+    proxy.shutdown().await;
+
+    let (answers, proxy) = answers_of(varying_sim(2, 0.0), varying_sim(1, 0.0), 6).await;
+    assert_eq!(answers["verdict"], "fail", "{answers:#}");
+    assert_eq!(answers["exact_match"], 0.0);
+    assert!(answers["first_divergence_tokens"]["p50"].as_f64().is_some());
+    metric_reaches(
+        &proxy,
+        r#"goodput_shadow_answer_pairs_total{result="differs"}"#,
+        6.0,
+    )
+    .await;
+    assert_no_content(&proxy).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_noisy_secondary_lets_a_little_difference_pass_but_not_a_lot() {
+    let n = 50;
+    let (answers, proxy) = answers_of(varying_sim(1, 0.32), varying_sim(1, 0.3), n).await;
+    assert_eq!(answers["noise_exact_match"], 0.7, "{answers:#}");
+    assert_eq!(answers["exact_match"], 0.68, "{answers:#}");
+    assert_eq!(answers["verdict"], "pass", "{answers:#}");
+    proxy.shutdown().await;
+    let (answers, proxy) = answers_of(varying_sim(1, 0.8), varying_sim(1, 0.3), n).await;
+    assert_eq!(answers["verdict"], "fail", "{answers:#}");
+    assert_no_content(&proxy).await;
+    proxy.shutdown().await;
+}

@@ -69,8 +69,8 @@ impl Book {
             return;
         };
         let ledger = &mut *ledger;
-        let pair = ledger.pairs.entry(key.clone()).or_insert_with(|| {
-            ledger.order.push_back(key);
+        let pair = ledger.pairs.entry(key.to_owned()).or_insert_with(|| {
+            ledger.order.push_back(key.to_owned());
             Pair::default()
         });
         match r.pairing.target {
@@ -99,27 +99,26 @@ impl Book {
         }
     }
 
-    /// Reduces a side's answer into the comparison of its pair: `answer` waits (bounded)
-    /// only until the primary's and a copy's are both there, then is compared and
-    /// dropped. `copies` is 2 with a secondary, else 1. Returns the candidate's
-    /// comparison when this made it.
-    pub fn answer(&self, r: &RequestRecord, answer: Answer, copies: u8) -> Option<Compared> {
-        let (key, side) = match r.pairing.target {
-            Target::Primary if r.pairing.mirrored => (r.id.clone(), AnswerSide::Primary),
-            Target::Shadow => (r.pairing.pair_id.clone()?, AnswerSide::Candidate),
-            Target::Secondary => (r.pairing.pair_id.clone()?, AnswerSide::Secondary),
-            Target::Primary => return None,
-        };
+    /// Reduces a side's answer into the comparison of the pair `key` (the primary's id):
+    /// `answer` waits (bounded) only until the primary's and a copy's are both there, then
+    /// is compared and dropped. `copies` is 2 with a secondary, else 1. Returns the
+    /// candidate's comparison when this made it.
+    pub fn answer(
+        &self,
+        key: &str,
+        side: AnswerSide,
+        answer: Answer,
+        deterministic: bool,
+        copies: u8,
+    ) -> Option<Compared> {
         let mut ledger = self.ledger.lock().ok()?;
         let ledger = &mut *ledger;
-        let made = ledger
-            .waiting
-            .add(&key, side, answer, r.pairing.deterministic, copies);
+        let made = ledger.waiting.add(key, side, answer, deterministic, copies);
         if made.candidate.is_none() && made.secondary.is_none() {
             return None;
         }
-        let pair = ledger.pairs.entry(key.clone()).or_insert_with(|| {
-            ledger.order.push_back(key);
+        let pair = ledger.pairs.entry(key.to_owned()).or_insert_with(|| {
+            ledger.order.push_back(key.to_owned());
             Pair::default()
         });
         if made.candidate.is_some() {

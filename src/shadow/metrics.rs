@@ -33,10 +33,13 @@ pub enum DropReason {
     Backlog,
     /// The proxy stopped while the copy was under way, or its record was still waiting.
     Shutdown,
+    /// The answers' comparison queue was full: an answer (the primary's or a copy's) was
+    /// not compared. Its record is written as usual.
+    AnswerBacklog,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::InFlight,
         DropReason::BodyTooLarge,
         DropReason::BodyIncomplete,
@@ -45,6 +48,7 @@ impl DropReason {
         DropReason::TooLarge,
         DropReason::Backlog,
         DropReason::Shutdown,
+        DropReason::AnswerBacklog,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -57,6 +61,7 @@ impl DropReason {
             DropReason::TooLarge => "too_large",
             DropReason::Backlog => "backlog",
             DropReason::Shutdown => "shutdown",
+            DropReason::AnswerBacklog => "answer_backlog",
         }
     }
 }

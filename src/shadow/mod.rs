@@ -15,9 +15,13 @@
 //!   dropped, and every copy taken ends one of these two ways, counted.
 //! - [`book`] pairs shadow records with their primaries for `GET /api/v1/shadow`;
 //!   [`report`] computes the side-by-side numbers and the verdict.
+//! - The answers of a pair are compared by the [`Comparer`], off the aggregator: it is
+//!   handed the frames' handles ([`Answers`]), decodes them on a blocking thread and
+//!   keeps only numbers (`answers` compares).
 
 mod answers;
 pub mod book;
+mod compare;
 mod metrics;
 pub mod report;
 mod send;
@@ -41,6 +45,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 pub use answers::Answer;
 pub use book::Book;
+pub use compare::{Answers, Comparer, QUEUE_ANSWERS};
 pub use metrics::{DropReason, ShadowMetrics};
 pub use stage::{Queue, Stage};
 pub use view::{ShadowReport, View};
@@ -228,6 +233,11 @@ impl Shadow {
 
     pub fn metrics(&self) -> &ShadowMetrics {
         &self.inner.metrics
+    }
+
+    /// Flips once the proxy is stopping (for the [`Comparer`]).
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.inner.stop.subscribe()
     }
 
     /// Ends every copy under way (the proxy is stopping): no copy is sent any more, and

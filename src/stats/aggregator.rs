@@ -62,6 +62,8 @@ pub struct Aggregator {
     shadow: Option<(crate::shadow::Book, crate::shadow::ShadowMetrics)>,
     /// The shadow's records ([`crate::shadow::Stage`]); `None` without a shadow.
     shadow_rx: Option<mpsc::Receiver<Pending>>,
+    /// Where mirrored answers go to be compared ([`crate::shadow::Comparer`]).
+    answers: Option<crate::shadow::Answers>,
 }
 
 impl Aggregator {
@@ -89,6 +91,7 @@ impl Aggregator {
             sinks: Vec::new(),
             shadow: None,
             shadow_rx: None,
+            answers: None,
         }
     }
 
@@ -99,15 +102,17 @@ impl Aggregator {
     }
 
     /// Reads shadow records from `records`, keeps them apart, in `book`, and pairs
-    /// mirrored primaries with them.
+    /// mirrored primaries with them; hands their answers to `answers` to be compared.
     pub fn with_shadow(
         mut self,
         book: crate::shadow::Book,
         metrics: crate::shadow::ShadowMetrics,
         records: mpsc::Receiver<Pending>,
+        answers: crate::shadow::Answers,
     ) -> Aggregator {
         self.shadow = Some((book, metrics));
         self.shadow_rx = Some(records);
+        self.answers = Some(answers);
         self
     }
 
@@ -211,14 +216,18 @@ impl Aggregator {
         } else {
             None
         };
-        let answer = (self.shadow.is_some()
+        let answer = (self.answers.is_some()
             && (pending.pairing.mirrored || pending.pairing.target.is_copy()))
         .then(|| (std::mem::take(&mut pending.answer), pending.kind));
         let finished = pending.finish_all();
         let (mut record, gaps) = (finished.record, finished.gaps);
         let config = self.config.load();
-        if let Some((chunks, kind)) = answer {
-            self.compare_answer(&record, api, kind, &chunks, &config);
+        // Handles to the answer's frames go to the shadow's comparer: nothing is decoded
+        // or compared here, and a full queue drops them rather than wait.
+        if let (Some((chunks, kind)), Some(answers), Some(shadow)) =
+            (answer, &self.answers, config.shadow.as_ref())
+        {
+            answers.hand_over(&record, api, kind, chunks, shadow);
         }
         if record.pairing.target.is_copy() {
             slo::judge(&mut record, &config.slo);
@@ -280,43 +289,6 @@ impl Aggregator {
             super::access::log(&record);
         }
         self.recent.push(Arc::new(record));
-    }
-
-    /// Reduces a mirrored exchange's answer (the primary's or a copy's) to the text its
-    /// comparison needs and hands it to the book, off the data path: the frames were
-    /// only kept as handles, up to `shadow.max_answer_bytes`. Answers that did not end
-    /// well, or were cut, are not compared.
-    fn compare_answer(
-        &self,
-        record: &RequestRecord,
-        api: crate::decode::Api,
-        kind: crate::decode::StreamKind,
-        chunks: &[bytes::Bytes],
-        config: &Config,
-    ) {
-        let (Some((book, metrics)), Some(shadow)) = (&self.shadow, config.shadow.as_ref()) else {
-            return;
-        };
-        if record.outcome != crate::measure::Outcome::Ok
-            || record.pairing.cut.is_some()
-            || chunks.is_empty()
-        {
-            return;
-        }
-        let limit = usize::try_from(shadow.max_answer_bytes).unwrap_or(usize::MAX);
-        let Some(text) = crate::decode::answer_text(api, kind, chunks, limit) else {
-            return;
-        };
-        let marks = text.marks().map(<[u32]>::to_vec);
-        let answer = crate::shadow::Answer {
-            text: text.into_text(),
-            marks,
-            finish: record.finish_reason,
-        };
-        let copies = 1 + u8::from(shadow.secondary.is_some());
-        if let Some(c) = book.answer(record, answer, copies) {
-            metrics.compared(c.exact);
-        }
     }
 
     /// A candidate's answer to a mirrored copy: judged on its own, kept as a record, and

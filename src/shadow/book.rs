@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::answers::{Answer, Compared, Side as AnswerSide, Waiting};
 use super::report::{Answers, Bar, RULE, Ratio, Side, SideStats, Thresholds, Verdict, verdict};
+use super::shift::Shift;
 use crate::{
     config::Slo,
     measure::{RequestRecord, Target},
@@ -227,12 +228,23 @@ pub struct ClassReport {
     /// Per-request shadow/primary ratios over the pairs both answered (`ok`).
     pub ttft_ratio: Ratio,
     pub tpot_ratio: Ratio,
+    /// Paired Hodges–Lehmann shifts (ms) from the primary, candidate's and secondary's.
+    pub ttft_shift: Shifts,
+    pub tpot_shift: Shifts,
     /// The latency half of the verdict (today's rule): `verdict`, `reason`, `rule`.
     pub verdict: Verdict,
     pub reason: String,
     pub rule: &'static str,
     /// The answers half: the candidate's words against the primary's own noise.
     pub answers: Answers,
+}
+
+/// The candidate's shift from the primary beside the secondary's: the primary's own
+/// spread (`null` without a secondary).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Shifts {
+    pub candidate: Shift,
+    pub secondary: Option<Shift>,
 }
 
 impl ClassReport {
@@ -256,10 +268,23 @@ impl ClassReport {
             .iter()
             .find(|c| c.name == class)
             .unwrap_or(&slo.default);
-        let answered = || {
-            pairs.iter().filter(|(p, s)| {
-                p.outcome == crate::measure::Outcome::Ok && s.outcome == crate::measure::Outcome::Ok
-            })
+        let ok = |p: &Side, s: &Side| {
+            p.outcome == crate::measure::Outcome::Ok && s.outcome == crate::measure::Outcome::Ok
+        };
+        let answered = || pairs.iter().filter(|(p, s)| ok(p, s));
+        let spread: Vec<(&Side, &Side)> = book
+            .iter()
+            .filter_map(|p| Some((p.primary.as_ref()?, p.secondary.as_ref()?)))
+            .filter(|(p, s)| ok(p, s))
+            .collect();
+        let shifts = |f: fn(&Side) -> Option<f64>| {
+            let times = |v: &mut dyn Iterator<Item = &(&Side, &Side)>| -> Vec<(f64, f64)> {
+                v.filter_map(|(p, s)| Some((f(p)?, f(s)?))).collect()
+            };
+            Shifts {
+                candidate: Shift::of(&times(&mut answered())),
+                secondary: (!spread.is_empty()).then(|| Shift::of(&times(&mut spread.iter()))),
+            }
         };
         let ratio = |f: fn(&Side) -> Option<f64>| {
             Ratio::of(
@@ -288,6 +313,8 @@ impl ClassReport {
                 .then(|| SideStats::of(secondaries.iter().copied(), window_s)),
             ttft_ratio: ratio(|s| s.ttft_ms),
             tpot_ratio: ratio(|s| s.tpot_ms),
+            ttft_shift: shifts(|s| s.ttft_ms),
+            tpot_shift: shifts(|s| s.tpot_ms),
             verdict,
             reason,
             rule: RULE,

@@ -25,6 +25,7 @@ mod compare;
 mod metrics;
 pub mod report;
 mod send;
+mod shift;
 mod stage;
 mod view;
 mod worker;

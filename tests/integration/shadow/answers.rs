@@ -27,6 +27,11 @@ async fn a_secondary_answers_every_copy_and_stays_out_of_the_primarys_numbers() 
     })
     .await;
     assert_eq!(pairs(&report), n, "{report:#}");
+    // The primary's own spread beside the candidate's shift.
+    let class = &report["classes"][0];
+    assert_eq!(class["ttft_shift"]["secondary"]["pairs"], n, "{report:#}");
+    assert!(class["ttft_shift"]["secondary"]["shift_ms"].is_f64());
+    assert_eq!(class["tpot_shift"]["candidate"]["pairs"], n);
     let recs = poll_until!("every secondary record", T, {
         let recs = records(proxy.admin_addr).await;
         let n_sec = recs.iter().filter(|r| r["target"] == "secondary").count();

@@ -132,6 +132,20 @@ async fn a_slow_candidate_fails_beside_a_fast_primary_without_slowing_it() {
     assert!(median > 1.0, "{report:#}");
     let ci = class["ttft_ratio"]["median"]["ci95"].as_array().unwrap();
     assert!(ci[0].as_f64().unwrap() <= median && median <= ci[1].as_f64().unwrap());
+    // The paired shift: every copy's first token came later than every primary's (600 ms
+    // against 30), so the whole interval is above 0 and the two samples are told apart
+    // (fully separated, 6 and 6: p ≈ 0.005). No secondary, so no spread beside it.
+    let shift = &class["ttft_shift"]["candidate"];
+    assert_eq!(shift["pairs"], n, "{report:#}");
+    let (lo, hi) = (
+        shift["ci95"][0].as_f64().unwrap(),
+        shift["ci95"][1].as_f64().unwrap(),
+    );
+    let hl = shift["shift_ms"].as_f64().unwrap();
+    assert!(0.0 < lo && lo <= hl && hl <= hi, "{report:#}");
+    assert!(shift["p_value"].as_f64().unwrap() < 0.01, "{report:#}");
+    assert!(class["ttft_shift"]["secondary"].is_null());
+    assert_eq!(class["tpot_shift"]["candidate"]["pairs"], n);
     // Shadow records are paired, and kept out of the primary's numbers.
     let recs = records(proxy.admin_addr).await;
     let shadows: Vec<&Value> = recs.iter().filter(|r| r["target"] == "shadow").collect();

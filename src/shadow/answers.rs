@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::logprobs::{Close, Token, close};
 use crate::decode::FinishReason;
 
 /// Text held at once for pairs still waiting for a side: past it the oldest pair's
@@ -27,6 +28,20 @@ pub struct Answer {
     /// most engines stream. `None` for an answer in one body.
     pub marks: Option<Vec<u32>>,
     pub finish: Option<FinishReason>,
+    /// A copy's tokens with their top alternatives (`shadow.logprobs`).
+    pub tokens: Option<Vec<Token>>,
+}
+
+impl Answer {
+    /// Bytes held (for the waiting buffer's bound).
+    fn weight(&self) -> usize {
+        self.text.len()
+            + self.marks.as_ref().map_or(0, |m| m.len() * 4)
+            + self
+                .tokens
+                .as_ref()
+                .map_or(0, |t| t.iter().map(Token::weight).sum())
+    }
 }
 
 /// One copy's answer beside the primary's, as numbers.
@@ -93,6 +108,42 @@ pub enum Side {
 pub struct Comparisons {
     pub candidate: Option<Compared>,
     pub secondary: Option<Compared>,
+    /// vLLM's rule between the candidate's and the secondary's tokens, with the
+    /// determinism of the request.
+    pub close: Option<(Close, bool)>,
+    /// The candidate's result for `goodput_shadow_answer_pairs_total`, once decided.
+    pub result: Option<PairResult>,
+}
+
+/// A candidate answer's result: the same text as the primary's, or not; and with
+/// log-probabilities, a different text that vLLM's rule accepts against the secondary's
+/// tokens is `close`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairResult {
+    Same,
+    Differs,
+    Close,
+}
+
+impl PairResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PairResult::Same => "same",
+            PairResult::Differs => "differs",
+            PairResult::Close => "close",
+        }
+    }
+}
+
+/// How one side's arrival is to be taken.
+#[derive(Debug, Clone, Copy)]
+pub struct Expect {
+    /// The request asked for a reproducible answer.
+    pub deterministic: bool,
+    /// Copies the pair can have (1, or 2 with a secondary).
+    pub copies: u8,
+    /// The copies carry log-probabilities, to be compared with each other.
+    pub logprobs: bool,
 }
 
 /// The answers of pairs still in flight, by the primary's id.
@@ -105,27 +156,77 @@ pub struct Waiting {
 
 #[derive(Debug, Default)]
 struct Slots {
-    primary: Option<Answer>,
-    /// A copy's answer with its request's determinism.
-    candidate: Option<(Answer, bool)>,
-    secondary: Option<(Answer, bool)>,
-    /// Copies already compared (their answers dropped).
-    done: u8,
+    /// The primary's answer; `Some(None)` when it has none to compare (not ok, cut).
+    primary: Option<Option<Answer>>,
+    candidate: Copy,
+    secondary: Copy,
+    /// The copies' tokens, waiting for each other (`shadow.logprobs`).
+    candidate_tokens: Option<Vec<Token>>,
+    secondary_tokens: Option<Vec<Token>>,
+    /// The close check, once made or known impossible (`Some(None)`).
+    close: Option<Option<Close>>,
+    /// The candidate differs from the primary; its result waits for the close check.
+    undecided: bool,
+}
+
+/// A copy's answer in its pair.
+#[derive(Debug, Default)]
+enum Copy {
+    #[default]
+    Awaited,
+    /// Arrived, with its request's determinism, waiting for the primary's.
+    Waiting(Answer, bool),
+    /// Compared, or arrived without an answer.
+    Done,
+}
+
+impl Slots {
+    fn bytes(&self) -> usize {
+        let t =
+            |t: &Option<Vec<Token>>| t.as_ref().map_or(0, |t| t.iter().map(Token::weight).sum());
+        let c = |c: &Copy| match c {
+            Copy::Waiting(a, _) => a.weight(),
+            _ => 0,
+        };
+        self.primary
+            .as_ref()
+            .and_then(Option::as_ref)
+            .map_or(0, Answer::weight)
+            + c(&self.candidate)
+            + c(&self.secondary)
+            + t(&self.candidate_tokens)
+            + t(&self.secondary_tokens)
+    }
+
+    /// Compares a waiting copy with the primary's answer, once both are there.
+    fn compare(&mut self, side: Side) -> Option<Compared> {
+        let primary = self.primary.as_ref()?;
+        let slot = match side {
+            Side::Candidate => &mut self.candidate,
+            Side::Secondary => &mut self.secondary,
+            Side::Primary => return None,
+        };
+        if !matches!(slot, Copy::Waiting(..)) {
+            return None;
+        }
+        let Copy::Waiting(copy, det) = std::mem::replace(slot, Copy::Done) else {
+            return None;
+        };
+        primary.as_ref().map(|p| compare(p, &copy, det))
+    }
 }
 
 impl Waiting {
-    /// Adds one side's answer to the pair `key`; returns what could be compared now.
-    /// `copies` is how many copies the pair can have (1, or 2 with a secondary): once
-    /// each is compared, the primary's answer goes too.
+    /// Adds one side's answer (`None`: it has none to compare) to the pair `key`; returns
+    /// what could be compared now. Once each copy is done with (and, with
+    /// log-probabilities, the copies' tokens compared), the pair's answers go.
     pub fn add(
         &mut self,
         key: &str,
         side: Side,
-        answer: Answer,
-        deterministic: bool,
-        copies: u8,
+        answer: Option<Answer>,
+        expect: Expect,
     ) -> Comparisons {
-        self.bytes += answer.text.len();
         let slots = match self.pairs.get_mut(key) {
             Some(s) => s,
             None => {
@@ -133,27 +234,68 @@ impl Waiting {
                 self.pairs.entry(key.to_owned()).or_default()
             }
         };
+        let before = slots.bytes();
+        let arrived = |mut answer: Option<Answer>| {
+            let tokens = answer.as_mut().and_then(|a| a.tokens.take());
+            let copy = answer.map_or(Copy::Done, |a| Copy::Waiting(a, expect.deterministic));
+            (copy, tokens)
+        };
         match side {
             Side::Primary => slots.primary = Some(answer),
-            Side::Candidate => slots.candidate = Some((answer, deterministic)),
-            Side::Secondary => slots.secondary = Some((answer, deterministic)),
+            Side::Candidate => (slots.candidate, slots.candidate_tokens) = arrived(answer),
+            Side::Secondary => (slots.secondary, slots.secondary_tokens) = arrived(answer),
         }
-        let mut out = Comparisons::default();
-        let mut freed = 0;
-        if let Some(primary) = &slots.primary {
-            if let Some((copy, det)) = slots.candidate.take() {
-                out.candidate = Some(compare(primary, &copy, det));
-                freed += copy.text.len();
-                slots.done += 1;
-            }
-            if let Some((copy, det)) = slots.secondary.take() {
-                out.secondary = Some(compare(primary, &copy, det));
-                freed += copy.text.len();
-                slots.done += 1;
+        let mut out = Comparisons {
+            candidate: slots.compare(Side::Candidate),
+            secondary: slots.compare(Side::Secondary),
+            ..Comparisons::default()
+        };
+        if let Some(c) = out.candidate {
+            if c.exact {
+                out.result = Some(PairResult::Same);
+            } else {
+                slots.undecided = true;
             }
         }
-        let finished = slots.done >= copies;
-        self.bytes -= freed;
+        if slots.close.is_none() {
+            let here = |c: &Copy| !matches!(c, Copy::Awaited);
+            if !(expect.logprobs && expect.copies >= 2) {
+                slots.close = Some(None);
+            } else if here(&slots.candidate) && here(&slots.secondary) {
+                let made = match (&slots.candidate_tokens, &slots.secondary_tokens) {
+                    (Some(c), Some(s)) => Some(close(c, s)),
+                    _ => None,
+                };
+                out.close = made.map(|c| (c, expect.deterministic));
+                slots.close = Some(made);
+                slots.candidate_tokens = None;
+                slots.secondary_tokens = None;
+            } else if (here(&slots.candidate) && slots.candidate_tokens.is_none())
+                || (here(&slots.secondary) && slots.secondary_tokens.is_none())
+            {
+                // A copy came without tokens: there is nothing to wait for.
+                slots.close = Some(None);
+                slots.candidate_tokens = None;
+                slots.secondary_tokens = None;
+            }
+        }
+        if slots.undecided
+            && let Some(close) = slots.close
+        {
+            slots.undecided = false;
+            out.result = Some(match close {
+                Some(c) if c.accepted => PairResult::Close,
+                _ => PairResult::Differs,
+            });
+        }
+        let done = |c: &Copy| matches!(c, Copy::Done);
+        let finished = slots.primary.is_some()
+            && done(&slots.candidate)
+            && (expect.copies < 2 || done(&slots.secondary))
+            && slots.close.is_some()
+            && !slots.undecided;
+        let after = slots.bytes();
+        self.bytes = self.bytes.saturating_sub(before) + after;
         if finished {
             self.remove(key);
         }
@@ -168,9 +310,7 @@ impl Waiting {
 
     fn remove(&mut self, key: &str) {
         if let Some(s) = self.pairs.remove(key) {
-            let len = |a: &Option<Answer>| a.as_ref().map_or(0, |a| a.text.len());
-            self.bytes -=
-                len(&s.primary) + len(&s.candidate.map(|c| c.0)) + len(&s.secondary.map(|c| c.0));
+            self.bytes = self.bytes.saturating_sub(s.bytes());
         }
         // The order queue keeps the key until it comes up; a later pair of the same id
         // is rare (ids are unique per request) and only evicted early.
@@ -192,9 +332,32 @@ mod tests {
             text: text.to_owned(),
             marks,
             finish: Some(FinishReason::Stop),
+            tokens: None,
         }
     }
 
+    fn expect(copies: u8, logprobs: bool) -> Expect {
+        Expect {
+            deterministic: true,
+            copies,
+            logprobs,
+        }
+    }
+
+    fn with_tokens(text: &str, tokens: &[(&str, &[&str])]) -> Option<Answer> {
+        Some(Answer {
+            tokens: Some(
+                tokens
+                    .iter()
+                    .map(|(t, top)| Token {
+                        token: (*t).to_owned(),
+                        top: top.iter().map(|x| ((*x).to_owned(), -0.5)).collect(),
+                    })
+                    .collect(),
+            ),
+            ..answer(text, None)
+        })
+    }
     #[test]
     fn the_first_difference_is_found_in_characters_and_tokens() {
         let p = answer("the model is", Some(vec![4, 10, 13]));
@@ -217,14 +380,86 @@ mod tests {
     #[test]
     fn answers_wait_only_until_both_sides_are_compared() {
         let mut w = Waiting::default();
-        let r = w.add("a", Side::Candidate, answer("x", None), true, 2);
+        let r = w.add(
+            "a",
+            Side::Candidate,
+            Some(answer("x", None)),
+            expect(2, false),
+        );
         assert!(r.candidate.is_none());
-        let r = w.add("a", Side::Primary, answer("x", None), false, 2);
+        let r = w.add(
+            "a",
+            Side::Primary,
+            Some(answer("x", None)),
+            expect(2, false),
+        );
         assert!(r.candidate.is_some_and(|c| c.exact && c.deterministic));
+        assert_eq!(r.result, Some(PairResult::Same));
         // The primary's answer waits for the secondary's, then both go.
         assert_eq!(w.len(), (1, 1));
-        let r = w.add("a", Side::Secondary, answer("y", None), true, 2);
+        let r = w.add(
+            "a",
+            Side::Secondary,
+            Some(answer("y", None)),
+            expect(2, false),
+        );
         assert!(r.secondary.is_some_and(|c| !c.exact));
+        assert_eq!(w.len(), (0, 0));
+        // A copy without an answer is done with at once, and frees the primary's.
+        w.add(
+            "b",
+            Side::Primary,
+            Some(answer("x", None)),
+            expect(2, false),
+        );
+        w.add("b", Side::Secondary, None, expect(2, false));
+        let r = w.add(
+            "b",
+            Side::Candidate,
+            Some(answer("z", None)),
+            expect(2, false),
+        );
+        assert_eq!(r.result, Some(PairResult::Differs));
+        assert_eq!(w.len(), (0, 0));
+    }
+
+    #[test]
+    fn a_differing_candidate_waits_for_the_close_check_of_the_copies_tokens() {
+        let mut w = Waiting::default();
+        let e = expect(2, true);
+        w.add("a", Side::Primary, Some(answer("the cat", None)), e);
+        let r = w.add(
+            "a",
+            Side::Candidate,
+            with_tokens("the dog", &[("the", &["the"]), (" dog", &[" dog", " cat"])]),
+            e,
+        );
+        assert!(r.candidate.is_some_and(|c| !c.exact));
+        assert_eq!(r.result, None);
+        let r = w.add(
+            "a",
+            Side::Secondary,
+            with_tokens("the cat", &[("the", &["the"]), (" cat", &[" cat", " dog"])]),
+            e,
+        );
+        assert_eq!(r.result, Some(PairResult::Close));
+        assert!(r.close.is_some_and(|(c, det)| c.accepted && det));
+        assert_eq!(w.len(), (0, 0));
+        // Not in each other's top: differs.
+        w.add(
+            "b",
+            Side::Secondary,
+            with_tokens("the cat", &[("the", &["the"]), (" cat", &[" cat"])]),
+            e,
+        );
+        w.add(
+            "b",
+            Side::Candidate,
+            with_tokens("the owl", &[("the", &["the"]), (" owl", &[" owl"])]),
+            e,
+        );
+        let r = w.add("b", Side::Primary, Some(answer("the cat", None)), e);
+        assert_eq!(r.result, Some(PairResult::Differs));
         assert_eq!(w.len(), (0, 0));
     }
 
@@ -232,10 +467,25 @@ mod tests {
     fn the_buffer_is_bounded_oldest_first() {
         let mut w = Waiting::default();
         let big = "x".repeat(WAITING_BYTES / 2 + 1);
-        w.add("a", Side::Primary, answer(&big, None), false, 1);
-        w.add("b", Side::Primary, answer(&big, None), false, 1);
+        w.add(
+            "a",
+            Side::Primary,
+            Some(answer(&big, None)),
+            expect(1, false),
+        );
+        w.add(
+            "b",
+            Side::Primary,
+            Some(answer(&big, None)),
+            expect(1, false),
+        );
         assert_eq!(w.len(), (1, big.len()));
-        let r = w.add("a", Side::Candidate, answer("x", None), false, 1);
+        let r = w.add(
+            "a",
+            Side::Candidate,
+            Some(answer("x", None)),
+            expect(1, false),
+        );
         assert!(r.candidate.is_none());
     }
 }

@@ -10,7 +10,8 @@ use std::{
 
 use serde::Serialize;
 
-use super::answers::{Answer, Compared, Side as AnswerSide, Waiting};
+use super::answers::{Answer, Compared, Expect, PairResult, Side as AnswerSide, Waiting};
+use super::logprobs::Close;
 use super::report::{Answers, Bar, RULE, Ratio, Side, SideStats, Thresholds, Verdict, verdict};
 use super::shift::Shift;
 use crate::{
@@ -44,6 +45,9 @@ struct Pair {
     /// The candidate's and the secondary's answers beside the primary's, as numbers.
     candidate_answer: Option<Compared>,
     secondary_answer: Option<Compared>,
+    /// vLLM's rule between the candidate's and the secondary's tokens, and whether the
+    /// request was deterministic.
+    close: Option<(Close, bool)>,
 }
 
 impl Book {
@@ -100,23 +104,22 @@ impl Book {
         }
     }
 
-    /// Reduces a side's answer into the comparison of the pair `key` (the primary's id):
-    /// `answer` waits (bounded) only until the primary's and a copy's are both there, then
-    /// is compared and dropped. `copies` is 2 with a secondary, else 1. Returns the
-    /// candidate's comparison when this made it.
+    /// Reduces a side's answer (`None`: it has none to compare) into the comparison of
+    /// the pair `key` (the primary's id): `answer` waits (bounded) only until the
+    /// primary's and a copy's are both there, then is compared and dropped. Returns the
+    /// candidate's result once it is decided.
     pub fn answer(
         &self,
         key: &str,
         side: AnswerSide,
-        answer: Answer,
-        deterministic: bool,
-        copies: u8,
-    ) -> Option<Compared> {
+        answer: Option<Answer>,
+        expect: Expect,
+    ) -> Option<PairResult> {
         let mut ledger = self.ledger.lock().ok()?;
         let ledger = &mut *ledger;
-        let made = ledger.waiting.add(key, side, answer, deterministic, copies);
-        if made.candidate.is_none() && made.secondary.is_none() {
-            return None;
+        let made = ledger.waiting.add(key, side, answer, expect);
+        if made.candidate.is_none() && made.secondary.is_none() && made.close.is_none() {
+            return made.result;
         }
         let pair = ledger.pairs.entry(key.to_owned()).or_insert_with(|| {
             ledger.order.push_back(key.to_owned());
@@ -128,7 +131,10 @@ impl Book {
         if made.secondary.is_some() {
             pair.secondary_answer = made.secondary;
         }
-        made.candidate
+        if made.close.is_some() {
+            pair.close = made.close;
+        }
+        made.result
     }
 
     /// Counts of the shadow answers that finished within `window` before `now`, per class
@@ -257,6 +263,12 @@ impl ClassReport {
     ) -> ClassReport {
         let candidate: Vec<Compared> = book.iter().filter_map(|p| p.candidate_answer).collect();
         let noise: Vec<Compared> = book.iter().filter_map(|p| p.secondary_answer).collect();
+        let closes: Vec<Close> = book
+            .iter()
+            .filter_map(|p| p.close)
+            .filter(|(_, det)| *det)
+            .map(|(c, _)| c)
+            .collect();
         let pairs: Vec<(&Side, &Side)> = book
             .iter()
             .filter_map(|p| Some((p.primary.as_ref()?, &p.shadow.as_ref()?.1)))
@@ -318,7 +330,8 @@ impl ClassReport {
             verdict,
             reason,
             rule: RULE,
-            answers: Answers::of(&candidate, &noise, thresholds, slo.min_samples.max(1)),
+            answers: Answers::of(&candidate, &noise, thresholds, slo.min_samples.max(1))
+                .with_close(&closes),
         }
     }
 }

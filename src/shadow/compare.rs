@@ -19,7 +19,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     Book, DropReason, ShadowMetrics,
-    answers::{Answer, Side},
+    answers::{Answer, Expect, Side},
+    logprobs,
 };
 use crate::{
     config::ShadowConfig,
@@ -39,16 +40,16 @@ pub const QUEUE_BYTES: usize = super::answers::WAITING_BYTES;
 struct Job {
     key: String,
     side: Side,
-    deterministic: bool,
     finish: Option<FinishReason>,
     api: Api,
     kind: StreamKind,
+    /// Empty when the side has no answer to compare (it did not end well, or was cut):
+    /// its pair is then done with it.
     chunks: Vec<Bytes>,
     bytes: usize,
     /// Text kept of the answer (`shadow.max_answer_bytes`).
     limit: usize,
-    /// Copies the pair can have: 1, or 2 with a secondary.
-    copies: u8,
+    expect: Expect,
 }
 
 /// The aggregator's side of the queue.
@@ -61,8 +62,9 @@ pub struct Answers {
 
 impl Answers {
     /// Hands over `record`'s answer (its frames, `chunks`) when it has a pair to be
-    /// compared in: a mirrored primary or a copy, that ended well and was not cut. Never
-    /// waits: a full queue drops it, counted.
+    /// compared in (a mirrored primary or a copy); one that did not end well or was cut
+    /// goes without its frames, so that its pair is done with it. Never waits: a full
+    /// queue drops it, counted.
     pub fn hand_over(
         &self,
         record: &RequestRecord,
@@ -71,25 +73,30 @@ impl Answers {
         chunks: Vec<Bytes>,
         shadow: &ShadowConfig,
     ) {
-        if record.outcome != Outcome::Ok || record.pairing.cut.is_some() || chunks.is_empty() {
-            return;
-        }
         let Some((key, side)) = pair_key(record) else {
             return;
+        };
+        let chunks = if record.outcome != Outcome::Ok || record.pairing.cut.is_some() {
+            Vec::new()
+        } else {
+            chunks
         };
         let bytes = chunks.iter().map(Bytes::len).sum();
         let before = self.queued.fetch_add(bytes, Ordering::Relaxed);
         let job = Job {
             key,
             side,
-            deterministic: record.pairing.deterministic,
             finish: record.finish_reason,
             api,
             kind,
             chunks,
             bytes,
             limit: usize::try_from(shadow.max_answer_bytes).unwrap_or(usize::MAX),
-            copies: 1 + u8::from(shadow.secondary.is_some()),
+            expect: Expect {
+                deterministic: record.pairing.deterministic,
+                copies: 1 + u8::from(shadow.secondary.is_some()),
+                logprobs: shadow.logprobs,
+            },
         };
         if before.saturating_add(bytes) > QUEUE_BYTES || self.tx.try_send(job).is_err() {
             self.queued.fetch_sub(bytes, Ordering::Relaxed);
@@ -168,20 +175,27 @@ impl Comparer {
     }
 }
 
-/// Decodes one side's answer and reduces it into its pair.
+/// Decodes one side's answer (and a copy's tokens, with log-probabilities) and reduces
+/// it into its pair.
 fn compare(job: Job, book: &Book, metrics: &ShadowMetrics) {
-    let Some(text) = answer_text(job.api, job.kind, &job.chunks, job.limit) else {
-        return;
-    };
+    let answer = (!job.chunks.is_empty())
+        .then(|| answer_text(job.api, job.kind, &job.chunks, job.limit))
+        .flatten()
+        .map(|text| {
+            let tokens = (job.expect.logprobs && job.side != Side::Primary)
+                .then(|| logprobs::tokens(job.api, job.kind, &job.chunks))
+                .flatten();
+            let marks = text.marks().map(<[u32]>::to_vec);
+            Answer {
+                text: text.into_text(),
+                marks,
+                finish: job.finish,
+                tokens,
+            }
+        });
     drop(job.chunks);
-    let marks = text.marks().map(<[u32]>::to_vec);
-    let answer = Answer {
-        text: text.into_text(),
-        marks,
-        finish: job.finish,
-    };
-    if let Some(c) = book.answer(&job.key, job.side, answer, job.deterministic, job.copies) {
-        metrics.compared(c.exact);
+    if let Some(result) = book.answer(&job.key, job.side, answer, job.expect) {
+        metrics.compared(result);
     }
 }
 
@@ -239,11 +253,11 @@ mod tests {
             );
         }
         assert_eq!(metrics.counter(DropReason::AnswerBacklog).get(), 2);
-        // An answer that did not end well, or has no pair, is not handed over at all.
-        let mut failed = record("b", Target::Primary, None);
-        failed.outcome = Outcome::UpstreamError;
+        // An answer that has no pair is not handed over at all.
+        let mut unpaired = record("b", Target::Primary, None);
+        unpaired.pairing.mirrored = false;
         answers.hand_over(
-            &failed,
+            &unpaired,
             Api::ChatCompletions,
             StreamKind::Sse,
             sse(&["x"]),

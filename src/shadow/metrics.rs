@@ -8,6 +8,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use super::answers::PairResult;
 use crate::{
     measure::{Held, Outcome},
     metrics::names,
@@ -115,11 +116,13 @@ impl ShadowMetrics {
         m
     }
 
-    /// A candidate's answer was compared with the primary's.
-    pub fn compared(&self, same: bool) {
-        let result = if same { "same" } else { "differs" };
+    /// A candidate's answer was compared with the primary's (and, with log-probabilities,
+    /// its tokens with the secondary's).
+    pub fn compared(&self, result: PairResult) {
         self.answer_pairs
-            .get_or_create(&ResultLabel { result })
+            .get_or_create(&ResultLabel {
+                result: result.as_str(),
+            })
             .inc();
     }
 

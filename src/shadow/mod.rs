@@ -22,6 +22,7 @@
 mod answers;
 pub mod book;
 mod compare;
+mod logprobs;
 mod metrics;
 pub mod report;
 mod send;

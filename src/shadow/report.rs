@@ -5,7 +5,7 @@
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde::Serialize;
 
-use super::answers::Compared;
+use super::{answers::Compared, logprobs::Close};
 use crate::{measure::Outcome, quantile::nearest_rank};
 
 /// The verdict's rule, as the API states it.
@@ -68,8 +68,12 @@ pub struct Answers {
     /// Share of compared pairs with the same finish reason, candidate and secondary.
     pub finish_equal: Option<f64>,
     pub noise_finish_equal: Option<f64>,
-    /// vLLM's top-5 rule between the candidate and the secondary (`shadow.logprobs`):
-    /// `null` until log-probabilities are compared.
+    /// vLLM's top-5 rule between the candidate's and the secondary's tokens
+    /// (`shadow.logprobs`), over the deterministic pairs both answered with them: how many,
+    /// the share it accepts (the same tokens, or at the first difference each in the
+    /// other's top 5), and the mean top-5 KL divergence up to the first difference.
+    /// `null` without log-probabilities.
+    pub close_pairs: u64,
     pub close_rate: Option<f64>,
     pub kl_mean: Option<f64>,
     pub verdict: Verdict,
@@ -143,12 +147,28 @@ impl Answers {
             length_ratio: Positions::of(candidate.iter().filter_map(|c| c.length_ratio).collect()),
             finish_equal: share(candidate, |c| c.finish_equal),
             noise_finish_equal: share(secondary, |c| c.finish_equal),
+            close_pairs: 0,
             close_rate: None,
             kl_mean: None,
             verdict,
             reason,
             rule: ANSWERS_RULE,
         }
+    }
+}
+
+impl Answers {
+    /// With vLLM's rule between the copies' tokens (`shadow.logprobs`), over the
+    /// deterministic pairs both copies answered with log-probabilities.
+    pub fn with_close(mut self, closes: &[Close]) -> Answers {
+        if !closes.is_empty() {
+            let n = closes.len() as f64;
+            self.close_pairs = closes.len() as u64;
+            self.close_rate = Some(closes.iter().filter(|c| c.accepted).count() as f64 / n);
+            let kls: Vec<f64> = closes.iter().filter_map(|c| c.kl).collect();
+            self.kl_mean = (!kls.is_empty()).then(|| kls.iter().sum::<f64>() / kls.len() as f64);
+        }
+        self
     }
 }
 

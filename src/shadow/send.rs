@@ -101,6 +101,12 @@ pub(super) async fn run(
         (Some(name), Copy::Candidate) => rewrite_model(&body, name).unwrap_or_else(|| body.clone()),
         _ => body.clone(),
     };
+    // The copies (never the client's request) ask for each token's top alternatives.
+    let sent_body = if active.cfg.logprobs {
+        super::logprobs::ask(job.api, &sent_body).unwrap_or(sent_body)
+    } else {
+        sent_body
+    };
     let deterministic = is_deterministic(&body);
     let Some(request) = request(&active, copy, &job, sent_body) else {
         metrics.give_up(held, DropReason::Unreachable);

@@ -272,6 +272,7 @@ fn stream_response(
         reset_after: draw.reset_after,
         include_usage: params.include_usage,
         prompt_tokens: params.prompt_tokens,
+        top_logprobs: params.top_logprobs,
     };
     let mut resp = Response::new(SimBody::stream(plan, flight));
     let h = resp.headers_mut();
@@ -348,6 +349,8 @@ struct RawRequest {
     stream_options: Option<RawStreamOptions>,
     temperature: Option<f64>,
     seed: Option<Value>,
+    logprobs: Option<Value>,
+    top_logprobs: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -370,6 +373,8 @@ struct GenRequest {
     stream: bool,
     include_usage: bool,
     prompt_tokens: u64,
+    /// Top alternatives per token: a chat request with `logprobs: true`.
+    top_logprobs: Option<u32>,
 }
 
 impl GenRequest {
@@ -420,6 +425,8 @@ impl GenRequest {
                 .unwrap_or(false),
             // A tokenizer-free estimate: about 4 bytes of English per token.
             prompt_tokens: (prompt_bytes / 4).max(1),
+            top_logprobs: (raw.logprobs == Some(Value::Bool(true)))
+                .then(|| raw.top_logprobs.unwrap_or(0)),
         })
     }
 }
@@ -549,6 +556,7 @@ mod tests {
         assert_eq!(
             r,
             GenRequest {
+                top_logprobs: None,
                 prompt_key: None,
                 model: Some("m".into()),
                 max_tokens: Some(20),

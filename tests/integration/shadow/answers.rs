@@ -111,11 +111,22 @@ async fn answers_of(
     secondary: goodput::sim::SimConfig,
     n: u64,
 ) -> (Value, Running, Vec<String>) {
-    let (_primary, upstream) = start_sim(varying_sim(1, 0.0)).await;
-    let (direct, direct_url) = start_sim(varying_sim(1, 0.0)).await;
+    answers_with(varying_sim(1, 0.0), candidate, secondary, n, "").await
+}
+
+/// [`answers_of`] with the primary's simulator and more of `[shadow]` given.
+async fn answers_with(
+    primary: goodput::sim::SimConfig,
+    candidate: goodput::sim::SimConfig,
+    secondary: goodput::sim::SimConfig,
+    n: u64,
+    more: &str,
+) -> (Value, Running, Vec<String>) {
+    let (_primary, upstream) = start_sim(primary.clone()).await;
+    let (direct, direct_url) = start_sim(primary).await;
     let (_candidate, candidate_url) = start_sim(candidate).await;
     let (_secondary, secondary_url) = start_sim(secondary).await;
-    let extra = format!("secondary_url = \"{secondary_url}\"");
+    let extra = format!("secondary_url = \"{secondary_url}\"\n{more}");
     let proxy = proxy_with(&upstream, &shadow_config(&candidate_url, &extra)).await;
     let direct_addr: std::net::SocketAddr =
         direct_url.trim_start_matches("http://").parse().unwrap();
@@ -268,4 +279,77 @@ async fn no_prompt_or_answer_reaches_the_logs() {
         }
     }
     assert_clean("logs", &logs, &said);
+}
+
+/// With `logprobs = true` the copies ask for the top 5 alternatives (the client's answer
+/// has none), and vLLM's rule is applied between the candidate's and the secondary's
+/// tokens: the same words are accepted with a KL divergence of 0; a candidate with other
+/// words is not; and a candidate that differs from the primary only as the secondary
+/// does is `close`.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_logprobs_the_copies_tokens_are_held_to_vllms_rule() {
+    let n = 6;
+    let on = "logprobs = true";
+    let (answers, proxy, said) = answers_with(
+        varying_sim(1, 0.0),
+        varying_sim(1, 0.0),
+        varying_sim(1, 0.0),
+        n,
+        on,
+    )
+    .await;
+    assert_eq!(answers["close_pairs"], n, "{answers:#}");
+    assert_eq!(answers["close_rate"], 1.0, "{answers:#}");
+    assert_eq!(answers["kl_mean"], 0.0, "{answers:#}");
+    let (status, body, _) = chat(&proxy, "plain").await;
+    assert_eq!(status, 200);
+    assert!(!String::from_utf8_lossy(&body).contains("top_logprobs"));
+    metric_reaches(
+        &proxy,
+        r#"goodput_shadow_answer_pairs_total{result="same"}"#,
+        6.0,
+    )
+    .await;
+    assert_no_content(&proxy, &said).await;
+    proxy.shutdown().await;
+
+    let (answers, proxy, _) = answers_with(
+        varying_sim(1, 0.0),
+        varying_sim(2, 0.0),
+        varying_sim(1, 0.0),
+        n,
+        on,
+    )
+    .await;
+    assert_eq!(answers["close_rate"], 0.0, "{answers:#}");
+    assert_eq!(answers["verdict"], "fail", "{answers:#}");
+    metric_reaches(
+        &proxy,
+        r#"goodput_shadow_answer_pairs_total{result="differs"}"#,
+        6.0,
+    )
+    .await;
+    proxy.shutdown().await;
+
+    // The primary says other words than both copies, which agree: the candidate's
+    // difference is the primary's own.
+    let (answers, proxy, _) = answers_with(
+        varying_sim(3, 0.0),
+        varying_sim(1, 0.0),
+        varying_sim(1, 0.0),
+        n,
+        on,
+    )
+    .await;
+    assert_eq!(answers["exact_match"], 0.0, "{answers:#}");
+    assert_eq!(answers["noise_exact_match"], 0.0, "{answers:#}");
+    assert_eq!(answers["close_rate"], 1.0, "{answers:#}");
+    assert_eq!(answers["verdict"], "pass", "{answers:#}");
+    metric_reaches(
+        &proxy,
+        r#"goodput_shadow_answer_pairs_total{result="close"}"#,
+        6.0,
+    )
+    .await;
+    proxy.shutdown().await;
 }

@@ -57,6 +57,10 @@ pub struct Compared {
     pub finish_equal: bool,
     /// The request asked for a reproducible answer: judged word for word.
     pub deterministic: bool,
+    /// Both answers' lengths in characters (primary, copy), and their finish reasons:
+    /// sampled answers are compared as distributions of these.
+    pub lengths: (u64, u64),
+    pub finishes: (Option<FinishReason>, Option<FinishReason>),
 }
 
 /// Compares `copy` with `primary`.
@@ -83,6 +87,8 @@ pub fn compare(primary: &Answer, copy: &Answer, deterministic: bool) -> Compared
         length_ratio: (p_len > 0).then(|| c_len as f64 / p_len as f64),
         finish_equal: primary.finish == copy.finish,
         deterministic,
+        lengths: (p_len, c_len),
+        finishes: (primary.finish, copy.finish),
     }
 }
 

@@ -25,6 +25,7 @@ mod compare;
 mod logprobs;
 mod metrics;
 pub mod report;
+mod samples;
 mod send;
 mod shift;
 mod stage;

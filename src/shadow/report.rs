@@ -5,7 +5,7 @@
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde::Serialize;
 
-use super::{answers::Compared, logprobs::Close};
+use super::{answers::Compared, logprobs::Close, samples::Sampled};
 use crate::{measure::Outcome, quantile::nearest_rank};
 
 /// The verdict's rule, as the API states it.
@@ -61,8 +61,11 @@ pub struct Answers {
     /// characters.
     pub first_divergence_tokens: Positions,
     pub first_divergence_chars: Positions,
-    /// Sampled (non-deterministic) pairs, compared by distribution only.
+    /// Sampled (non-deterministic) pairs, compared by distribution only: their lengths
+    /// and finish reasons by two-sample tests, the candidate's and the secondary's.
     pub sampled_pairs: u64,
+    pub sampled: Sampled,
+    pub noise_sampled: Option<Sampled>,
     /// The candidate's output length over the primary's, over every compared pair.
     pub length_ratio: Positions,
     /// Share of compared pairs with the same finish reason, candidate and secondary.
@@ -144,6 +147,8 @@ impl Answers {
             first_divergence_tokens: positions(|c| c.first_divergence_tokens),
             first_divergence_chars: positions(|c| c.first_divergence_chars),
             sampled_pairs: candidate.iter().filter(|c| !c.deterministic).count() as u64,
+            sampled: Sampled::of(candidate),
+            noise_sampled: (!secondary.is_empty()).then(|| Sampled::of(secondary)),
             length_ratio: Positions::of(candidate.iter().filter_map(|c| c.length_ratio).collect()),
             finish_equal: share(candidate, |c| c.finish_equal),
             noise_finish_equal: share(secondary, |c| c.finish_equal),

@@ -32,6 +32,16 @@ async fn a_secondary_answers_every_copy_and_stays_out_of_the_primarys_numbers() 
     assert_eq!(class["ttft_shift"]["secondary"]["pairs"], n, "{report:#}");
     assert!(class["ttft_shift"]["secondary"]["shift_ms"].is_f64());
     assert_eq!(class["tpot_shift"]["candidate"]["pairs"], n);
+    // These requests are sampled (no temperature 0, no seed): compared by length and
+    // finish reason as distributions, never word for word.
+    let report = report_when(&proxy, |r| {
+        let a = &r["classes"][0]["answers"];
+        a["sampled"]["pairs"].as_u64() == Some(n) && a["noise_sampled"]["pairs"].as_u64() == Some(n)
+    })
+    .await;
+    let answers = &report["classes"][0]["answers"];
+    assert_eq!(answers["pairs"], 0, "{answers:#}");
+    assert!(answers["sampled"]["length_p_value"].is_f64(), "{answers:#}");
     let recs = poll_until!("every secondary record", T, {
         let recs = records(proxy.admin_addr).await;
         let n_sec = recs.iter().filter(|r| r["target"] == "secondary").count();

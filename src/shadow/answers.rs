@@ -1,5 +1,5 @@
-//! Answers compared in memory, never kept: each side's answer is reduced, at record time
-//! on the aggregator, to the text the comparison needs ([`Answer`]); a pair's answers wait
+//! Answers compared in memory, never kept: each side's answer is reduced, by the shadow's
+//! comparer (off the aggregator), to the text the comparison needs ([`Answer`]); a pair's answers wait
 //! in a bounded buffer ([`Waiting`]) only until the primary's and a copy's are both there,
 //! are compared into plain numbers ([`Compared`]), and are dropped at once.
 //!
@@ -7,7 +7,8 @@
 //! sequences side by side (a hash of every prefix would be as large, and would keep a
 //! fingerprint of the content); the buffer lives only as long as the pair is in flight,
 //! each answer is cut at `shadow.max_answer_bytes`, and the whole is held under
-//! [`WAITING_BYTES`], oldest first out. Nothing of it reaches a record, a log line, a
+//! [`WAITING_BYTES`] and [`WAITING_PAIRS`], oldest first out (a pair whose other side
+//! never comes, a copy dropped before its record, goes that way). Nothing of it reaches a record, a log line, a
 //! metric or the API.
 
 use std::collections::{HashMap, VecDeque};
@@ -19,6 +20,10 @@ use crate::decode::FinishReason;
 /// answers are dropped (that pair is then not compared). 64 MiB is 64 pairs of 1 MiB
 /// answers, far more of the usual few-KiB ones.
 pub const WAITING_BYTES: usize = 64 << 20;
+/// Pairs waiting at once: a pair waits for seconds (its slowest side's answer), so 4,096
+/// is thousands of requests per second of mirrored traffic, while a side that never
+/// comes (a copy dropped before its record) costs a few bytes a pair until it goes.
+pub const WAITING_PAIRS: usize = 4_096;
 
 /// One side's answer, reduced to what the comparison needs.
 #[derive(Debug, Clone, Default)]
@@ -305,11 +310,24 @@ impl Waiting {
         if finished {
             self.remove(key);
         }
-        while self.bytes > WAITING_BYTES {
+        while self.bytes > WAITING_BYTES || self.pairs.len() > WAITING_PAIRS {
             let Some(old) = self.order.pop_front() else {
                 break;
             };
             self.remove(&old);
+        }
+        // The order keeps the keys of pairs already gone until they come up: dropped from
+        // the front as they do, and all at once before they outnumber the live ones.
+        while self
+            .order
+            .front()
+            .is_some_and(|k| !self.pairs.contains_key(k))
+        {
+            self.order.pop_front();
+        }
+        if self.order.len() > 2 * WAITING_PAIRS {
+            let pairs = &self.pairs;
+            self.order.retain(|k| pairs.contains_key(k));
         }
         out
     }
@@ -318,14 +336,18 @@ impl Waiting {
         if let Some(s) = self.pairs.remove(key) {
             self.bytes = self.bytes.saturating_sub(s.bytes());
         }
-        // The order queue keeps the key until it comes up; a later pair of the same id
-        // is rare (ids are unique per request) and only evicted early.
     }
 
     /// Pairs waiting, and the text they hold.
     #[cfg(test)]
     pub fn len(&self) -> (usize, usize) {
         (self.pairs.len(), self.bytes)
+    }
+
+    /// Keys in the order queue (live or gone).
+    #[cfg(test)]
+    fn keys(&self) -> usize {
+        self.order.len()
     }
 }
 
@@ -493,5 +515,47 @@ mod tests {
             expect(1, false),
         );
         assert!(r.candidate.is_none());
+    }
+
+    #[test]
+    fn pairs_whose_other_side_never_comes_are_bounded_and_no_key_is_kept_forever() {
+        let mut w = Waiting::default();
+        // A secondary that never answers: every pair waits for it.
+        for i in 0..(3 * WAITING_PAIRS) {
+            let key = i.to_string();
+            w.add(
+                &key,
+                Side::Primary,
+                Some(answer("x", None)),
+                expect(2, false),
+            );
+            w.add(
+                &key,
+                Side::Candidate,
+                Some(answer("x", None)),
+                expect(2, false),
+            );
+        }
+        assert_eq!(w.len(), (WAITING_PAIRS, WAITING_PAIRS));
+        assert!(w.keys() <= 2 * WAITING_PAIRS);
+        // Pairs that finish leave no key behind, whatever order they finish in.
+        let mut w = Waiting::default();
+        for i in 0..(3 * WAITING_PAIRS) {
+            let key = i.to_string();
+            w.add(
+                &key,
+                Side::Candidate,
+                Some(answer("x", None)),
+                expect(1, false),
+            );
+            w.add(
+                &key,
+                Side::Primary,
+                Some(answer("x", None)),
+                expect(1, false),
+            );
+        }
+        assert_eq!(w.len(), (0, 0));
+        assert_eq!(w.keys(), 0);
     }
 }

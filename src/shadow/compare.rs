@@ -292,9 +292,14 @@ mod tests {
         let differs = metrics
             .answer_pairs
             .get_or_create(&super::super::metrics::ResultLabel { result: "differs" });
-        while differs.get() == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
+        let compared = async {
+            while differs.get() == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), compared)
+            .await
+            .unwrap();
         let _ = stop_tx.send(true);
         running.await.unwrap();
     }

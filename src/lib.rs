@@ -24,6 +24,9 @@
 //! - [`measure`]: the tower layer and body wrappers that time each request into a record.
 //! - [`usage_injection`]: asking a streaming upstream for usage, and hiding its answer.
 //! - [`telemetry`]: logging set-up.
+//! - [`fetch`]: one small GET client (timeouts, body limit) for what goodput reads beside
+//!   the traffic: exporters, the target's self-description.
+//! - [`identity`]: what the upstream says it is (engine, version, model), read and compared.
 //! - [`config`]: plain data: the TOML schema, flag overrides and validation into a runtime
 //!   snapshot.
 //! - [`slo`]: SLO classes, matching a request to its class, globs, tenant hashes.
@@ -39,6 +42,8 @@ pub mod calibrate;
 pub mod config;
 pub mod decode;
 pub mod demo;
+pub mod fetch;
+pub mod identity;
 pub mod measure;
 pub mod metrics;
 pub mod otlp;

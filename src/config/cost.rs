@@ -22,6 +22,13 @@ pub struct CostSection {
     /// maintenance: the hours that serve carry the cost of the others.
     pub idle_share: f64,
     pub failure_share: f64,
+    /// Usage prices, as a hosted API bills: per million input tokens (those served from
+    /// the prefix cache at `per_million_cached_input_tokens` when set), per million output
+    /// tokens, per request. Beside or instead of the hourly ones.
+    pub per_million_input_tokens: Option<f64>,
+    pub per_million_cached_input_tokens: Option<f64>,
+    pub per_million_output_tokens: Option<f64>,
+    pub per_request: Option<f64>,
 }
 
 /// Months one-time costs are spread over unless set (a three-year depreciation).
@@ -38,6 +45,10 @@ impl Default for CostSection {
             energy_price_per_kwh: None,
             idle_share: 0.0,
             failure_share: 0.0,
+            per_million_input_tokens: None,
+            per_million_cached_input_tokens: None,
+            per_million_output_tokens: None,
+            per_request: None,
         }
     }
 }
@@ -59,6 +70,79 @@ pub struct Cost {
     /// Sum of the components.
     pub per_hour: f64,
     pub components: Vec<(String, f64)>,
+    /// What is billed by use, beside the hours.
+    pub usage: UsagePrices,
+    /// The one-time items as configured (their amortized sum is the `one_time` component).
+    pub one_time: Vec<(String, f64)>,
+    /// The energy price: with `kw` it is the `energy` component; without, a replay with
+    /// `--gpu-metrics` prices the power it measured.
+    pub energy_price_per_kwh: Option<f64>,
+    /// `idle_share + failure_share`: the serving hours carry the others' cost.
+    pub lost_share: f64,
+}
+
+/// `[cost]`'s usage prices; `None` where not billed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct UsagePrices {
+    pub per_million_input_tokens: Option<f64>,
+    pub per_million_cached_input_tokens: Option<f64>,
+    pub per_million_output_tokens: Option<f64>,
+    pub per_request: Option<f64>,
+}
+
+/// What was used over a span, for [`UsagePrices::cost`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Used {
+    pub requests: f64,
+    pub input_tokens: f64,
+    /// Of `input_tokens`, those served from the prefix cache.
+    pub cached_input_tokens: f64,
+    pub output_tokens: f64,
+}
+
+impl Cost {
+    /// The components and their sum per hour with the energy drawn at `kw` (measured),
+    /// in place of the configured `energy` line, the idle and failure uplift redone on
+    /// the new base. `None` without an energy price.
+    pub fn with_measured_power(&self, kw: f64) -> Option<(Vec<(String, f64)>, f64)> {
+        let price = self.energy_price_per_kwh?;
+        let mut components: Vec<(String, f64)> = self
+            .components
+            .iter()
+            .filter(|(k, _)| k != "energy" && k != "idle_and_failure")
+            .cloned()
+            .collect();
+        components.push(("energy".to_owned(), kw * price));
+        let base: f64 = components.iter().map(|(_, v)| v).sum();
+        if self.lost_share > 0.0 {
+            components.push((
+                "idle_and_failure".to_owned(),
+                base * self.lost_share / (1.0 - self.lost_share),
+            ));
+        }
+        let per_hour = components.iter().map(|(_, v)| v).sum();
+        Some((components, per_hour))
+    }
+}
+
+impl UsagePrices {
+    /// Some usage price is set.
+    pub fn any(&self) -> bool {
+        *self != UsagePrices::default()
+    }
+
+    /// What `used` costs. Cached input tokens are priced at the input price unless a
+    /// cached price is set.
+    pub fn cost(&self, used: Used) -> f64 {
+        let input = self.per_million_input_tokens.unwrap_or(0.0);
+        let cached = self.per_million_cached_input_tokens.unwrap_or(input);
+        let cached_tokens = used.cached_input_tokens.min(used.input_tokens);
+        ((used.input_tokens - cached_tokens) * input
+            + cached_tokens * cached
+            + used.output_tokens * self.per_million_output_tokens.unwrap_or(0.0))
+            / 1e6
+            + used.requests * self.per_request.unwrap_or(0.0)
+    }
 }
 
 pub fn validate_cost(c: &CostSection, problems: &mut Vec<Problem>) -> Cost {
@@ -120,7 +204,13 @@ pub fn validate_cost(c: &CostSection, problems: &mut Vec<Problem>) -> Cost {
             components.push(("energy".to_owned(), kw * price));
         }
         (None, None) => {}
-        (Some(_), None) | (None, Some(_)) => problems.push(Problem::invalid(
+        // Priced, not sized: a replay with --gpu-metrics measures the power.
+        (None, Some(price)) => {
+            if !(price.is_finite() && price >= 0.0) {
+                problems.push(Problem::invalid("cost.energy_price_per_kwh", "must be ≥ 0"));
+            }
+        }
+        (Some(_), None) => problems.push(Problem::invalid(
             "cost.kw",
             "cost.kw and cost.energy_price_per_kwh go together (energy = kW × price per kWh)",
         )),
@@ -140,6 +230,25 @@ pub fn validate_cost(c: &CostSection, problems: &mut Vec<Problem>) -> Cost {
             "cost.idle_share + cost.failure_share must be below 1",
         ));
     }
+    let usage = UsagePrices {
+        per_million_input_tokens: c.per_million_input_tokens,
+        per_million_cached_input_tokens: c.per_million_cached_input_tokens,
+        per_million_output_tokens: c.per_million_output_tokens,
+        per_request: c.per_request,
+    };
+    for (k, v) in [
+        ("per_million_input_tokens", usage.per_million_input_tokens),
+        (
+            "per_million_cached_input_tokens",
+            usage.per_million_cached_input_tokens,
+        ),
+        ("per_million_output_tokens", usage.per_million_output_tokens),
+        ("per_request", usage.per_request),
+    ] {
+        if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+            problems.push(Problem::invalid(format!("cost.{k}"), "must be ≥ 0"));
+        }
+    }
     let base: f64 = components.iter().map(|(_, v)| v).sum();
     if lost > 0.0 && lost < 1.0 {
         // The serving hours carry the cost of the idle and failed ones.
@@ -149,6 +258,10 @@ pub fn validate_cost(c: &CostSection, problems: &mut Vec<Problem>) -> Cost {
         currency: c.currency.clone(),
         per_hour: components.iter().map(|(_, v)| v).sum(),
         components,
+        usage,
+        one_time: c.one_time.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        energy_price_per_kwh: c.energy_price_per_kwh,
+        lost_share: if lost > 0.0 && lost < 1.0 { lost } else { 0.0 },
     }
 }
 
@@ -193,6 +306,59 @@ mod tests {
     }
 
     #[test]
+    fn measured_power_replaces_the_configured_energy_and_redoes_the_uplift() {
+        let c: CostSection = toml::from_str(
+            "per_hour = { hardware = 4.0 }\nkw = 10\nenergy_price_per_kwh = 0.2\nidle_share = 0.5\n",
+        )
+        .unwrap();
+        let mut problems = Vec::new();
+        let cost = validate_cost(&c, &mut problems);
+        // (4 + 2) / 0.5 = 12 configured; measured 5 kW: (4 + 1) / 0.5 = 10.
+        assert!((cost.per_hour - 12.0).abs() < 1e-9);
+        let (components, per_hour) = cost.with_measured_power(5.0).unwrap();
+        assert!((per_hour - 10.0).abs() < 1e-9, "{components:?}");
+        let energy = components.iter().find(|(k, _)| k == "energy").unwrap().1;
+        assert!((energy - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn usage_prices_cost_what_was_used() {
+        let c: CostSection = toml::from_str(
+            "per_million_input_tokens = 3.0\nper_million_cached_input_tokens = 0.3\n\
+             per_million_output_tokens = 15.0\nper_request = 0.001\n",
+        )
+        .unwrap();
+        let mut problems = Vec::new();
+        let cost = validate_cost(&c, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(cost.per_hour, 0.0);
+        assert!(cost.usage.any());
+        // 2M input of which 1M cached, 1M output, 1,000 requests:
+        // 1 × 3 + 1 × 0.3 + 1 × 15 + 1,000 × 0.001 = 19.3.
+        let used = Used {
+            requests: 1000.0,
+            input_tokens: 2e6,
+            cached_input_tokens: 1e6,
+            output_tokens: 1e6,
+        };
+        assert!((cost.usage.cost(used) - 19.3).abs() < 1e-9);
+        // Without a cached price, cached tokens cost what other input tokens do.
+        let plain = UsagePrices {
+            per_million_input_tokens: Some(3.0),
+            ..UsagePrices::default()
+        };
+        assert!((plain.cost(used) - 6.0).abs() < 1e-9);
+        let bad: CostSection = toml::from_str("per_million_output_tokens = -1\n").unwrap();
+        let mut problems = Vec::new();
+        validate_cost(&bad, &mut problems);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.to_string().contains("per_million_output_tokens"))
+        );
+    }
+
+    #[test]
     fn bad_cost_keys_are_each_named() {
         let c: CostSection = toml::from_str(
             "per_hour = { power = 1.0 }\none_time = { upgrade = -1 }\namortize_months = 0\nkw = 3\n\
@@ -206,6 +372,14 @@ mod tests {
         for needle in ["cost.one_time.upgrade", "cost.amortize_months", "below 1"] {
             assert!(all.contains(needle), "{needle} missing in:\n{all}");
         }
+        let priced: CostSection = toml::from_str("energy_price_per_kwh = 0.2\n").unwrap();
+        let mut problems = Vec::new();
+        let cost = validate_cost(&priced, &mut problems);
+        assert!(
+            problems.is_empty(),
+            "a price alone waits for measured power"
+        );
+        assert!(cost.components.is_empty());
         let half: CostSection = toml::from_str("kw = 3\n").unwrap();
         let mut problems = Vec::new();
         validate_cost(&half, &mut problems);

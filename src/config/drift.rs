@@ -91,6 +91,10 @@ pub struct DriftSection {
     /// absent: a trigger leaves the shadow as it is.
     #[serde(deserialize_with = "optional_duration")]
     pub shadow_on_trigger: Option<Duration>,
+    /// How often the upstream's identity is read (engine, version, model); a change fires
+    /// the `system` trigger. `"0s"` turns the watch off.
+    #[serde(with = "humantime_serde")]
+    pub identity_interval: Duration,
 }
 
 fn optional_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -111,6 +115,7 @@ impl Default for DriftSection {
             snapshot_dir: None,
             thresholds: Thresholds::default(),
             shadow_on_trigger: None,
+            identity_interval: Duration::from_secs(60),
         }
     }
 }
@@ -133,6 +138,8 @@ pub struct DriftConfig {
     pub thresholds: Thresholds,
     /// How long a fired trigger switches the shadow on (`None`: it does not).
     pub shadow_on_trigger: Option<Duration>,
+    /// How often the upstream's identity is read (`None`: not at all).
+    pub identity_interval: Option<Duration>,
 }
 
 impl DriftConfig {
@@ -151,6 +158,7 @@ impl DriftConfig {
             snapshot_dir: std::env::temp_dir(),
             thresholds: d.thresholds,
             shadow_on_trigger: None,
+            identity_interval: None,
         }
     }
 }
@@ -215,6 +223,7 @@ pub fn validate_drift(s: &DriftSection, problems: &mut Vec<Problem>) -> Option<D
         snapshot_dir,
         thresholds: s.thresholds.clone(),
         shadow_on_trigger: s.shadow_on_trigger,
+        identity_interval: (!s.identity_interval.is_zero()).then_some(s.identity_interval),
     })
 }
 

@@ -1,6 +1,7 @@
 //! `[metrics]`: how the latency histograms on `/metrics` keep their native buckets (served
-//! in the Prometheus protobuf exposition; docs/METRICS.md "Native histograms"). The file's
-//! section, its validation and the runtime value.
+//! in the Prometheus protobuf exposition; docs/METRICS.md "Native histograms"), and the OTLP
+//! export's exponential histograms the same precision. The file's section, its validation
+//! and the runtime value.
 
 use serde::Deserialize;
 

@@ -289,6 +289,16 @@ pub struct DimensionLabel {
     pub dimension: &'static str,
 }
 
+/// What the upstream says it is (`goodput_upstream_info`): `unknown` where it did not
+/// say, long values (a weights path) hashed, so the set stays small.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamInfoLabels {
+    pub engine: String,
+    pub version: String,
+    pub model: String,
+    pub revision: String,
+}
+
 /// A drift dimension and the statistic measuring it (`psi`, `ks`, `tvd`, ...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DriftLabels {

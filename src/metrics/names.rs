@@ -195,6 +195,12 @@ pub const REACCEPTANCE: Spec = Spec {
     unit: None,
 };
 
+pub const UPSTREAM_INFO: Spec = Spec {
+    name: "goodput_upstream_info",
+    help: "1 for what the upstream last said it is (engine, version, model, weights' revision; [drift] identity_interval)",
+    unit: None,
+};
+
 pub const PROFILE_DRIFT: Spec = Spec {
     name: "goodput_profile_drift",
     help: "Drift statistic of the live window against the baseline profile",
@@ -400,7 +406,7 @@ pub const LATEST_GENAI: [&Spec; 6] = [
 ];
 
 /// Every metric, in the order `/metrics` shows them.
-pub const ALL: [&Spec; 58] = [
+pub const ALL: [&Spec; 59] = [
     &TTFT,
     &TPOT,
     &DURATION,
@@ -433,6 +439,7 @@ pub const ALL: [&Spec; 58] = [
     &PROFILE_RECORDS,
     &PROFILE_DROPPED,
     &REACCEPTANCE,
+    &UPSTREAM_INFO,
     &PROFILE_DRIFT,
     &CALIBRATION_ENGINE,
     &CALIBRATION_PROXY,

@@ -2,6 +2,13 @@
 //! each finished request into (in memory, no I/O), and the task that collects them every
 //! `interval` and sends them to the collector. Temporality is cumulative, as Prometheus-
 //! style backends expect.
+//!
+//! The latency instruments (TTFT, TPOT, ITL, the request and inference durations, the
+//! engine's phases) are base-2 exponential histograms at the precision of the native
+//! histograms on `/metrics` ([`Precision`], from `[metrics]`): a collector that sums
+//! replicas, or converts them to Prometheus native histograms, gets the same bounded
+//! relative error as a Prometheus scraping goodput. ITL is recorded once per gap, so a
+//! long stream costs the aggregator one histogram update per token while OTLP is on.
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,8 +21,8 @@ use opentelemetry_sdk::{
     Resource,
     error::OTelSdkResult,
     metrics::{
-        InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
-        data::ResourceMetrics, exporter::PushMetricExporter, reader::MetricReader,
+        Aggregation, Instrument, InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Stream,
+        Temporality, data::ResourceMetrics, exporter::PushMetricExporter, reader::MetricReader,
     },
 };
 use tokio::sync::watch;
@@ -32,6 +39,10 @@ pub struct Instruments {
     server_duration: Histogram<f64>,
     ttft: Histogram<f64>,
     tpot: Histogram<f64>,
+    /// Every inter-token gap, as `goodput_inter_token_latency_seconds` on `/metrics`.
+    itl: Histogram<f64>,
+    /// The engine's own timings per part (`goodput.phase`), as `goodput_request_phase_seconds`.
+    phases: Histogram<f64>,
     token_usage: Histogram<u64>,
     requests: Counter<u64>,
     output_tokens: Counter<u64>,
@@ -88,19 +99,57 @@ impl MetricReader for SharedReader {
     }
 }
 
+/// The latency instruments, exported as exponential histograms.
+const EXPONENTIAL: [&str; 9] = [
+    sc::CLIENT_OPERATION_DURATION,
+    sc::SERVER_REQUEST_DURATION,
+    sc::SERVER_TTFT,
+    sc::SERVER_TPOT,
+    sc::ITL,
+    sc::REQUEST_PHASE,
+    sc::INFERENCE_DURATION,
+    sc::INFERENCE_TTFC,
+    sc::INFERENCE_TPOC,
+];
+
+/// The exponential histograms' precision: the native histograms' on `/metrics`. An OTLP
+/// scale is a Prometheus schema (bucket boundaries grow by `2^(2^-scale)`: scale 6 is
+/// ±0.54 %), and past `max_size` buckets a data point halves its resolution, as a native
+/// histogram past its bucket cap does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Precision {
+    pub max_scale: i8,
+    pub max_size: u32,
+}
+
 pub fn build(
     resource: Resource,
     scope: InstrumentationScope,
     latest: bool,
+    precision: Precision,
 ) -> (Instruments, Collection) {
     let reader = SharedReader(Arc::new(
         ManualReader::builder()
             .with_temporality(Temporality::Cumulative)
             .build(),
     ));
+    let exponential = move |i: &Instrument| {
+        if !EXPONENTIAL.contains(&i.name()) {
+            return None;
+        }
+        let aggregation = Aggregation::Base2ExponentialHistogram {
+            max_size: precision.max_size,
+            max_scale: precision.max_scale,
+            record_min_max: true,
+        };
+        // An invalid stream (a scale outside -10..=20; `[metrics]` allows -4..=8) would
+        // leave the instrument its explicit buckets.
+        Stream::builder().with_aggregation(aggregation).build().ok()
+    };
     let provider = SdkMeterProvider::builder()
         .with_resource(resource)
         .with_reader(reader.clone())
+        .with_view(exponential)
         .build();
     let meter = provider.meter_with_scope(scope);
     let instruments = Instruments::new(&meter, latest);
@@ -109,11 +158,11 @@ pub fn build(
 
 impl Instruments {
     fn new(m: &Meter, latest: bool) -> Instruments {
-        let seconds = |name: &'static str, what: &'static str, buckets: &[f64]| {
+        // Exponential buckets (the view in `build`): no boundaries to advise.
+        let seconds = |name: &'static str, what: &'static str| {
             m.f64_histogram(name)
                 .with_unit("s")
                 .with_description(what)
-                .with_boundaries(buckets.to_vec())
                 .build()
         };
         let gauge = |name: &'static str, unit: &'static str, what: &'static str| {
@@ -126,22 +175,26 @@ impl Instruments {
             client_duration: seconds(
                 sc::CLIENT_OPERATION_DURATION,
                 "GenAI operation duration, as the proxy saw it (arrival to the end of the response)",
-                &sc::DURATION_BUCKETS,
             ),
             server_duration: seconds(
                 sc::SERVER_REQUEST_DURATION,
                 "Generative AI server request duration (arrival to the end of the response)",
-                &sc::DURATION_BUCKETS,
             ),
             ttft: seconds(
                 sc::SERVER_TTFT,
                 "Time to generate first token for successful responses",
-                &sc::TTFT_BUCKETS,
             ),
             tpot: seconds(
                 sc::SERVER_TPOT,
                 "Time per output token generated after the first token for successful responses",
-                &sc::TPOT_BUCKETS,
+            ),
+            itl: seconds(
+                sc::ITL,
+                "Time between consecutive streamed output tokens, every gap of every request",
+            ),
+            phases: seconds(
+                sc::REQUEST_PHASE,
+                "The engine's own timing of a part of the request (goodput.phase: queue, prefill, decode, inference, outside_engine)",
             ),
             token_usage: m
                 .u64_histogram(sc::CLIENT_TOKEN_USAGE)
@@ -187,7 +240,14 @@ impl Instruments {
 
     /// Records one judged generation request. `common` holds the attributes every GenAI
     /// metric carries (operation, provider, model, server address and port).
-    pub fn record(&self, r: &RequestRecord, common: &[KeyValue], verdict: &'static str) {
+    /// `gaps`: the inter-token gaps in microseconds.
+    pub fn record(
+        &self,
+        r: &RequestRecord,
+        common: &[KeyValue],
+        verdict: &'static str,
+        gaps: &[u32],
+    ) {
         let mut attrs = Vec::with_capacity(common.len() + 2);
         attrs.extend_from_slice(common);
         attrs.push(KeyValue::new(sc::G_CLASS, r.slo_class.clone()));
@@ -198,6 +258,17 @@ impl Instruments {
             }
             if let Some(tpot) = r.tpot_ms {
                 self.tpot.record(tpot / 1000.0, &attrs);
+            }
+        }
+        for &gap in gaps {
+            self.itl.record(f64::from(gap) / 1e6, &attrs);
+        }
+        for (part, ms) in r.engine.parts() {
+            if let Some(ms) = ms {
+                attrs.push(KeyValue::new(sc::G_PHASE, part.as_str()));
+                // Negative parts (the engine's clock ahead) count as 0, as on `/metrics`.
+                self.phases.record(ms.max(0.0) / 1000.0, &attrs);
+                attrs.pop();
             }
         }
         for (kind, n) in [("input", r.input_tokens), ("output", r.output_tokens)] {
@@ -264,7 +335,6 @@ impl Latest {
             m.f64_histogram(name)
                 .with_unit("s")
                 .with_description(what)
-                .with_boundaries(crate::metrics::INFERENCE_BUCKETS.to_vec())
                 .build()
         };
         let tokens = |name: &'static str, what: &'static str| {

@@ -87,12 +87,13 @@ impl Tasks {
 
 /// Builds the exporters and spawns their tasks (call from within the runtime).
 /// `latest`: also export the GenAI conventions' latest client-inference instruments
-/// ([`semconv::latest_genai`]).
+/// ([`semconv::latest_genai`]); `precision`: the latency histograms' (`[metrics]`).
 pub fn start(
     cfg: &Otlp,
     upstream: &Upstream,
     counters: &OtlpMetrics,
     latest: bool,
+    precision: instruments::Precision,
 ) -> Result<(Exporter, Tasks), OtlpError> {
     let resource = Resource::builder()
         .with_service_name(cfg.service_name.clone())
@@ -118,7 +119,8 @@ pub fn start(
                 signal: "metrics",
                 source,
             })?;
-        let (instruments, collection) = instruments::build(resource.clone(), scope.clone(), latest);
+        let (instruments, collection) =
+            instruments::build(resource.clone(), scope.clone(), latest, precision);
         handles.push(tokio::spawn(instruments::run(
             collection,
             exporter,
@@ -198,8 +200,9 @@ impl Exporter {
         self.spans.is_some()
     }
 
-    /// One judged generation request; `model` is the bounded metric label.
-    pub fn observe(&self, r: &RequestRecord, model: &str) {
+    /// One judged generation request; `model` is the bounded metric label, `gaps` the
+    /// inter-token gaps in microseconds.
+    pub fn observe(&self, r: &RequestRecord, model: &str, gaps: &[u32]) {
         let verdict = match r.slo_met {
             Some(true) => "met",
             Some(false) => "missed",
@@ -219,7 +222,7 @@ impl Exporter {
             common.push(KeyValue::new(semconv::REQUEST_MODEL, model.to_owned()));
         }
         if let Some(i) = &self.instruments {
-            i.record(r, &common, verdict);
+            i.record(r, &common, verdict, gaps);
         }
         if let Some(s) = &self.spans {
             s.push(r, &common, verdict);
@@ -241,8 +244,8 @@ impl Exporter {
 /// The aggregator hands the exporter every judged record and, when metrics are exported,
 /// the windowed gauges.
 impl crate::stats::Sink for Exporter {
-    fn observe(&self, record: &RequestRecord, model: &str) {
-        Exporter::observe(self, record, model);
+    fn observe(&self, record: &RequestRecord, model: &str, gaps: &[u32]) {
+        Exporter::observe(self, record, model, gaps);
     }
 
     fn wants_gauges(&self) -> bool {

@@ -21,6 +21,8 @@ pub const INFERENCE_CACHE_READ_TOKENS: &str =
     "gen_ai.client.inference.usage.cache_read.input_tokens";
 pub const OPERATION_COST: &str = "gen_ai.client.operation.cost";
 pub const REQUESTS: &str = "goodput.requests";
+pub const ITL: &str = "goodput.inter_token_latency";
+pub const REQUEST_PHASE: &str = "goodput.request.phase";
 pub const OUTPUT_TOKENS: &str = "goodput.output_tokens";
 pub const ATTAINMENT: &str = "goodput.slo.attainment";
 pub const EFFECTIVE_TPS: &str = "goodput.effective_output_tokens_per_second";
@@ -48,6 +50,7 @@ pub const G_API: &str = "goodput.api";
 pub const G_STREAM: &str = "goodput.stream";
 pub const G_OUTCOME: &str = "goodput.outcome";
 pub const G_CLASS: &str = "goodput.slo.class";
+pub const G_PHASE: &str = "goodput.phase";
 pub const G_VERDICT: &str = "goodput.slo.verdict";
 pub const G_MISS_REASON: &str = "goodput.slo.miss_reason";
 pub const G_WINDOW: &str = "goodput.window";
@@ -66,21 +69,12 @@ pub const G_ENGINE_PREFILL_MS: &str = "goodput.engine.prefill_ms";
 pub const G_ENGINE_DECODE_MS: &str = "goodput.engine.decode_ms";
 pub const G_OUTSIDE_ENGINE_MS: &str = "goodput.engine.outside_ms";
 
-/// The conventions' recommended boundaries, as they are: collectors and dashboards built
-/// for the conventions expect them (the Prometheus histograms on `/metrics` extend them
-/// below 1 ms for loopback and small models).
+/// The conventions' recommended boundaries for token counts, as they are: collectors and
+/// dashboards built for the conventions expect them. (The latency instruments are
+/// exponential histograms instead: `instruments::Precision`.)
 pub const TOKEN_BUCKETS: [f64; 14] = [
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
     16777216.0, 67108864.0,
-];
-pub const DURATION_BUCKETS: [f64; 14] = [
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-];
-pub const TTFT_BUCKETS: [f64; 16] = [
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-];
-pub const TPOT_BUCKETS: [f64; 13] = [
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 ];
 
 /// Whether `OTEL_SEMCONV_STABILITY_OPT_IN` (comma-separated) asks for the latest
@@ -146,14 +140,7 @@ mod tests {
 
     #[test]
     fn buckets_are_increasing() {
-        for b in [
-            &TOKEN_BUCKETS[..],
-            &DURATION_BUCKETS,
-            &TTFT_BUCKETS,
-            &TPOT_BUCKETS,
-        ] {
-            assert!(b.windows(2).all(|w| w[0] < w[1]));
-        }
+        assert!(TOKEN_BUCKETS.windows(2).all(|w| w[0] < w[1]));
     }
 }
 

@@ -67,6 +67,10 @@ pub struct Header {
     /// written (`{"window_s", "classes": {CLASS: VERDICT}}`), when a `[shadow]` is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<Value>,
+    /// Only in drift snapshots written for a system change: the upstream's identity
+    /// before and after (`{"from", "to", "explanation"}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_change: Option<Value>,
     /// Fields this build does not know (a newer writer); ignored, reported by readers.
     #[serde(flatten, skip_serializing)]
     pub extra: BTreeMap<String, Value>,
@@ -85,6 +89,7 @@ impl Header {
             contract: contract.clone(),
             anonymized: None,
             shadow: None,
+            system_change: None,
             extra: BTreeMap::new(),
         }
     }

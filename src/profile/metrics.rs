@@ -8,7 +8,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::metrics::{DimensionLabel, DriftLabels, DropReasonLabel, names};
+use crate::metrics::{DimensionLabel, DriftLabels, DropReasonLabel, UpstreamInfoLabels, names};
 
 /// Profile recording and live drift detection (`[profile]`, `[drift]`).
 #[derive(Clone, Debug)]
@@ -17,6 +17,7 @@ pub struct ProfileMetrics {
     pub profile_dropped: Family<DropReasonLabel, Counter>,
     pub reacceptance: Family<DimensionLabel, Gauge>,
     pub profile_drift: Family<DriftLabels, Gauge<f64, AtomicU64>>,
+    pub upstream_info: Family<UpstreamInfoLabels, Gauge>,
 }
 
 impl ProfileMetrics {
@@ -27,11 +28,13 @@ impl ProfileMetrics {
             profile_dropped: Family::default(),
             reacceptance: Family::default(),
             profile_drift: Family::default(),
+            upstream_info: Family::default(),
         };
         names::PROFILE_RECORDS.register(registry, m.profile_records.clone());
         names::PROFILE_DROPPED.register(registry, m.profile_dropped.clone());
         names::REACCEPTANCE.register(registry, m.reacceptance.clone());
         names::PROFILE_DRIFT.register(registry, m.profile_drift.clone());
+        names::UPSTREAM_INFO.register(registry, m.upstream_info.clone());
         m
     }
 }

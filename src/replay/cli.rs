@@ -248,6 +248,9 @@ pub enum Mode {
     Ramp,
     /// A fixed load for a long time, reporting drift.
     Soak,
+    /// The deployment's limits: the largest input and output it takes, probed one
+    /// request at a time, then the steps for its concurrency ceiling at the SLO.
+    Limits,
 }
 
 impl Mode {
@@ -257,6 +260,7 @@ impl Mode {
             Mode::Steps => "steps",
             Mode::Ramp => "ramp",
             Mode::Soak => "soak",
+            Mode::Limits => "limits",
         }
     }
 }

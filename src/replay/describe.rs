@@ -14,7 +14,7 @@ use ring::digest::{Context, SHA256};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::fetch::Fetcher;
+use crate::fetch::Fetcher;
 
 /// The file `--describe-cmd`'s output is kept in.
 pub const DESCRIBE_FILE: &str = "describe.txt";
@@ -25,8 +25,8 @@ pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long each of the target's and the exporters' answers may take.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Version endpoints tried in order: vLLM, TGI, SGLang.
-pub const VERSION_PATHS: [&str; 3] = ["/version", "/info", "/get_server_info"];
+/// Version endpoints tried in order: vLLM, TGI, SGLang, llama.cpp.
+pub use crate::identity::VERSION_PATHS;
 
 /// Characters of a non-JSON answer kept.
 const TEXT_KEPT: usize = 2000;
@@ -41,8 +41,23 @@ pub struct Reproducibility {
     pub profile_sha256: String,
     pub probes_sha256: Option<String>,
     pub target: TargetSays,
+    /// The same read again once the load is over: a target restarted or swapped during
+    /// the run (a rollback, a canary that flipped) answers differently, and the run fails.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_at_end: Option<TargetSays>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub describe: Option<Described>,
+}
+
+impl Reproducibility {
+    /// `target changed during the run: version 0.31.0 → 0.32.0`, when what the target
+    /// said at the end differs from what it said at the start in a field both reads know.
+    pub fn target_changed(&self) -> Option<String> {
+        let end = self.target_at_end.as_ref()?;
+        let changes = self.target.identity().changes(&end.identity());
+        (!changes.is_empty())
+            .then(|| format!("target changed during the run: {}", changes.join(", ")))
+    }
 }
 
 /// What the target said about itself.
@@ -57,6 +72,18 @@ pub struct TargetSays {
     /// The first version endpoint that answered 200, and its answer.
     pub version_endpoint: Option<String>,
     pub version: Option<Value>,
+}
+
+impl TargetSays {
+    /// What these answers say the target is.
+    pub fn identity(&self) -> crate::identity::Identity {
+        crate::identity::Identity::from_answers(
+            self.models.as_ref(),
+            self.version_endpoint.as_deref(),
+            self.version.as_ref(),
+            self.server.as_deref(),
+        )
+    }
 }
 
 /// `--describe-cmd`: the command (redacted), its exit code and where its output is.
@@ -159,7 +186,7 @@ fn answer(body: &[u8]) -> Value {
 /// [`VERSION_PATHS`] about itself.
 pub async fn ask_target(f: &Fetcher, models_url: &str, origin: &str) -> TargetSays {
     let mut says = TargetSays {
-        models_url: super::fetch::shown(models_url),
+        models_url: shown(models_url),
         ..TargetSays::default()
     };
     match f.get(models_url, true).await {
@@ -228,6 +255,17 @@ pub async fn describe(cmd: &str, dir: &Path, secrets: &[String]) -> Described {
         }
     }
     out
+}
+
+/// `url` as reports show it: without user info or query (which may hold credentials).
+pub fn shown(url: &str) -> String {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return redact_text(url, &[]);
+    };
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let host = uri.host().unwrap_or("?");
+    let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
+    format!("{scheme}://{host}{port}{}", uri.path())
 }
 
 #[cfg(test)]

@@ -552,14 +552,17 @@ pub struct ResourceFigures {
     /// none, and `soak_checked` says it was checked.
     pub soak_checked: bool,
     pub drift: Vec<String>,
+    /// What the target said it is changed between the start and the end of the run.
+    pub target_changed: Option<String>,
 }
 
 /// `resources`, judged from `f` with the run's limits; `slo_failed` is whether the SLO
 /// gate failed (preemptions are allowed by default only while it holds).
 pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate {
-    const MEASURE: &str = "GPU and host health: XID errors, clock throttling, engine restarts, preemptions, out-of-memory answers, host memory";
-    // An out-of-memory answer is seen whatever was asked for.
-    let asked = f.gpu_scrapes.is_some()
+    const MEASURE: &str = "GPU and host health: XID errors, clock throttling, engine restarts, preemptions, out-of-memory answers, host memory; the target's identity";
+    // An out-of-memory answer, or a target that changed, is seen whatever was asked for.
+    let asked = f.target_changed.is_some()
+        || f.gpu_scrapes.is_some()
         || f.host_scrapes.is_some()
         || f.soak_checked
         || f.engine_read
@@ -631,6 +634,7 @@ pub fn resources(f: &ResourceFigures, t: &Thresholds, slo_failed: bool) -> Gate 
         ));
     }
     why.extend(f.drift.iter().cloned());
+    why.extend(f.target_changed.iter().cloned());
     let target = f.gpu_scrapes.as_ref().map(|_| 0.0);
     let actual = f.xid_during_run.map(|n| n as f64);
     if why.is_empty() && !blind.is_empty() {

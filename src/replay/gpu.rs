@@ -20,11 +20,11 @@ use std::{
 
 use serde::Serialize;
 
-use super::fetch::{Fetcher, Got};
 use crate::calibrate::dcgm::{
     FB_FREE, FB_USED, POWER, SM_CLOCK, TEMP, THROTTLE, THROTTLE_BENIGN, UTIL, XID,
 };
 pub use crate::calibrate::dcgm::{Reading, SERIES, parse};
+use crate::fetch::{Fetcher, Got};
 
 /// How often the exporters are scraped.
 pub const INTERVAL: Duration = Duration::from_secs(1);

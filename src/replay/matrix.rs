@@ -42,6 +42,8 @@ pub struct Column {
     pub scaling_efficiency: Option<f64>,
     /// The run the efficiency is relative to.
     pub scaling_baseline: Option<String>,
+    /// `contract.precision` (`-` when the contract names none).
+    pub precision: String,
 }
 
 /// compare.json.
@@ -93,6 +95,10 @@ const ROWS: &[(&str, &[&str])] = &[
         &["cost", "cost_per_million_effective_tokens"],
     ),
     ("cost per request", &["cost", "cost_per_request"]),
+    // `--mode limits`: what each system takes.
+    ("maximum input tokens", &["limits", "max_input_tokens"]),
+    ("maximum output tokens", &["limits", "max_output_tokens"]),
+    ("concurrency ceiling", &["limits", "ceiling_concurrency"]),
 ];
 
 /// The software a run is on: engine, its version, framework version.
@@ -155,6 +161,7 @@ pub fn build(names: &[String], reports: &[Value], differences: Vec<String>) -> M
                 cards: n,
                 scaling_efficiency: efficiency,
                 scaling_baseline: efficiency.and(base.map(|b| b.2.clone())),
+                precision: s(r, &["contract", "precision"]).unwrap_or_else(|| "-".into()),
             }
         })
         .collect();
@@ -249,6 +256,9 @@ fn table(m: &Matrix) -> Table {
     let mut cards = vec!["cards".to_owned()];
     cards.extend(m.columns.iter().map(|c| num(c.cards, 0)));
     t.row(cards);
+    let mut precision = vec!["precision".to_owned()];
+    precision.extend(m.columns.iter().map(|c| c.precision.clone()));
+    t.row(precision);
     for (label, values) in &m.rows {
         let mut row = vec![label.clone()];
         let d = if label.contains("cost") { 4 } else { 2 };

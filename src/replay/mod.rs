@@ -21,7 +21,6 @@
 //! - `session`: the load patterns as sequences of steps.
 //! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
 //! - [`gates`]: the run's gates (SLO, quality, recovery, abnormal input, resources).
-//! - `fetch`: one GET client for what a replay reads besides the load.
 //! - [`describe`]: `reproducibility`: command line, digests, what the target says.
 //! - [`gpu`]: `--gpu-metrics`: dcgm-exporter scraped every second, figures per window.
 //! - [`host`]: `--node-metrics`: node_exporter on the engine's hosts, figures per window.
@@ -49,12 +48,12 @@ mod client;
 mod compare;
 mod conditions;
 pub mod describe;
-mod fetch;
 mod flips;
 pub mod gates;
 pub mod gpu;
 pub mod host;
 pub mod inject;
+mod limits;
 mod load;
 mod log;
 mod matrix;
@@ -327,7 +326,7 @@ impl Prepared {
                 args.seed,
                 w.block_bytes,
                 args.ignore_eos,
-                self.tokenizer.take(),
+                self.tokenizer.clone(),
             ),
             slo: Arc::new(self.config.slo.clone()),
             seed: args.seed,
@@ -367,7 +366,7 @@ async fn run_load(
     runner: &Runner,
     args: &ReplayArgs,
     p: &Prepared,
-    fetcher: &fetch::Fetcher,
+    fetcher: &crate::fetch::Fetcher,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Ran {
     let abort = runner.abort_handle();
@@ -433,7 +432,7 @@ async fn run_load(
 async fn reproducibility(
     args: &ReplayArgs,
     p: &Prepared,
-    fetcher: &fetch::Fetcher,
+    fetcher: &crate::fetch::Fetcher,
 ) -> Result<describe::Reproducibility, ReplayError> {
     let command: Vec<String> = if args.command_line.is_empty() {
         std::env::args().collect()
@@ -468,8 +467,33 @@ async fn reproducibility(
         profile_sha256,
         probes_sha256: args.probes.as_deref().map(digest).transpose()?,
         target,
+        target_at_end: None,
         describe: described,
     })
+}
+
+/// `--mode limits`' probes: single requests of the profile's first API and model, before
+/// any load.
+async fn find_limits_of(args: &ReplayArgs, p: &Prepared) -> limits::LimitsOut {
+    let client = Client::new(p.target.clone(), 1, args.idle_timeout)
+        .with_tenant_header(p.config.slo.tenant_header.clone());
+    let prompts = Prompts::new(
+        args.seed,
+        p.workload.block_bytes,
+        args.ignore_eos,
+        p.tokenizer.clone(),
+    );
+    let first = p.workload.templates.first();
+    let prober = limits::Prober {
+        client: &client,
+        prompts: &prompts,
+        model: first.and_then(|t| t.model.as_deref()),
+        api: first.map_or(plan::ReplayApi::Chat, |t| t.api),
+        // The client's --idle-timeout bounds every wait for a byte; this bounds a whole
+        // probe (the output probe streams a long answer).
+        timeout: std::time::Duration::from_secs(600),
+    };
+    prober.find(p.prompt_lengths()).await
 }
 
 /// Runs the replay `args` describe until done or `shutdown` resolves (then in-flight
@@ -478,14 +502,34 @@ pub async fn execute(
     args: &ReplayArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Finished, ReplayError> {
+    // Limits run as steps once their probes are done: everything after the probes reads
+    // the run as steps.
+    let steps_args;
+    let (args, find_limits) = if args.mode == Mode::Limits {
+        let mut a = args.clone();
+        a.mode = Mode::Steps;
+        steps_args = a;
+        (&steps_args, true)
+    } else {
+        (args, false)
+    };
     let mut p = Prepared::read(args)?;
     std::fs::create_dir_all(&args.out).map_err(|e| write_error(args, e))?;
-    let fetcher = fetch::Fetcher::new(describe::FETCH_TIMEOUT, p.target.auth());
+    let fetcher = crate::fetch::Fetcher::new(describe::FETCH_TIMEOUT, p.target.auth());
     // Before the runner's clock starts: `--fault-at` counts from the first request.
     let reproducibility = reproducibility(args, &p, &fetcher).await?;
+    let limits = if find_limits {
+        Some(find_limits_of(args, &p).await)
+    } else {
+        None
+    };
     let runner = p.runner(args)?;
     let ran = run_load(&runner, args, &p, &fetcher, shutdown).await;
-    let report = judge(args, &p, &runner, ran, reproducibility);
+    // Read again after the load: a target swapped meanwhile fails the run.
+    let mut reproducibility = reproducibility;
+    reproducibility.target_at_end =
+        Some(describe::ask_target(&fetcher, &p.target.models_url(), &p.target.origin()).await);
+    let report = judge(args, &p, &runner, ran, reproducibility, limits);
     runner
         .close_log()
         .and_then(|()| report::write(&report, &args.out))
@@ -504,6 +548,7 @@ fn judge(
     runner: &Runner,
     ran: Ran,
     reproducibility: describe::Reproducibility,
+    limits: Option<limits::LimitsOut>,
 ) -> Report {
     let finished = runner.take_finished();
     let recovery = ran.fault.as_ref().map(|f| {
@@ -555,6 +600,7 @@ fn judge(
         telemetry: ran.telemetry.as_ref(),
         hosts: ran.hosts.as_ref(),
         reproducibility,
+        limits,
     })
 }
 

@@ -51,7 +51,8 @@ pub async fn drive(runner: &Runner, args: &ReplayArgs, workload: &Workload) -> D
             };
             runs.push(step(runner, spec).await);
         }
-        Mode::Steps => {
+        // Limits run as steps once their probes are done (see `limits`).
+        Mode::Steps | Mode::Limits => {
             let n = args.repeat.max(1) as usize;
             for (i, &c) in args.concurrency.iter().enumerate() {
                 for r in 0..n {

@@ -29,6 +29,7 @@ use crate::{
     calibrate::{CalibrationView, Calibrator, ProxyTotals},
     config::Config,
     measure::{MeasureLayer, Recorder, Settings},
+    profile::drift::IdentityWatch,
     proxy::{self, FileBudget, Forward, Proxy},
     shadow::{Book, Shadow, ShadowMetrics, Stage as ShadowStage},
     stats::{Aggregator, AggregatorMetrics, DriftView, InferenceMetrics, Live, Profiling, Recent},
@@ -333,7 +334,20 @@ impl MeasurementPath {
         .with_shadow(crate::shadow::View {
             shadow: shadow.clone(),
             book: book.clone(),
-        });
+        })
+        .with_identity(
+            cfg.drift
+                .as_ref()
+                .and_then(|d| d.identity_interval)
+                .map(|every| {
+                    let u = &cfg.upstream;
+                    IdentityWatch::spawn(
+                        format!("{}://{}{}", u.scheme, u.authority, u.base_path),
+                        every,
+                        metrics.profile.upstream_info.clone(),
+                    )
+                }),
+        );
         let proxy_totals = Arc::new(ProxyTotals::default());
         let calibration_view = CalibrationView::default();
         let calibrator = Calibrator::new(
@@ -370,8 +384,12 @@ impl MeasurementPath {
         };
         let (aggregator, otlp_tasks) = match &cfg.otlp {
             Some(o) => {
+                let precision = crate::otlp::instruments::Precision {
+                    max_scale: cfg.metrics.native_histogram_schema,
+                    max_size: cfg.metrics.native_histogram_max_buckets,
+                };
                 let (exporter, tasks) =
-                    crate::otlp::start(o, &cfg.upstream, &metrics.otlp, latest)?;
+                    crate::otlp::start(o, &cfg.upstream, &metrics.otlp, latest, precision)?;
                 (aggregator.with_sink(Box::new(exporter)), Some(tasks))
             }
             None => (aggregator, None),

@@ -49,6 +49,8 @@ pub struct SimConfig {
     /// The model's context limit on input: a prompt estimated (4 bytes a token) above it
     /// is answered 400 with vLLM's wording; `None` accepts any length.
     pub max_input_tokens: Option<u64>,
+    /// Served at `GET /version` as vLLM does (`{"version": ...}`); `None`: no such route.
+    pub engine_version: Option<String>,
     /// Keep the time every content event was handed to hyper in [`Truth::event_times`]
     /// (a benchmark measuring each event's transit); off, only the first and last are.
     ///
@@ -83,6 +85,7 @@ impl Default for SimConfig {
             model: "sim-model".to_owned(),
             max_output_tokens: 4096,
             max_input_tokens: None,
+            engine_version: None,
             record_event_times: false,
             vary_share: 0.0,
         }
@@ -141,6 +144,9 @@ pub struct SimArgs {
     /// than the same prompt usually gets.
     #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
     pub vary_share: f64,
+    /// Answer `GET /version` with this version, as vLLM does (no such route without it).
+    #[arg(long, value_name = "VERSION")]
+    pub engine_version: Option<String>,
 }
 
 impl SimArgs {
@@ -160,6 +166,7 @@ impl SimArgs {
             model: self.model.clone(),
             max_output_tokens: self.max_output_tokens,
             max_input_tokens: self.max_input_tokens,
+            engine_version: self.engine_version.clone(),
             // Grows with every event: for the benchmarks that embed the simulator.
             record_event_times: false,
             vary_share: self.vary_share,

@@ -70,6 +70,16 @@ pub(crate) async fn handle(
                 None,
             ));
         }
+        (&Method::GET, "/version") if shared.cfg.engine_version.is_some() => {
+            // Untracked: what the engine says about itself is not traffic.
+            let version = serde_json::json!({ "version": shared.cfg.engine_version });
+            return Ok(respond(
+                StatusCode::OK,
+                "application/json",
+                Bytes::from(version.to_string()),
+                None,
+            ));
+        }
         (&Method::POST, "/v1/chat/completions") => Api::Chat,
         (&Method::POST, "/v1/completions") => Api::Completions,
         (&Method::GET, "/v1/models") => {

@@ -278,7 +278,7 @@ impl Aggregator {
             totals.observe(&model, &record, &gaps);
         }
         for sink in &self.sinks {
-            sink.observe(&record, &model);
+            sink.observe(&record, &model, &gaps);
         }
         if record.pairing.mirrored
             && let Some((book, _)) = &self.shadow

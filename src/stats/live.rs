@@ -64,6 +64,7 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
             currency: c.currency.clone(),
             per_hour: c.per_hour,
             components: c.components.clone(),
+            usage: c.usage,
         }),
     }
 }

@@ -53,7 +53,7 @@ impl PhaseMetrics {
 }
 
 impl Sink for PhaseMetrics {
-    fn observe(&self, record: &RequestRecord, model: &str) {
+    fn observe(&self, record: &RequestRecord, model: &str, _gaps: &[u32]) {
         if record.slo_header_invalid > 0 {
             self.header_objectives_invalid
                 .inc_by(u64::from(record.slo_header_invalid));
@@ -123,7 +123,7 @@ impl InferenceMetrics {
 }
 
 impl Sink for InferenceMetrics {
-    fn observe(&self, r: &RequestRecord, model: &str) {
+    fn observe(&self, r: &RequestRecord, model: &str, _gaps: &[u32]) {
         let labels = InferenceLabels {
             model: model.to_owned(),
             api: r.api,

@@ -15,7 +15,7 @@ use crate::{
     measure::RequestRecord,
     profile::{
         Anonymizer, Clock, Profile, ProfileLine, ProfileMetrics, ProfileRecorder,
-        drift::{DriftStatus, Monitor, Webhook, write_snapshot},
+        drift::{DriftStatus, IdentityWatch, Monitor, SYSTEM, Webhook, write_snapshot},
     },
 };
 
@@ -32,6 +32,8 @@ pub struct Profiling {
     last_evaluation: Instant,
     /// The shadow a fired trigger may switch on, and whose verdict a snapshot records.
     shadow: Option<crate::shadow::View>,
+    /// The upstream's identity, read on a timer (`[drift] identity_interval`).
+    identity: Option<IdentityWatch>,
 }
 
 impl Profiling {
@@ -76,7 +78,14 @@ impl Profiling {
             metrics: metrics.clone(),
             last_evaluation: Instant::now(),
             shadow: None,
+            identity: None,
         }
+    }
+
+    /// Fires the `system` trigger on what `watch` reads (only with drift detection on).
+    pub fn with_identity(mut self, watch: Option<IdentityWatch>) -> Profiling {
+        self.identity = watch.filter(|_| self.monitor.is_some());
+        self
     }
 
     /// Lets a fired trigger switch `shadow` on (`[drift] shadow_on_trigger`) and snapshots
@@ -116,12 +125,18 @@ impl Profiling {
         }
     }
 
-    /// Evaluates drift when `[drift] every` has passed.
+    /// Evaluates drift when `[drift] every` has passed, or at once when the upstream's
+    /// identity changed.
     pub fn tick(&mut self, cfg: &Config, now: Instant) {
         let (Some(monitor), Some(drift)) = (self.monitor.as_mut(), cfg.drift.as_ref()) else {
             return;
         };
-        if now.duration_since(self.last_evaluation) < drift.every {
+        let change = self.identity.as_ref().and_then(IdentityWatch::take_change);
+        let system = change.is_some();
+        if let Some(change) = change {
+            monitor.system_changed(change);
+        }
+        if !system && now.duration_since(self.last_evaluation) < drift.every {
             return;
         }
         self.last_evaluation = now;
@@ -136,6 +151,12 @@ impl Profiling {
         if status.fired() {
             let lines: Vec<ProfileLine> = monitor.window_lines().cloned().collect();
             let mut header = self.anon.header(SystemTime::now(), &cfg.profile.contract);
+            if status.transitions.iter().any(|t| t.dimension == SYSTEM) {
+                header.system_change = status
+                    .system
+                    .as_ref()
+                    .and_then(|s| serde_json::to_value(s).ok());
+            }
             if let Some(shadow) = &self.shadow {
                 if let Some(on_for) = drift.shadow_on_trigger {
                     shadow.shadow.switch_on_for(on_for);

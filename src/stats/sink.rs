@@ -7,8 +7,9 @@ use crate::measure::RequestRecord;
 /// A consumer of judged records and of the windowed gauges, fed by the aggregator off the
 /// data path. Dropped when the aggregator ends (an export then sends what is left).
 pub trait Sink: Send {
-    /// One judged request, under its bounded `model` label.
-    fn observe(&self, record: &RequestRecord, model: &str);
+    /// One judged request, under its bounded `model` label; `gaps`: its inter-token gaps
+    /// in microseconds.
+    fn observe(&self, record: &RequestRecord, model: &str, gaps: &[u32]);
 
     /// Whether [`Sink::refresh`] is wanted (computing the gauges is not free).
     fn wants_gauges(&self) -> bool;

@@ -295,3 +295,190 @@ async fn a_killed_proxy_leaves_a_readable_profile() {
     let summary = summarize(&files).expect("a readable profile after kill -9");
     assert_eq!(summary["requests"], 25, "{summary}");
 }
+
+/// An engine that says what it is (`/v1/models`, and vLLM's `/version` when `version`
+/// holds one) and nothing else; counts the requests it answered.
+async fn engine_that_says(
+    version: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let (version, asked) = (version.clone(), asked.clone());
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let path = String::from_utf8_lossy(&head)
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("")
+                    .to_owned();
+                let now = version.lock().unwrap().clone();
+                let body = match (path.as_str(), now) {
+                    ("/v1/models", Some(_)) => {
+                        Some(r#"{"data":[{"id":"m","owned_by":"vllm"}]}"#.to_owned())
+                    }
+                    ("/version", Some(v)) => Some(format!(r#"{{"version":"{v}"}}"#)),
+                    _ => None,
+                };
+                asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let answer = match body {
+                    Some(b) => format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n{b}",
+                        b.len()
+                    ),
+                    None => "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\
+                             connection: close\r\n\r\n"
+                        .to_owned(),
+                };
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    url
+}
+
+/// A baseline profile of a few requests, recorded through the proxy in `dir`.
+async fn baseline_in(dir: &Path) -> std::path::PathBuf {
+    let (_sim, upstream) = start_sim(fast_sim(1.0, 0.2)).await;
+    let proxy = proxy_with(
+        &upstream,
+        &format!("[profile]\ndir = \"{}\"\n", dir.display()),
+    )
+    .await;
+    for i in 0..3 {
+        send(&proxy, &format!("q{i}"), 8).await;
+    }
+    proxy.shutdown().await;
+    profile_files(dir).pop().unwrap()
+}
+
+fn drift_toml(baseline: &Path, snapshots: &Path) -> String {
+    format!(
+        "[drift]\nbaseline = \"{}\"\nevery = \"1s\"\nwindow = \"1m\"\nmin_samples = 20\n\
+         snapshot_dir = \"{}\"\nidentity_interval = \"200ms\"\n",
+        baseline.display(),
+        snapshots.display()
+    )
+}
+
+/// The upstream's version changes under live traffic: `system` fires, with no traffic
+/// needed, naming both identities in `/api/v1/drift`, the metrics and the snapshot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_engine_version_fires_the_system_trigger_naming_both() {
+    let tmp = TempDir::new("system");
+    let baseline = baseline_in(tmp.path()).await;
+    let version = std::sync::Arc::new(std::sync::Mutex::new(Some("0.31.0".to_owned())));
+    let engine = engine_that_says(version.clone(), Default::default()).await;
+    let snapshots = tmp.path().join("snapshots");
+    let proxy = proxy_with(&engine, &drift_toml(&baseline, &snapshots)).await;
+    let before = "goodput_upstream_info{engine=\"vllm\",version=\"0.31.0\",model=\"m\",\
+                  revision=\"unknown\"} 1";
+    poll_until!("the first identity read", Duration::from_secs(10), {
+        metrics(proxy.admin_addr)
+            .await
+            .lines()
+            .any(|l| l == before)
+            .then_some(())
+    });
+    *version.lock().unwrap() = Some("0.32.0".to_owned());
+    let status = poll_until!("the system trigger", Duration::from_secs(10), {
+        let (code, text) = admin_get(proxy.admin_addr, "/api/v1/drift").await;
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        (code == 200 && v["system"].is_object()).then_some(v)
+    });
+    assert_eq!(status["system"]["from"]["version"], "0.31.0", "{status}");
+    assert_eq!(status["system"]["to"]["version"], "0.32.0", "{status}");
+    assert_eq!(
+        status["system"]["explanation"],
+        "upstream changed: version 0.31.0 → 0.32.0"
+    );
+    assert!(
+        status["active"]
+            .as_array()
+            .unwrap()
+            .contains(&"system".into())
+    );
+    assert_eq!(status["drifted"], true);
+    let text = metrics(proxy.admin_addr).await;
+    assert!(
+        text.lines()
+            .any(|l| l == "goodput_reacceptance_required{dimension=\"system\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("version=\"0.32.0\""), "{text}");
+    assert!(
+        !text.contains("version=\"0.31.0\""),
+        "the old identity's series is gone"
+    );
+    let snapshot = poll_until!("a snapshot", Duration::from_secs(5), {
+        std::fs::read_dir(&snapshots)
+            .ok()
+            .and_then(|mut d| d.next())
+            .map(|e| e.unwrap().path())
+    });
+    let header: Value = serde_json::from_str(
+        std::fs::read_to_string(&snapshot)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["system_change"]["from"]["version"], "0.31.0");
+    assert_eq!(header["system_change"]["to"]["version"], "0.32.0");
+    proxy.shutdown().await;
+}
+
+/// An upstream that says nothing about itself, or stops answering, is unknown: never a
+/// change, whatever it answered before.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_without_identity_endpoints_never_fires_it() {
+    let tmp = TempDir::new("silent");
+    let baseline = baseline_in(tmp.path()).await;
+    let version = std::sync::Arc::new(std::sync::Mutex::new(Some("1.0".to_owned())));
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let engine = engine_that_says(version.clone(), asked.clone()).await;
+    let proxy = proxy_with(&engine, &drift_toml(&baseline, &tmp.path().join("s"))).await;
+    let read = |n: usize| {
+        let asked = asked.clone();
+        async move {
+            poll_until!("identity reads", Duration::from_secs(10), {
+                (asked.load(std::sync::atomic::Ordering::SeqCst) >= n).then_some(())
+            });
+        }
+    };
+    read(2).await;
+    // It stops saying anything: every endpoint 404 from now on.
+    *version.lock().unwrap() = None;
+    let now = asked.load(std::sync::atomic::Ordering::SeqCst);
+    // Five endpoints a read: three more reads at least.
+    read(now + 15).await;
+    let status = poll_until!("an evaluation", Duration::from_secs(10), {
+        let (code, text) = admin_get(proxy.admin_addr, "/api/v1/drift").await;
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        (code == 200 && v["evaluations"].as_u64() >= Some(1)).then_some(v)
+    });
+    assert!(status["system"].is_null(), "{status}");
+    let text = metrics(proxy.admin_addr).await;
+    assert!(
+        !text
+            .lines()
+            .any(|l| l == "goodput_reacceptance_required{dimension=\"system\"} 1"),
+        "{text}"
+    );
+    proxy.shutdown().await;
+}

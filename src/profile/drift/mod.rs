@@ -22,11 +22,14 @@
 //! - `window`: [`Window`], the live window as mergeable summaries in fixed memory.
 //! - `webhook`: [`Webhook`], the optional JSON POST on transitions.
 //! - `snapshot`: [`write_snapshot`], the live window as a profile file.
+//! - `system`: [`IdentityWatch`], the upstream's identity read on a timer; a change fires
+//!   the `system` trigger.
 
 #[cfg(test)]
 mod live_tests;
 mod monitor;
 mod snapshot;
+mod system;
 mod webhook;
 mod window;
 
@@ -34,8 +37,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use monitor::{DimensionStatus, DriftStatus, Monitor, Transition, TransitionKind};
+pub use monitor::{DimensionStatus, DriftStatus, Monitor, SYSTEM, Transition, TransitionKind};
 pub use snapshot::{write_profile, write_snapshot};
+pub use system::{IdentityWatch, SystemChange};
 pub use webhook::Webhook;
 pub use window::{ARRIVALS, PANES, REUSE_SLOTS, Window, binned, length_bin};
 

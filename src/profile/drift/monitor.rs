@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use super::{
     Dimension, Thresholds, compare,
+    system::SystemChange,
     window::{Window, binned},
 };
 use crate::{
@@ -37,7 +38,11 @@ use crate::{
 /// Block fingerprints kept across the lines held for the snapshot (8 bytes each).
 pub const MAX_WINDOW_HASHES: usize = 2_000_000;
 
-/// Every dimension, in report order.
+/// The trigger of a system change (engine, version, model; [`super::system`]), beside
+/// the traffic's dimensions.
+pub const SYSTEM: &str = "system";
+
+/// Every dimension of the traffic, in report order.
 const DIMENSIONS: [&str; 8] = [
     "input_length",
     "output_length",
@@ -60,6 +65,9 @@ pub enum TransitionKind {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Transition {
     pub dimension: &'static str,
+    /// Why: `traffic` (a dimension of the traffic drifted) or `system` (the upstream
+    /// changed what it is).
+    pub reason: &'static str,
     pub kind: TransitionKind,
     /// One sentence: what moved, from what to what (the statistic that decided).
     pub explanation: String,
@@ -90,6 +98,10 @@ pub struct DriftStatus {
     pub dimensions: Vec<DimensionStatus>,
     /// Fired or cleared at the last evaluation.
     pub transitions: Vec<Transition>,
+    /// The upstream's identity changed since the deployment was accepted: from what, to
+    /// what. It requires re-acceptance until goodput is restarted with the new baseline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<SystemChange>,
 }
 
 impl DriftStatus {
@@ -111,7 +123,7 @@ impl DriftStatus {
                 }
             }
         }
-        for dimension in DIMENSIONS {
+        for dimension in DIMENSIONS.into_iter().chain([SYSTEM]) {
             let active = self.active.contains(&dimension);
             metrics
                 .reacceptance
@@ -176,6 +188,9 @@ pub struct Monitor {
     hashes: usize,
     states: BTreeMap<&'static str, Hysteresis>,
     status: DriftStatus,
+    /// A system change not yet evaluated, and the one in force.
+    system_pending: Option<SystemChange>,
+    system: Option<SystemChange>,
 }
 
 impl std::fmt::Debug for Monitor {
@@ -212,7 +227,20 @@ impl Monitor {
             lines: VecDeque::new(),
             hashes: 0,
             states: BTreeMap::new(),
+            system_pending: None,
+            system: None,
         }
+    }
+
+    /// The upstream changed what it is: the next evaluation fires `system` (no hysteresis:
+    /// one read both before and after is proof enough), and it stays required.
+    pub fn system_changed(&mut self, change: SystemChange) {
+        // Against the identity accepted on, not the one of a change already in force.
+        let from = self.system.as_ref().map(|s| s.from.clone());
+        self.system_pending = Some(match from {
+            Some(from) => SystemChange { from, ..change },
+            None => change,
+        });
     }
 
     /// Adds a finished request, `at` = when it finished.
@@ -264,15 +292,28 @@ impl Monitor {
             if let (Some(kind), Some(d)) = (kind, decisive) {
                 transitions.push(Transition {
                     dimension: name,
+                    reason: "traffic",
                     kind,
                     explanation: d.explanation.clone(),
                 });
             }
         }
-        let active: Vec<&'static str> = DIMENSIONS
+        if let Some(change) = self.system_pending.take() {
+            transitions.push(Transition {
+                dimension: SYSTEM,
+                reason: SYSTEM,
+                kind: TransitionKind::Fired,
+                explanation: change.explanation.clone(),
+            });
+            self.system = Some(change);
+        }
+        let mut active: Vec<&'static str> = DIMENSIONS
             .into_iter()
             .filter(|n| self.states.get(n).is_some_and(|s| s.active))
             .collect();
+        if self.system.is_some() {
+            active.push(SYSTEM);
+        }
         self.status = DriftStatus {
             baseline: self.baseline_name.clone(),
             window_s: covered.as_secs_f64(),
@@ -290,6 +331,7 @@ impl Monitor {
                 .collect(),
             active,
             transitions,
+            system: self.system.clone(),
         };
         self.status.clone()
     }

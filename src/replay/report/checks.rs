@@ -236,7 +236,17 @@ pub fn reproducibility(r: &Report) -> Table {
                 _ => "no version endpoint answered".into(),
             },
         ),
+        ("target identity", target.identity().describe()),
     ];
+    if let Some(end) = &x.target_at_end {
+        rows.push((
+            "target identity at the end",
+            match x.target_changed() {
+                Some(changed) => format!("{}: {changed}", end.identity().describe()),
+                None => format!("{} (unchanged)", end.identity().describe()),
+            },
+        ));
+    }
     if let Some(d) = &x.describe {
         rows.push((
             "describe command",

@@ -42,6 +42,10 @@ pub struct Report {
     /// ramp) or the whole measured run (trace, soak).
     pub operating_point: Option<String>,
     pub cost: Option<CostOut>,
+    /// `--mode limits`: the largest input and output the target takes, and its
+    /// concurrency ceiling at the SLO (the steps' max stable concurrency).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::replay::limits::LimitsOut>,
     pub generator: Generator,
     pub steps: Vec<StepOut>,
     /// Every measured request of the run together.
@@ -322,6 +326,22 @@ pub struct CostOut {
     /// energy, the idle and failure uplift).
     pub per_hour: f64,
     pub components: BTreeMap<String, f64>,
+    /// `--gpu-metrics` with `[cost] energy_price_per_kwh`: the accelerators' mean power
+    /// over the run, which the `energy` component prices instead of a configured `kw`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_power_kw: Option<f64>,
+    /// `[cost] one_time` item by item, as configured (`components.one_time` is their
+    /// amortized sum per hour).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub one_time: BTreeMap<String, f64>,
+    /// The usage prices, when any is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::config::cost::UsagePrices>,
+    /// What the operating point's traffic costs per hour at the usage prices (input
+    /// tokens, all priced as uncached: the replay does not split cached ones), included
+    /// in every unit cost below.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_per_hour: Option<f64>,
     pub cost_per_million_effective_tokens: Option<f64>,
     pub cost_per_million_raw_tokens: Option<f64>,
     /// Per request finished at the operating point, and per request that met its SLO.

@@ -327,7 +327,7 @@ pub fn cost_lines(c: &super::json::CostOut) -> Vec<String> {
         .iter()
         .map(|(k, v)| format!("{k} {}", num(Some(*v), 2)))
         .collect();
-    vec![
+    let mut lines = vec![
         format!(
             "unit cost: {} {cur} per million effective tokens ({} per million raw)",
             num(c.cost_per_million_effective_tokens, 4),
@@ -352,7 +352,36 @@ pub fn cost_lines(c: &super::json::CostOut) -> Vec<String> {
                 parts.join(", ")
             }
         ),
-    ]
+    ];
+    if let (Some(u), Some(per_hour)) = (&c.usage, c.usage_per_hour) {
+        let price = |v: Option<f64>| num(v, 4);
+        lines.push(format!(
+            "usage prices: {} {cur} per million input tokens ({} cached), {} per million output tokens, {} per request: {} {cur}/h at this load, included above",
+            price(u.per_million_input_tokens),
+            price(u.per_million_cached_input_tokens.or(u.per_million_input_tokens)),
+            price(u.per_million_output_tokens),
+            price(u.per_request),
+            num(Some(per_hour), 2)
+        ));
+    }
+    if let Some(kw) = c.measured_power_kw {
+        lines.push(format!(
+            "energy priced at the accelerators' measured power: {} kW (--gpu-metrics)",
+            num(Some(kw), 3)
+        ));
+    }
+    if !c.one_time.is_empty() {
+        let items: Vec<String> = c
+            .one_time
+            .iter()
+            .map(|(k, v)| format!("{k} {}", num(Some(*v), 0)))
+            .collect();
+        lines.push(format!(
+            "one-time {cur}: {} (amortized as `one_time` above)",
+            items.join(", ")
+        ));
+    }
+    lines
 }
 
 /// The recovery section, one line per answer (shared by report.md and report.html).

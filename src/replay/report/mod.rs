@@ -69,6 +69,8 @@ pub struct Inputs<'a> {
     /// `--node-metrics`: the node exporters' readings.
     pub hosts: Option<&'a super::gpu::Telemetry<super::host::HostReading>>,
     pub reproducibility: super::describe::Reproducibility,
+    /// `--mode limits`: what the probes found (the ceiling is filled in here).
+    pub limits: Option<super::limits::LimitsOut>,
 }
 
 /// The measured requests of the reported steps (a soak's quick ramp is not one of them).
@@ -166,7 +168,7 @@ fn headline<'s>(
     j: &Judged,
 ) -> (Option<&'s Stats>, Option<String>) {
     let point = match i.args.mode {
-        Mode::Steps => steps
+        Mode::Steps | Mode::Limits => steps
             .iter()
             .find(|s| s.concurrency.is_some() && s.concurrency == j.stable),
         Mode::Ramp => steps
@@ -232,6 +234,8 @@ struct Judges<'a> {
     oom_answers: u64,
     attribution: Option<&'a super::attribution::AttributionOut>,
     resources: Option<&'a super::gpu::ResourcesOut>,
+    /// `target changed during the run: ...` (see `Reproducibility::target_changed`).
+    target_changed: Option<String>,
 }
 
 /// A class's verdict as the `slo` gate reads it.
@@ -249,6 +253,7 @@ fn class_result(v: &json::Verdict) -> gates::ClassResult {
 fn resource_figures(with: Judges<'_>) -> gates::ResourceFigures {
     let mut f = gates::ResourceFigures {
         oom_answers: with.oom_answers,
+        target_changed: with.target_changed.clone(),
         ..gates::ResourceFigures::default()
     };
     if let Some(h) = with.resources.and_then(|r| r.overall.host.as_ref()) {
@@ -415,7 +420,6 @@ pub fn build(i: &Inputs<'_>) -> Report {
     let mut j = judge(i, &steps, &measured, &overall);
     let (point_stats, operating_point) = headline(i, &steps, &overall, &j);
     let goodput = point_stats.map(|p| p.effective_goodput_tokens_per_s);
-    let cost = verdict::cost(i.config.cost.as_ref(), point_stats, j.stable);
     let lags: Vec<f64> = i.samples.iter().filter_map(Sample::lag_ms).collect();
     let lag = (!lags.is_empty()).then(|| super::tally::Pcts::of(lags));
     let run_s = i.samples.iter().map(|s| s.ended_s).fold(0.0f64, f64::max);
@@ -452,6 +456,13 @@ pub fn build(i: &Inputs<'_>) -> Report {
     if let Some(r) = resources.as_mut() {
         r.engine_oom_answers = oom_answers;
     }
+    // The accelerators' power over the run (mean per GPU × GPUs), for the energy cost.
+    let measured_kw = resources.as_ref().and_then(|r| {
+        r.overall
+            .gpu_power_mean_w
+            .map(|w| w * r.overall.gpus as f64 / 1000.0)
+    });
+    let cost = verdict::cost(i.config.cost.as_ref(), point_stats, j.stable, measured_kw);
     let (injection, quality, gates) = checks_of(
         i,
         &steps,
@@ -462,6 +473,7 @@ pub fn build(i: &Inputs<'_>) -> Report {
             oom_answers,
             attribution: attribution.as_ref(),
             resources: resources.as_ref(),
+            target_changed: i.reproducibility.target_changed(),
         },
     );
     let failed = gates.failures();
@@ -482,6 +494,10 @@ pub fn build(i: &Inputs<'_>) -> Report {
             .collect(),
         verdicts: j.verdicts,
         gates,
+        limits: i.limits.clone().map(|mut l| {
+            l.ceiling_concurrency = j.stable;
+            l
+        }),
         max_stable_concurrency: j.stable,
         knee: j.knee,
         effective_goodput_tokens_per_s: goodput,
@@ -530,7 +546,7 @@ fn resources(
     let mut overall = super::gpu::figures(&t.readings, lo, hi);
     overall.host = hosts.map(|h| super::host::HostFigures {
         exporters: Some(super::host::HostScrapes {
-            urls: h.urls.iter().map(|u| super::fetch::shown(u)).collect(),
+            urls: h.urls.iter().map(|u| super::describe::shown(u)).collect(),
             scrape_attempts: h.scrapes,
             failed_scrapes: h.failed_scrapes,
             last_error: h.last_error.clone(),
@@ -547,7 +563,7 @@ fn resources(
         _ => None,
     };
     super::gpu::ResourcesOut {
-        urls: t.urls.iter().map(|u| super::fetch::shown(u)).collect(),
+        urls: t.urls.iter().map(|u| super::describe::shown(u)).collect(),
         interval_s: super::gpu::INTERVAL.as_secs_f64(),
         scrape_attempts: t.scrapes,
         failed_scrapes: t.failed_scrapes,

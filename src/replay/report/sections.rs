@@ -58,6 +58,31 @@ pub fn banner(r: &Report) -> String {
     )
 }
 
+/// `--mode limits`: what the probes found, in the capacity section.
+fn limits_lines(l: &crate::replay::limits::LimitsOut) -> Vec<String> {
+    let n = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+    vec![
+        format!(
+            "maximum input: **{} tokens** accepted, {} refused ({}); counted as {}",
+            n(l.max_input_tokens),
+            n(l.refused_input_tokens),
+            l.refused_with.as_deref().unwrap_or("-"),
+            l.tokenizer
+        ),
+        format!(
+            "maximum output: **{} tokens** given to a request asking {} (finish reason {})",
+            n(l.max_output_tokens),
+            n(l.output_asked),
+            l.output_finish_reason.as_deref().unwrap_or("-")
+        ),
+        format!(
+            "concurrency ceiling at the SLO: **{}** ({} probe requests before the steps)",
+            l.ceiling_concurrency.map_or("-".into(), |c| c.to_string()),
+            l.probes
+        ),
+    ]
+}
+
 fn capacity(r: &Report) -> Section {
     let k = &r.knee;
     let mut items = vec![
@@ -80,6 +105,9 @@ fn capacity(r: &Report) -> Section {
             r.operating_point.as_deref().unwrap_or("-")
         ),
     ];
+    if let Some(l) = &r.limits {
+        items.extend(limits_lines(l));
+    }
     if let Some(c) = &r.cost {
         items.extend(cost_lines(c));
     }

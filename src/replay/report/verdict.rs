@@ -149,7 +149,7 @@ pub fn judged_step(
 ) -> Result<Option<usize>, String> {
     match mode {
         Mode::Trace | Mode::Soak => Ok(None),
-        Mode::Steps => {
+        Mode::Steps | Mode::Limits => {
             let want = required_c.unwrap_or(1);
             steps
                 .iter()
@@ -250,13 +250,39 @@ fn miss_reason(c: &crate::replay::tally::ClassStats) -> String {
     why.join("; ")
 }
 
-/// Unit cost at an operating point of `goodput` effective and `raw` output tokens/s.
-pub fn cost(cost: Option<&Cost>, point: Option<&Stats>, stable: Option<u32>) -> Option<CostOut> {
+/// Unit cost at an operating point of `goodput` effective and `raw` output tokens/s;
+/// `measured_kw`: the accelerators' mean power over the run (`--gpu-metrics`), priced at
+/// `[cost] energy_price_per_kwh` in place of a configured `kw`.
+pub fn cost(
+    cost: Option<&Cost>,
+    point: Option<&Stats>,
+    stable: Option<u32>,
+    measured_kw: Option<f64>,
+) -> Option<CostOut> {
     let c = cost?;
+    let measured = measured_kw
+        .filter(|kw| kw.is_finite() && *kw >= 0.0)
+        .and_then(|kw| c.with_measured_power(kw).map(|m| (kw, m)));
+    let (components, per_hour) = match &measured {
+        Some((_, (components, per_hour))) => (components.clone(), *per_hour),
+        None => (c.components.clone(), c.per_hour),
+    };
+    // What the operating point's traffic runs up per hour at the usage prices.
+    let usage_per_hour = (c.usage.any()).then(|| {
+        point.map_or(0.0, |p| {
+            c.usage.cost(crate::config::cost::Used {
+                requests: p.requests_per_s * 3600.0,
+                input_tokens: p.input_tokens_per_s * 3600.0,
+                cached_input_tokens: 0.0,
+                output_tokens: p.raw_output_tokens_per_s * 3600.0,
+            })
+        })
+    });
+    let total_per_hour = per_hour + usage_per_hour.unwrap_or(0.0);
     let per_hour_over = |per_s: Option<f64>, unit: f64| {
         per_s
             .filter(|t| *t > 0.0 && t.is_finite())
-            .map(|t| c.per_hour / (t * 3600.0) * unit)
+            .map(|t| total_per_hour / (t * 3600.0) * unit)
     };
     // Effective = met its SLO and, for a quality probe, answered correctly: a wrong
     // answer is paid for and worth nothing.
@@ -269,8 +295,12 @@ pub fn cost(cost: Option<&Cost>, point: Option<&Stats>, stable: Option<u32>) -> 
     });
     Some(CostOut {
         currency: c.currency.clone(),
-        per_hour: c.per_hour,
-        components: c.components.iter().cloned().collect(),
+        per_hour,
+        components: components.into_iter().collect(),
+        measured_power_kw: measured.as_ref().map(|(kw, _)| *kw),
+        one_time: c.one_time.iter().cloned().collect(),
+        usage: c.usage.any().then_some(c.usage),
+        usage_per_hour,
         cost_per_million_effective_tokens: per_hour_over(
             point.map(|p| p.effective_goodput_tokens_per_s),
             1e6,
@@ -285,6 +315,6 @@ pub fn cost(cost: Option<&Cost>, point: Option<&Stats>, stable: Option<u32>) -> 
         }),
         cost_per_stable_user_per_month: stable
             .filter(|s| *s > 0)
-            .map(|s| c.per_hour * HOURS_PER_MONTH / f64::from(s)),
+            .map(|s| total_per_hour * HOURS_PER_MONTH / f64::from(s)),
     })
 }

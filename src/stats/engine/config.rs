@@ -110,4 +110,6 @@ pub struct CostConfig {
     pub per_hour: f64,
     /// `(component, per hour)`, e.g. `("hardware", 9.8)`; reported as configured.
     pub components: Vec<(String, f64)>,
+    /// Prices by use (tokens, requests), added to the hours' cost.
+    pub usage: crate::config::cost::UsagePrices,
 }

@@ -1,5 +1,6 @@
 //! Unit cost (docs/DESIGN.md, "Unit cost"): the configured cost per hour times the window's
-//! seconds (the same span the rates use), divided by millions of tokens. Raw tokens are all
+//! seconds (the same span the rates use), plus what the window's traffic costs at the
+//! usage prices (tokens in, cached and out, requests), divided by millions of tokens. Raw tokens are all
 //! output tokens (raw throughput's numerator). The wasted share is the share of output
 //! tokens, hence of spend, that went to requests which missed their SLO; tokens of client
 //! aborts (no verdict) count in the denominator only, as spend that was neither.
@@ -7,6 +8,7 @@
 use serde::{Serialize, Serializer, ser::SerializeMap};
 
 use super::{config::CostConfig, slice::Counts};
+use crate::config::cost::{UsagePrices, Used};
 
 /// Hours per month for "per month" figures (8,760 h / 12), as `[cost]` amortizes with.
 pub use crate::config::cost::HOURS_PER_MONTH;
@@ -19,7 +21,13 @@ pub struct CostSummary {
     /// Each configured component per hour, in config order.
     #[serde(serialize_with = "as_map")]
     pub components: Vec<(String, f64)>,
-    /// Cost of the window's span.
+    /// The usage prices, when any is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsagePrices>,
+    /// Of `window_cost`, what the window's traffic cost at the usage prices.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_usage_cost: Option<f64>,
+    /// Cost of the window's span: its hours, and its traffic at the usage prices.
     pub window_cost: f64,
     pub cost_per_million_effective_tokens: Option<f64>,
     pub cost_per_million_raw_tokens: Option<f64>,
@@ -53,9 +61,20 @@ pub fn per_million(cost: f64, tokens: u64) -> Option<f64> {
         .and_then(finite)
 }
 
-/// Cost of `span_s` seconds.
-pub fn window_cost(cfg: &CostConfig, span_s: f64) -> f64 {
-    finite(cfg.per_hour * span_s / 3600.0).unwrap_or(0.0)
+/// What `counts`' traffic cost at the usage prices.
+pub fn usage_cost(cfg: &CostConfig, counts: &Counts) -> f64 {
+    let used = Used {
+        requests: counts.requests as f64,
+        input_tokens: counts.input_tokens as f64,
+        cached_input_tokens: counts.cached_input_tokens as f64,
+        output_tokens: counts.output_tokens as f64,
+    };
+    finite(cfg.usage.cost(used)).unwrap_or(0.0)
+}
+
+/// Cost of `span_s` seconds that carried `counts`: the hours and the usage.
+pub fn window_cost(cfg: &CostConfig, span_s: f64, counts: &Counts) -> f64 {
+    finite(cfg.per_hour * span_s / 3600.0).unwrap_or(0.0) + usage_cost(cfg, counts)
 }
 
 pub fn summarize(
@@ -64,12 +83,20 @@ pub fn summarize(
     counts: &Counts,
     max_stable: Option<u32>,
 ) -> CostSummary {
-    let window_cost = window_cost(cfg, span_s);
+    let window_cost = window_cost(cfg, span_s, counts);
+    // Per hour at the window's pace: the hours, and the usage the window's traffic ran up.
+    let per_hour_at_pace = if span_s > 0.0 {
+        window_cost / span_s * 3600.0
+    } else {
+        cfg.per_hour
+    };
     let wasted_share = super::slice::ratio(counts.missed_tokens, counts.output_tokens);
     CostSummary {
         currency: cfg.currency.clone(),
         per_hour: cfg.per_hour,
         components: cfg.components.clone(),
+        usage: cfg.usage.any().then_some(cfg.usage),
+        window_usage_cost: cfg.usage.any().then(|| usage_cost(cfg, counts)),
         window_cost,
         cost_per_million_effective_tokens: per_million(window_cost, counts.met_tokens),
         cost_per_million_raw_tokens: per_million(window_cost, counts.output_tokens),
@@ -79,6 +106,6 @@ pub fn summarize(
         wasted_cost: wasted_share.map(|s| s * window_cost),
         cost_per_stable_user_per_month: max_stable
             .filter(|c| *c > 0)
-            .and_then(|c| finite(cfg.per_hour * HOURS_PER_MONTH / f64::from(c))),
+            .and_then(|c| finite(per_hour_at_pace * HOURS_PER_MONTH / f64::from(c))),
     }
 }

@@ -79,7 +79,7 @@ impl Engine {
                         row(&class.cfg.name, &c, span_s)
                     })
                     .collect();
-                let cost = self.cost.as_ref().map(|cfg| window_cost(cfg, span_s));
+                let cost = self.cost.as_ref().map(|cfg| window_cost(cfg, span_s, &all));
                 WindowGauges {
                     window: &win.label,
                     classes,

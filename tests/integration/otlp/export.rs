@@ -1,4 +1,6 @@
-//! What goodput exports over OTLP: metrics and spans that match the requests sent, and what is left at shutdown.
+//! What goodput exports over OTLP: metrics and spans that match the requests sent (the
+//! latencies as exponential histograms, decoded bucket by bucket), the engine's phases, and
+//! what is left at shutdown.
 
 use super::*;
 use serde_json::Value;
@@ -107,7 +109,7 @@ async fn metrics_and_spans_match_the_requests_sent() {
 
     // Metrics: cumulative, so wait for an export that has seen all four requests.
     let total = |m: &ExportMetricsServiceRequest| {
-        histogram(m, "gen_ai.server.request.duration")
+        exponential(m, "gen_ai.server.request.duration")
             .iter()
             .map(|p| p.count)
             .sum::<u64>()
@@ -118,13 +120,7 @@ async fn metrics_and_spans_match_the_requests_sent() {
             _ => None,
         })
         .await;
-    let duration = histogram(&m, "gen_ai.server.request.duration");
-    assert_eq!(
-        duration[0].explicit_bounds,
-        [
-            0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92
-        ]
-    );
+    let duration = exponential(&m, "gen_ai.server.request.duration");
     let a = &duration[0].attributes;
     assert_eq!(s(a, "gen_ai.operation.name"), "chat");
     assert_eq!(s(a, "gen_ai.provider.name"), "openai");
@@ -138,23 +134,60 @@ async fn metrics_and_spans_match_the_requests_sent() {
         (sum * 1000.0 - e2e_sum).abs() < 1e-6,
         "{sum} s vs {e2e_sum} ms"
     );
-    let client_duration: u64 = histogram(&m, "gen_ai.client.operation.duration")
-        .iter()
-        .map(|p| p.count)
-        .sum();
-    assert_eq!(client_duration, 4);
-    // TTFT and TPOT: the three streamed requests.
-    let ttft = histogram(&m, "gen_ai.server.time_to_first_token");
-    assert_eq!(ttft.iter().map(|p| p.count).sum::<u64>(), 3);
-    assert_eq!(ttft[0].explicit_bounds.len(), 16);
-    assert_eq!(
-        metric(&m, "gen_ai.server.time_to_first_token")
-            .unwrap()
-            .unit,
-        "s"
-    );
-    let tpot = histogram(&m, "gen_ai.server.time_per_output_token");
-    assert_eq!(tpot.iter().map(|p| p.count).sum::<u64>(), 3);
+    // The latencies are base-2 exponential histograms at the native histograms' default
+    // precision (scale 6: ±0.54 %, at most 512 buckets), every request in the bucket its
+    // value falls in.
+    let streamed: Vec<&Value> = records.iter().filter(|r| r["stream"] == true).collect();
+    let seconds = |rs: &[&Value], key: &str| -> Vec<f64> {
+        rs.iter()
+            .map(|r| r[key].as_f64().unwrap() / 1000.0)
+            .collect()
+    };
+    let all: Vec<&Value> = records.iter().collect();
+    for (name, values) in [
+        ("gen_ai.server.request.duration", seconds(&all, "e2e_ms")),
+        ("gen_ai.client.operation.duration", seconds(&all, "e2e_ms")),
+        (
+            "gen_ai.server.time_to_first_token",
+            seconds(&streamed, "ttft_ms"),
+        ),
+        (
+            "gen_ai.server.time_per_output_token",
+            seconds(&streamed, "tpot_ms"),
+        ),
+    ] {
+        let points = exponential(&m, name);
+        assert_eq!(metric(&m, name).unwrap().unit, "s", "{name}");
+        let (scale, zeros, counts) = expected_exponential(&values, 6, 512);
+        assert_eq!(
+            points.iter().map(|p| p.zero_count).sum::<u64>(),
+            zeros,
+            "{name}"
+        );
+        for p in &points {
+            assert_eq!(p.scale, scale, "{name}");
+            assert!(
+                p.negative
+                    .as_ref()
+                    .is_none_or(|b| b.bucket_counts.iter().all(|&n| n == 0))
+            );
+        }
+        assert_eq!(
+            points.iter().map(|p| p.count).sum::<u64>(),
+            values.len() as u64,
+            "{name}"
+        );
+        assert_eq!(exponential_buckets(&points), counts, "{name}");
+        // Within a nanosecond: the records reach the test through JSON.
+        let max = values.iter().copied().fold(0.0, f64::max);
+        assert!(
+            points
+                .iter()
+                .any(|p| p.max.is_some_and(|m| (m - max).abs() < 1e-9)),
+            "{name}: max {max}"
+        );
+    }
+    assert_eq!(streamed.len(), 3);
     // Token usage: input and output, their sums the records' totals.
     let usage = histogram(&m, "gen_ai.client.token.usage");
     assert_eq!(
@@ -218,10 +251,43 @@ async fn metrics_and_spans_match_the_requests_sent() {
         "{text}"
     );
     assert!(metric_value(&text, "goodput_otlp_exports_total{signal=\"metrics\"}").unwrap() >= 1.0);
+    // Every inter-token gap and every engine part, as on `/metrics` (the simulator reports
+    // no engine timings: none of either), at the same precision.
+    let total_of = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    for (otlp, prom) in [
+        (
+            "goodput.inter_token_latency",
+            "goodput_inter_token_latency_seconds",
+        ),
+        ("goodput.request.phase", "goodput_request_phase_seconds"),
+    ] {
+        let points = exponential(&m, otlp);
+        let count = points.iter().map(|p| p.count).sum::<u64>();
+        assert_eq!(count as f64, total_of(&format!("{prom}_count")), "{otlp}");
+        let sum: f64 = points.iter().map(|p| p.sum.unwrap()).sum();
+        assert!(
+            (sum - total_of(&format!("{prom}_sum"))).abs() < 1e-9,
+            "{otlp}: sum {sum}"
+        );
+        // At most scale 6; gaps from a microsecond to tens of milliseconds span more than
+        // 512 buckets at 6, and the data point then halves its resolution, once or twice.
+        assert!(points.iter().all(|p| (4..=6).contains(&p.scale)), "{otlp}");
+    }
+    assert!(
+        exponential(&m, "goodput.inter_token_latency")
+            .iter()
+            .any(|p| p.count > 0)
+    );
     proxy.shutdown().await;
 }
 
-/// The last requests before shutdown are exported at shutdown, not lost.
+/// The last requests before shutdown are exported at shutdown, not lost; the latency
+/// histograms follow `[metrics] native_histogram_schema`.
 #[tokio::test]
 async fn shutdown_exports_what_is_left() {
     let mut receiver = Receiver::start(Mode::Accept).await;
@@ -230,7 +296,8 @@ async fn shutdown_exports_what_is_left() {
     let cfg = otlp_config(
         &upstream,
         &format!(
-            "[otlp]\nendpoint = \"{}\"\ntraces = true\ninterval = \"1h\"\nbatch_size = 100\n",
+            "[metrics]\nnative_histogram_schema = 3\n\
+             [otlp]\nendpoint = \"{}\"\ntraces = true\ninterval = \"1h\"\nbatch_size = 100\n",
             receiver.endpoint()
         ),
     );
@@ -243,21 +310,24 @@ async fn shutdown_exports_what_is_left() {
     }
     wait_records(proxy.admin_addr, 3, Duration::from_secs(10)).await;
     proxy.shutdown().await;
-    let (mut spans, mut metric_requests) = (0, 0);
+    let (mut spans, mut metric_requests, mut scales) = (0, 0, Vec::new());
     receiver
         .until("the shutdown exports", |got| {
             match got {
                 Got::Traces(t) => spans += spans_of(t).len(),
                 Got::Metrics(m) => {
-                    metric_requests = histogram(m, "gen_ai.server.request.duration")
-                        .iter()
-                        .map(|p| p.count)
-                        .sum()
+                    let points = exponential(m, "gen_ai.server.time_to_first_token");
+                    metric_requests = points.iter().map(|p| p.count).sum();
+                    scales = points.iter().map(|p| p.scale).collect();
                 }
             }
             (spans == 3 && metric_requests == 3).then_some(())
         })
         .await;
+    assert!(
+        !scales.is_empty() && scales.iter().all(|&s| s == 3),
+        "{scales:?}"
+    );
 }
 
 /// With `OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` (the real binary, so the
@@ -298,7 +368,7 @@ async fn the_latest_genai_instruments_are_exported_when_opted_in() {
         sent += 1;
         let got = tokio::time::timeout(Duration::from_secs(2), receiver.rx.recv()).await;
         if let Ok(Some(Got::Metrics(m))) = got {
-            let ttfc = histogram(&m, "gen_ai.client.inference.time_to_first_chunk");
+            let ttfc = exponential(&m, "gen_ai.client.inference.time_to_first_chunk");
             let cost = histogram(&m, "gen_ai.client.operation.cost");
             if !ttfc.is_empty() && !cost.is_empty() {
                 break (ttfc[0].clone(), cost[0].clone());
@@ -309,11 +379,76 @@ async fn the_latest_genai_instruments_are_exported_when_opted_in() {
             "no priced request after {sent}"
         );
     };
-    assert!(ttfc.count >= 1 && ttfc.explicit_bounds.last().copied() >= Some(600.0));
+    assert!(ttfc.count >= 1 && ttfc.scale == 6, "{ttfc:?}");
     assert_eq!(s(&ttfc.attributes, "gen_ai.request.model"), "test-model");
     assert_eq!(s(&cost.attributes, "gen_ai.usage.cost.source"), "local");
     assert_eq!(s(&cost.attributes, "goodput.cost.currency"), "EUR");
     assert!(cost.sum.unwrap() > 0.0, "{cost:?}");
     served.signal("-TERM");
     served.exited(Duration::from_secs(10)).unwrap();
+}
+
+/// The engine's own timings (vLLM's per-request `metrics`: 40 ms queued, 75 ms to the first
+/// token) reach the collector as `goodput.request.phase`, each part in its exponential
+/// bucket at scale 6.
+#[tokio::test]
+async fn engine_phases_are_exported_as_exponential_histograms() {
+    use crate::common::fake::{FakeUpstream, Script, WritePlan, openai_chat_events};
+    const METRICS: &str = r#""metrics":{"time_to_first_token_ms":75.0,"generation_time_ms":20.0,"queue_time_ms":40.0,"mean_itl_ms":5.0,"tokens_per_second":200.0}"#;
+    let mut events = openai_chat_events(5, true);
+    let usage = events.len() - 2;
+    let chunk = String::from_utf8(events[usage].clone()).unwrap();
+    events[usage] = chunk
+        .replacen(r#""usage":"#, &format!("{METRICS},\"usage\":"), 1)
+        .into_bytes();
+    let fake = FakeUpstream::start(Script::sse_chunked(
+        &events,
+        WritePlan::Whole,
+        Duration::ZERO,
+    ))
+    .await;
+    let mut receiver = Receiver::start(Mode::Accept).await;
+    let cfg = otlp_config(
+        &fake.url(),
+        &format!(
+            "[otlp]\nendpoint = \"{}\"\ninterval = \"200ms\"\ntimeout = \"2s\"\n",
+            receiver.endpoint()
+        ),
+    );
+    let proxy = start_proxy_with(cfg).await;
+    let url = format!("http://{}/v1/chat/completions", proxy.proxy_addr);
+    let (status, _) = post_with(&client(), &url, chat_body(true, 5, true), None).await;
+    assert_eq!(status, 200);
+    let records: Vec<Value> = wait_records(proxy.admin_addr, 1, Duration::from_secs(10)).await;
+    let m = receiver
+        .until("the engine's phases", |got| match got {
+            Got::Metrics(m) if !exponential(m, "goodput.request.phase").is_empty() => {
+                Some(m.clone())
+            }
+            _ => None,
+        })
+        .await;
+    let points = exponential(&m, "goodput.request.phase");
+    for (phase, key) in [
+        ("queue", "engine_queue_ms"),
+        ("prefill", "engine_prefill_ms"),
+    ] {
+        let seconds = records[0][key].as_f64().unwrap() / 1000.0;
+        let of: Vec<_> = points
+            .iter()
+            .copied()
+            .filter(|p| s(&p.attributes, "goodput.phase") == phase)
+            .collect();
+        let (scale, zeros, counts) = expected_exponential(&[seconds], 6, 512);
+        assert_eq!(of.len(), 1, "{phase}");
+        assert_eq!(
+            (of[0].scale, of[0].zero_count, of[0].count),
+            (scale, zeros, 1),
+            "{phase}"
+        );
+        assert_eq!(exponential_buckets(&of), counts, "{phase}");
+        assert!((of[0].sum.unwrap() - seconds).abs() < 1e-12, "{phase}");
+    }
+    assert_eq!(records[0]["engine_queue_ms"].as_f64(), Some(40.0));
+    proxy.shutdown().await;
 }

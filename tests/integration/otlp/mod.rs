@@ -12,6 +12,7 @@
 )]
 
 use std::{
+    collections::BTreeMap,
     convert::Infallible,
     net::SocketAddr,
     sync::{Arc, Mutex},
@@ -31,7 +32,7 @@ use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::{
     collector::{metrics::v1::ExportMetricsServiceRequest, trace::v1::ExportTraceServiceRequest},
     common::v1::{AnyValue, KeyValue, any_value},
-    metrics::v1::{HistogramDataPoint, Metric, metric},
+    metrics::v1::{ExponentialHistogramDataPoint, HistogramDataPoint, Metric, metric},
     trace::v1::Span,
 };
 use prost::Message;
@@ -221,6 +222,61 @@ fn histogram<'a>(req: &'a ExportMetricsServiceRequest, name: &str) -> Vec<&'a Hi
         Some(other) => panic!("{name} is not a histogram: {other:?}"),
         None => Vec::new(),
     }
+}
+
+fn exponential<'a>(
+    req: &'a ExportMetricsServiceRequest,
+    name: &str,
+) -> Vec<&'a ExponentialHistogramDataPoint> {
+    match metric(req, name).and_then(|m| m.data.as_ref()) {
+        Some(metric::Data::ExponentialHistogram(h)) => h.data_points.iter().collect(),
+        Some(other) => panic!("{name} is not an exponential histogram: {other:?}"),
+        None => Vec::new(),
+    }
+}
+
+/// The positive buckets of `points` (all at one scale), summed: index to count.
+fn exponential_buckets(points: &[&ExponentialHistogramDataPoint]) -> BTreeMap<i32, u64> {
+    let mut out = BTreeMap::new();
+    for p in points {
+        let Some(b) = &p.positive else { continue };
+        for (i, &n) in (b.offset..).zip(&b.bucket_counts) {
+            if n > 0 {
+                *out.entry(i).or_default() += n;
+            }
+        }
+    }
+    out
+}
+
+/// What an exponential histogram of `values` (none negative) holds: its scale, the
+/// largest at or under `max_scale` whose buckets from the smallest value's to the largest's
+/// number at most `max_size`; its zero count (a stream whose tokens all came in one read
+/// has a TPOT of 0); and the count in each bucket (bucket `i` holds
+/// `(2^(i·2^-scale), 2^((i+1)·2^-scale)]`).
+fn expected_exponential(
+    values: &[f64],
+    max_scale: i32,
+    max_size: i32,
+) -> (i32, u64, BTreeMap<i32, u64>) {
+    let index = |v: f64, scale: i32| (v.log2() * 2f64.powi(scale)).ceil() as i32 - 1;
+    let positive: Vec<f64> = values.iter().copied().filter(|&v| v > 0.0).collect();
+    let mut scale = max_scale;
+    while let (Some(lo), Some(hi)) = (
+        positive.iter().map(|&v| index(v, scale)).min(),
+        positive.iter().map(|&v| index(v, scale)).max(),
+    ) {
+        if hi - lo < max_size {
+            break;
+        }
+        scale -= 1;
+    }
+    let mut counts = BTreeMap::new();
+    for &v in &positive {
+        *counts.entry(index(v, scale)).or_default() += 1;
+    }
+    let zeros = (values.len() - positive.len()) as u64;
+    (scale, zeros, counts)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -61,6 +61,7 @@ fn status() -> DriftStatus {
         active: vec!["output_length"],
         transitions: vec![Transition {
             dimension: "output_length",
+            reason: "traffic",
             kind: TransitionKind::Fired,
             explanation: "output length P50 180 → 410 tokens (PSI 0.630 > 0.200)".into(),
         }],

@@ -41,10 +41,12 @@ fn write_config(dir: &Path, ttft_ms: u32) -> PathBuf {
 }
 
 /// The guides' cost model: 4/h of hardware, 26,280 one-time over 12 months (3/h), 10 kW at
-/// 0.2 per kWh (2/h), a quarter of the hours idle: (4 + 3 + 2) / 0.75 = 12/h.
+/// 0.2 per kWh (2/h), a quarter of the hours idle: (4 + 3 + 2) / 0.75 = 12/h; and usage
+/// prices beside (a licence billed per token and per request).
 const COST: &str = "\n[cost]\ncurrency = \"EUR\"\nper_hour = { hardware = 4.0 }\n\
 one_time = { migration = 20000, integration = 6280 }\namortize_months = 12\nkw = 10\n\
-energy_price_per_kwh = 0.2\nidle_share = 0.25\n";
+energy_price_per_kwh = 0.2\nidle_share = 0.25\nper_million_input_tokens = 0.5\n\
+per_million_output_tokens = 2.0\nper_request = 0.0001\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_get_the_engine_time_and_load_and_miss_reasons() {
@@ -242,19 +244,28 @@ async fn a_soak_whose_kv_cache_keeps_growing_fails_saying_so() {
         close(c["components"]["idle_and_failure"].as_f64().unwrap(), 3.0),
         "{c}"
     );
+    assert_eq!(c["one_time"]["migration"], 20000.0, "itemized: {c}");
+    assert_eq!(c["one_time"]["integration"], 6280.0, "{c}");
     let o = &r["overall"];
     let per_s = o["requests_per_s"].as_f64().unwrap();
+    // The usage the operating point runs up per hour, by hand.
+    let usage = 3600.0
+        * (o["input_tokens_per_s"].as_f64().unwrap() * 0.5 / 1e6
+            + o["raw_output_tokens_per_s"].as_f64().unwrap() * 2.0 / 1e6
+            + per_s * 0.0001);
+    assert!(close(c["usage_per_hour"].as_f64().unwrap(), usage), "{c}");
+    let total = 12.0 + usage;
     assert!(
         close(
             c["cost_per_request"].as_f64().unwrap(),
-            12.0 / (per_s * 3600.0)
+            total / (per_s * 3600.0)
         ),
         "{c}"
     );
     let goodput = o["effective_goodput_tokens_per_s"].as_f64().unwrap();
     assert!(close(
         c["cost_per_million_effective_tokens"].as_f64().unwrap(),
-        12.0 / (goodput * 3600.0) * 1e6
+        total / (goodput * 3600.0) * 1e6
     ));
     // Wasted: every output token that was not effective (missed, failed probe, error).
     let wasted =

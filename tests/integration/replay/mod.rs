@@ -31,6 +31,7 @@ mod gates;
 mod host;
 mod inject;
 mod like;
+mod limits;
 mod log;
 mod matrix;
 mod quality;

@@ -260,3 +260,78 @@ async fn a_failing_fault_command_is_reported() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("exited 7 after"), "{md}");
 }
+
+/// The fault command swaps the target for another version of it (a rollout, a canary
+/// that flipped): the run fails, naming both versions, and the report keeps what the
+/// target said at the start and at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_swapped_during_the_run_fails_it_naming_both_versions() {
+    let _serial = crate::common::SERIAL.lock().await;
+    let tmp = TempDir::new("swapped");
+    let dir = tmp.path();
+    let sim = SimProcess::start(dir, "--engine-version 0.31.0");
+    sim.ready().await;
+    let start = std::fs::read_to_string(dir.join("start.sh")).unwrap();
+    std::fs::write(dir.join("start2.sh"), start.replace("0.31.0", "0.32.0")).unwrap();
+    let d = dir.display();
+    let fault = format!("kill -9 $(cat '{d}/sim.pid'); sleep 1; sh '{d}/start2.sh'");
+    let (profile, config) = (write_profile(dir), write_config(dir));
+    let out = dir.join("report");
+    let a = soak(
+        &profile,
+        &config,
+        &sim.url(),
+        &out,
+        &[
+            "--soak-duration",
+            "5s",
+            "--fault-at",
+            "1s",
+            "--fault-cmd",
+            &fault,
+            "--recovery-deadline",
+            "3s",
+        ],
+    );
+    let finished = replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    let x = &r["reproducibility"];
+    assert_eq!(x["target"]["version"]["version"], "0.31.0", "{x}");
+    assert_eq!(x["target_at_end"]["version"]["version"], "0.32.0", "{x}");
+    let gate = &r["gates"]["resources"];
+    assert_eq!(gate["pass"], false, "{gate}");
+    let reason = gate["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("target changed during the run: version 0.31.0 → 0.32.0"),
+        "{reason}"
+    );
+    assert_eq!(finished.exit_code(), 1);
+    assert!(finished.verdict_line().starts_with("FAILED"));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("version 0.31.0 → 0.32.0"), "{md}");
+}
+
+/// The same target before and after (restarted, not swapped): nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_answers_the_same_at_the_end_is_unchanged() {
+    let _serial = crate::common::SERIAL.lock().await;
+    let tmp = TempDir::new("same");
+    let dir = tmp.path();
+    let sim = SimProcess::start(dir, "--engine-version 0.31.0");
+    sim.ready().await;
+    let (profile, config) = (write_profile(dir), write_config(dir));
+    let out = dir.join("report");
+    let a = soak(
+        &profile,
+        &config,
+        &sim.url(),
+        &out,
+        &["--soak-duration", "2s"],
+    );
+    replay::execute(&a, std::future::pending()).await.unwrap();
+    let r = read_json(&out.join("report.json"));
+    let x = &r["reproducibility"];
+    assert_eq!(x["target_at_end"]["version"]["version"], "0.31.0", "{x}");
+    let reason = r["gates"]["resources"]["reason"].to_string();
+    assert!(!reason.contains("target changed"), "{reason}");
+}

@@ -110,6 +110,7 @@ fn degenerate_configs_are_survivable() {
             currency: "EUR".into(),
             per_hour: f64::NAN,
             components: vec![],
+            usage: Default::default(),
         }),
     };
     let (mut e, base) = engine(cfg);

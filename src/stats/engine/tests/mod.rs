@@ -59,6 +59,7 @@ pub fn config() -> EngineConfig {
             currency: "USD".into(),
             per_hour: 12.0,
             components: vec![("hardware".into(), 10.0), ("power".into(), 2.0)],
+            usage: Default::default(),
         }),
     }
 }

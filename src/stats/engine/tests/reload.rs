@@ -22,6 +22,7 @@ fn reload_keeps_classes_by_name_and_applies_new_targets_and_cost() {
         currency: "EUR".into(),
         per_hour: 24.0,
         components: vec![],
+        usage: Default::default(),
     });
     cfg.history = secs(120.0);
     assert!(e.reconfigure(cfg));

@@ -541,3 +541,58 @@ fn e2e_by_output_length_and_ttft_by_prefix_cache() {
     assert!(json["classes"][0]["e2e_ms_by_output"]["<=128"]["p50"].is_number());
     assert!(json["classes"][0]["ttft_ms_by_cache"]["miss"]["p50"].is_number());
 }
+
+/// Usage prices alone (a hosted API), then beside the hours, on the same seven requests:
+/// 3,500 input tokens (500 each), 1,050 output tokens, 7 requests in 60 s.
+#[test]
+fn usage_prices_cost_the_window_s_traffic() {
+    let usage = crate::config::cost::UsagePrices {
+        per_million_input_tokens: Some(2.0),
+        per_million_output_tokens: Some(10.0),
+        per_request: Some(0.01),
+        ..Default::default()
+    };
+    let mut cfg = config();
+    cfg.cost = Some(CostConfig {
+        currency: "USD".into(),
+        per_hour: 0.0,
+        components: vec![],
+        usage,
+    });
+    let (mut e, base) = engine(cfg);
+    seven(base).iter().for_each(|o| e.observe(o));
+    let s = e.summary(MIN, base + MIN).unwrap();
+    let c = s.overall.cost.as_ref().unwrap();
+    // 3,500 × 2 / 1e6 + 1,050 × 10 / 1e6 + 7 × 0.01 = 0.007 + 0.0105 + 0.07.
+    let used = 0.0875;
+    assert_close(c.window_usage_cost.unwrap(), used);
+    assert_close(c.window_cost, used);
+    assert_close(
+        c.cost_per_million_effective_tokens.unwrap(),
+        used / 700.0 * 1e6,
+    );
+    assert_close(c.cost_per_million_raw_tokens.unwrap(), used / 1050.0 * 1e6);
+    assert_close(c.cost_per_request.unwrap(), used / 7.0);
+    let g = e.gauges(base + MIN);
+    assert_close(
+        g.windows[0].cost_per_million_effective_tokens.unwrap(),
+        used / 700.0 * 1e6,
+    );
+
+    // Beside 12 per hour (0.2 for the minute).
+    let mut cfg = config();
+    if let Some(c) = cfg.cost.as_mut() {
+        c.usage = usage;
+    }
+    let (mut e, base) = engine(cfg);
+    seven(base).iter().for_each(|o| e.observe(o));
+    let s = e.summary(MIN, base + MIN).unwrap();
+    let c = s.overall.cost.as_ref().unwrap();
+    assert_close(c.window_cost, 0.2 + used);
+    assert_close(
+        c.cost_per_million_effective_tokens.unwrap(),
+        (0.2 + used) / 700.0 * 1e6,
+    );
+    let json = serde_json::to_value(c).unwrap();
+    assert_eq!(json["usage"]["per_million_output_tokens"], 10.0);
+}

@@ -18,15 +18,20 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         // Each scripted write should leave as its own segment, at once.
         let _ = stream.set_nodelay(true);
         let index = shared.connections.fetch_add(1, Ordering::SeqCst);
-        conns.spawn(
-            Conn {
-                stream,
-                buf: BytesMut::with_capacity(8 * 1024),
-                index,
-                shared: Arc::clone(&shared),
-            }
-            .serve(),
-        );
+        let open = shared.open.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_open.fetch_max(open, Ordering::SeqCst);
+        let conn = Conn {
+            stream,
+            buf: BytesMut::with_capacity(8 * 1024),
+            index,
+            shared: Arc::clone(&shared),
+        };
+        let counted = Arc::clone(&shared);
+        conns.spawn(async move {
+            conn.serve().await;
+            // The stream is closed once `serve` returns (it owned it).
+            counted.open.fetch_sub(1, Ordering::SeqCst);
+        });
     }
 }
 

@@ -71,6 +71,9 @@ struct Shared {
     requests: watch::Sender<Vec<Received>>,
     closes: watch::Sender<Vec<Duration>>,
     connections: AtomicUsize,
+    /// Connections open now, and the most open at once.
+    open: AtomicUsize,
+    max_open: AtomicUsize,
     /// How many scripts have ended (run to their end, or cut short by a reset, a close,
     /// a stall that ended or the peer going away).
     finished: watch::Sender<usize>,
@@ -112,6 +115,8 @@ impl FakeUpstream {
             requests: watch::Sender::new(Vec::new()),
             closes: watch::Sender::new(Vec::new()),
             connections: AtomicUsize::new(0),
+            open: AtomicUsize::new(0),
+            max_open: AtomicUsize::new(0),
             finished: watch::Sender::new(0),
             released: Semaphore::new(0),
             scripts,
@@ -183,6 +188,11 @@ impl FakeUpstream {
     /// How many TCP connections were accepted so far.
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// The most connections that were open at once.
+    pub fn max_open_connections(&self) -> usize {
+        self.shared.max_open.load(Ordering::SeqCst)
     }
 
     /// Lets one script waiting at a [`Step::Hold`] (now or later) go on.

@@ -1,6 +1,7 @@
-//! One small GET client for what a replay reads besides the load: the GPU exporters
-//! ([`super::gpu`]) and what the target says about itself ([`super::describe`]). Each
-//! GET has a timeout and a body limit; a failure is a value, never a stopped run.
+//! One small GET client for what goodput reads besides the traffic it carries: a replay's
+//! GPU exporters and what the target says about itself, and the upstream's identity
+//! ([`crate::identity`]) while serving. Each GET has a timeout and a body limit; a
+//! failure is a value, never a stopped run.
 
 use std::time::Duration;
 
@@ -119,15 +120,4 @@ fn chain(e: &dyn std::error::Error) -> String {
         next = c.source();
     }
     s
-}
-
-/// `url` as reports show it: without user info or query (which may hold credentials).
-pub fn shown(url: &str) -> String {
-    let Ok(uri) = url.parse::<http::Uri>() else {
-        return super::describe::redact_text(url, &[]);
-    };
-    let scheme = uri.scheme_str().unwrap_or("http");
-    let host = uri.host().unwrap_or("?");
-    let port = uri.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
-    format!("{scheme}://{host}{port}{}", uri.path())
 }

@@ -55,6 +55,18 @@ pub struct ShadowSection {
     pub ca_file: Option<String>,
     /// Speak HTTP/2 to the candidate (prior knowledge for `http://`, ALPN for `https://`).
     pub http2: bool,
+    /// Another replica of the primary, sent the same copies as the candidate, so that
+    /// the candidate is judged against the primary's own noise; `"upstream"` is
+    /// `upstream.url` itself.
+    pub secondary_url: Option<String>,
+    /// Ask the candidate and the secondary (never the primary) for the top 5
+    /// log-probabilities of each token.
+    pub logprobs: bool,
+    /// Diffy's relative threshold: the candidate's share of differing answers may exceed
+    /// the secondary's by this fraction of it.
+    pub answers_relative: f64,
+    /// Diffy's absolute threshold: and by this much in any case.
+    pub answers_absolute: f64,
 }
 
 impl Default for ShadowSection {
@@ -81,6 +93,11 @@ impl Default for ShadowSection {
             auth_header: None,
             ca_file: None,
             http2: false,
+            secondary_url: None,
+            logprobs: false,
+            // Diffy's defaults: 20 % relative and 0.03 % absolute.
+            answers_relative: 0.2,
+            answers_absolute: 0.0003,
         }
     }
 }
@@ -101,6 +118,12 @@ pub struct ShadowConfig {
     pub model: Option<String>,
     pub drop_headers: Vec<HeaderName>,
     pub auth_header: Option<(HeaderName, HeaderValue)>,
+    /// The secondary (`secondary_url`): a replica of the primary, with the candidate's
+    /// limits and timeouts.
+    pub secondary: Option<Upstream>,
+    pub logprobs: bool,
+    pub answers_relative: f64,
+    pub answers_absolute: f64,
 }
 
 impl ShadowConfig {
@@ -112,11 +135,26 @@ impl ShadowConfig {
             && a.http2 == b.http2
             && Arc::ptr_eq(&a.tls, &b.tls)
     }
+
+    /// Whether a change from `self` to `new` needs a new client for the secondary.
+    pub fn same_secondary(&self, new: &ShadowConfig) -> bool {
+        match (&self.secondary, &new.secondary) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a.scheme == b.scheme
+                    && a.authority == b.authority
+                    && a.http2 == b.http2
+                    && Arc::ptr_eq(&a.tls, &b.tls)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The runtime `[shadow]`; `None` when the section is absent or has problems.
 pub fn validate_shadow(
     s: Option<&ShadowSection>,
+    upstream: Option<&Upstream>,
     problems: &mut Vec<Problem>,
 ) -> Option<ShadowConfig> {
     let s = s?;
@@ -175,12 +213,31 @@ pub fn validate_shadow(
         }
         parsed
     });
-    let target = target(s, problems);
+    for (key, v) in [
+        ("shadow.answers_relative", s.answers_relative),
+        ("shadow.answers_absolute", s.answers_absolute),
+    ] {
+        if !(0.0..=1.0).contains(&v) || v.is_nan() {
+            problems.push(Problem::invalid(key, "must be between 0 and 1"));
+        }
+    }
+    let candidate = target(s, "shadow.url", s.url.as_deref(), problems);
+    let secondary = match s.secondary_url.as_deref() {
+        None => None,
+        Some("upstream") => upstream.map(|u| Upstream {
+            scheme: u.scheme.clone(),
+            authority: u.authority.clone(),
+            base_path: u.base_path.clone(),
+            http2: u.http2,
+            ..limits(s, u.tls.clone())
+        }),
+        Some(raw) => target(s, "shadow.secondary_url", Some(raw), problems),
+    };
     if problems.len() > before {
         return None;
     }
     Some(ShadowConfig {
-        target: target?,
+        target: candidate?,
         enabled: s.enabled,
         share: s.share,
         models: s.models.clone(),
@@ -192,23 +249,29 @@ pub fn validate_shadow(
         model: s.model.clone(),
         drop_headers,
         auth_header,
+        secondary,
+        logprobs: s.logprobs,
+        answers_relative: s.answers_relative,
+        answers_absolute: s.answers_absolute,
     })
 }
 
 /// The candidate as an upstream: its URL, TLS and protocol; timeouts and pool sizes are
 /// `[upstream]`'s defaults, the exchange as a whole is bounded by `shadow.timeout`.
-fn target(s: &ShadowSection, problems: &mut Vec<Problem>) -> Option<Upstream> {
-    let Some(raw) = s.url.as_deref() else {
-        problems.push(Problem::invalid(
-            "shadow.url",
-            "required when [shadow] is present",
-        ));
+fn target(
+    s: &ShadowSection,
+    key: &'static str,
+    raw: Option<&str>,
+    problems: &mut Vec<Problem>,
+) -> Option<Upstream> {
+    let Some(raw) = raw else {
+        problems.push(Problem::invalid(key, "required when [shadow] is present"));
         return None;
     };
     let uri: Uri = match raw.parse() {
         Ok(uri) => uri,
         Err(e) => {
-            problems.push(Problem::invalid("shadow.url", format!("`{raw}`: {e}")));
+            problems.push(Problem::invalid(key, format!("`{raw}`: {e}")));
             return None;
         }
     };
@@ -217,26 +280,23 @@ fn target(s: &ShadowSection, problems: &mut Vec<Problem>) -> Option<Upstream> {
         Some("https") => true,
         _ => {
             problems.push(Problem::invalid(
-                "shadow.url",
+                key,
                 format!("`{raw}` must start with http:// or https://"),
             ));
             return None;
         }
     };
     let Some(authority) = uri.authority().cloned() else {
-        problems.push(Problem::invalid(
-            "shadow.url",
-            format!("`{raw}` has no host"),
-        ));
+        problems.push(Problem::invalid(key, format!("`{raw}` has no host")));
         return None;
     };
     if uri.query().is_some() {
         problems.push(Problem::invalid(
-            "shadow.url",
+            key,
             format!("`{raw}` must not have a query"),
         ));
     }
-    if s.ca_file.is_some() && !https {
+    if key == "shadow.url" && s.ca_file.is_some() && !https {
         problems.push(Problem::invalid(
             "shadow.ca_file",
             "only used with an https:// candidate",
@@ -249,13 +309,25 @@ fn target(s: &ShadowSection, problems: &mut Vec<Problem>) -> Option<Upstream> {
             return None;
         }
     };
-    let d = UpstreamSection::default();
     Some(Upstream {
         scheme: if https { Scheme::HTTPS } else { Scheme::HTTP },
         authority,
         base_path: uri.path().trim_end_matches('/').to_owned(),
-        tls,
         http2: s.http2,
+        ..limits(s, tls)
+    })
+}
+
+/// A copy's upstream limits: timeouts and pool sizes are `[upstream]`'s defaults, the
+/// exchange as a whole is bounded by `shadow.timeout`; the address is filled in after.
+fn limits(s: &ShadowSection, tls: Arc<rustls::ClientConfig>) -> Upstream {
+    let d = UpstreamSection::default();
+    Upstream {
+        scheme: Scheme::HTTP,
+        authority: http::uri::Authority::from_static("localhost"),
+        base_path: String::new(),
+        tls,
+        http2: false,
         preserve_host: false,
         connect_timeout: d.connect_timeout,
         response_header_timeout: s.timeout,
@@ -270,7 +342,7 @@ fn target(s: &ShadowSection, problems: &mut Vec<Problem>) -> Option<Upstream> {
         max_response_header_bytes: d.max_response_header_bytes,
         // The shadow's own budget (`max_answer_bytes`, `timeout`) bounds a slow answer.
         min_body_rate: None,
-    })
+    }
 }
 
 /// `"name: value"` sets that header; anything else is the value of `authorization`.
@@ -299,13 +371,13 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         let mut problems = Vec::new();
-        let cfg = validate_shadow(Some(&section), &mut problems);
+        let cfg = validate_shadow(Some(&section), None, &mut problems);
         (cfg, problems.iter().map(ToString::to_string).collect())
     }
 
     #[test]
     fn absent_is_off_and_defaults_are_documented_ones() {
-        assert!(validate_shadow(None, &mut Vec::new()).is_none());
+        assert!(validate_shadow(None, None, &mut Vec::new()).is_none());
         let (cfg, problems) = parse("url = \"http://127.0.0.1:9/v\"");
         assert!(problems.is_empty(), "{problems:?}");
         let Some(cfg) = cfg else { panic!("valid") };
@@ -379,6 +451,10 @@ mod tests {
             "auth_header",
             "ca_file",
             "http2",
+            "secondary_url",
+            "logprobs",
+            "answers_relative",
+            "answers_absolute",
         ];
         for key in keys {
             assert!(
@@ -394,6 +470,48 @@ mod tests {
         let (cfg, problems) = parse(&uncommented.replace("https://", "http://"));
         assert!(problems.is_empty(), "{problems:?}");
         assert!(cfg.is_some());
+    }
+
+    #[test]
+    fn the_secondary_is_a_url_or_the_upstream_itself() {
+        let (cfg, problems) =
+            parse("url = \"http://127.0.0.1:9\"\nsecondary_url = \"http://10.0.0.2:8000/v\"");
+        assert!(problems.is_empty(), "{problems:?}");
+        let secondary = cfg
+            .and_then(|c| c.secondary)
+            .unwrap_or_else(|| panic!("valid"));
+        assert_eq!(secondary.authority.as_str(), "10.0.0.2:8000");
+        assert_eq!(secondary.base_path, "/v");
+        let (_, problems) = parse("url = \"http://127.0.0.1:9\"\nsecondary_url = \"ftp://x\"");
+        assert!(
+            problems[0].starts_with("shadow.secondary_url"),
+            "{problems:?}"
+        );
+        let (_, problems) = parse("url = \"http://127.0.0.1:9\"\nanswers_relative = -1.0");
+        assert!(
+            problems[0].starts_with("shadow.answers_relative"),
+            "{problems:?}"
+        );
+        let section: ShadowSection =
+            toml::from_str("url = \"http://127.0.0.1:9\"\nsecondary_url = \"upstream\"")
+                .unwrap_or_else(|e| panic!("{e}"));
+        let mut problems = Vec::new();
+        let upstream = target(
+            &section,
+            "upstream.url",
+            Some("https://primary:8443/p"),
+            &mut problems,
+        )
+        .unwrap_or_else(|| panic!("valid"));
+        let cfg = validate_shadow(Some(&section), Some(&upstream), &mut problems)
+            .unwrap_or_else(|| panic!("valid: {problems:?}"));
+        let secondary = cfg.secondary.unwrap_or_else(|| panic!("the upstream"));
+        assert_eq!(secondary.authority.as_str(), "primary:8443");
+        assert_eq!(
+            (secondary.scheme.as_str(), secondary.base_path.as_str()),
+            ("https", "/p")
+        );
+        assert_eq!(secondary.response_header_timeout, cfg.timeout);
     }
 
     #[test]

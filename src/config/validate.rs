@@ -109,7 +109,7 @@ fn validate(file: FileConfig, overrides: &Overrides, salt: &str) -> Result<Confi
     let calibration =
         calibration::validate_calibration(&file.calibration, upstream.as_ref(), &mut problems);
     let otlp = otlp::validate_otlp(file.otlp.as_ref(), &mut problems);
-    let shadow = shadow::validate_shadow(file.shadow.as_ref(), &mut problems);
+    let shadow = shadow::validate_shadow(file.shadow.as_ref(), upstream.as_ref(), &mut problems);
 
     match (server, admin, upstream, log, calibration) {
         (Some(server), Some(admin), Some(upstream), Some(log), Some(calibration))

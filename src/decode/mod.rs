@@ -46,7 +46,7 @@ pub use engine::EngineTiming;
 pub use ndjson::NdjsonFramer;
 pub use request::{RequestInfo, inspect_request};
 pub use sse::{SseEvent, SseFramer};
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, answer_text};
 pub use text::TextBuf;
 
 /// Which inference API a request targets, decided from its path alone.

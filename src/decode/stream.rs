@@ -21,6 +21,9 @@ pub struct StreamDecoder {
     broken: bool,
     /// The generated text, while it is being collected (see [`StreamDecoder::collect_text`]).
     text: Option<TextBuf>,
+    /// Keep the text to the end even when the stream reports its usage (an answer read
+    /// for comparison, [`answer_text`]).
+    whole: bool,
     /// OpenAI chunks are mostly recognised by the bytes around their text.
     template: ChunkTemplate,
 }
@@ -61,6 +64,7 @@ impl StreamDecoder {
             framing,
             broken: false,
             text: None,
+            whole: false,
             template: ChunkTemplate::default(),
         })
     }
@@ -89,8 +93,10 @@ impl StreamDecoder {
             framing,
             broken,
             text,
+            whole,
             template,
         } = self;
+        let whole = *whole;
         match framing {
             Framing::Sse(framer, dialect) => {
                 let dialect = *dialect;
@@ -102,14 +108,14 @@ impl StreamDecoder {
                             (EventInfo::default(), EventText::None)
                         }
                     };
-                    keep_text(text, &info, known, event.data, dialect.text_paths());
+                    keep_text(text, whole, &info, known, event.data, dialect.text_paths());
                     on_event(info)
                 });
             }
             Framing::Ndjson(framer) => {
                 framer.push(chunk, |line| {
                     let info = or_broken(ollama::classify_line(line), broken);
-                    keep_text(text, &info, EventText::Other, line, paths::OLLAMA);
+                    keep_text(text, whole, &info, EventText::Other, line, paths::OLLAMA);
                     on_event(info)
                 });
             }
@@ -122,13 +128,14 @@ impl StreamDecoder {
     /// terminal event already says, so the decoder is not marked broken for it.
     pub fn finish(&mut self, mut on_event: impl FnMut(EventInfo)) {
         let text = &mut self.text;
+        let whole = self.whole;
         match &mut self.framing {
             Framing::Sse(framer, _) => {
                 framer.finish();
             }
             Framing::Ndjson(framer) => framer.finish(|line| {
                 if let Ok(info) = ollama::classify_line(line) {
-                    keep_text(text, &info, EventText::Other, line, paths::OLLAMA);
+                    keep_text(text, whole, &info, EventText::Other, line, paths::OLLAMA);
                     on_event(info);
                 }
             }),
@@ -163,12 +170,13 @@ impl SseDialect {
 /// walked again at the dialect's text paths.
 fn keep_text(
     text: &mut Option<TextBuf>,
+    whole: bool,
     info: &EventInfo,
     known: EventText<'_>,
     data: &[u8],
     paths: &[Path],
 ) {
-    if info.usage.is_some_and(|u| u.output_tokens.is_some()) {
+    if !whole && info.usage.is_some_and(|u| u.output_tokens.is_some()) {
         *text = None;
     } else if let Some(buf) = text.as_mut()
         && info.content
@@ -178,7 +186,34 @@ fn keep_text(
             EventText::None => {}
             EventText::Other => text::collect(data, paths, buf),
         }
+        buf.mark();
     }
+}
+
+/// The whole generated text of an answer already read (`chunks`, its body's frames), up
+/// to `limit` bytes, with where each content event ended when it was streamed; `None`
+/// where there is no decoder for it. Used off the data path, to compare two answers.
+pub fn answer_text(
+    api: Api,
+    kind: crate::decode::StreamKind,
+    chunks: &[bytes::Bytes],
+    limit: usize,
+) -> Option<TextBuf> {
+    if kind == crate::decode::StreamKind::Json {
+        let mut body = Vec::with_capacity(chunks.iter().map(|c| c.len()).sum());
+        for c in chunks {
+            body.extend_from_slice(c);
+        }
+        return crate::decode::response_body_text(api, &body, limit);
+    }
+    let mut decoder = StreamDecoder::new(api, kind)?;
+    decoder.text = Some(TextBuf::with_marks(limit));
+    decoder.whole = true;
+    for c in chunks {
+        decoder.feed(c, |_| {});
+    }
+    decoder.finish(|_| {});
+    decoder.take_text()
 }
 
 /// Classifies one event; the text comes along where the dialect's classifier saw it

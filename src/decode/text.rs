@@ -27,6 +27,9 @@ pub struct TextBuf {
     limit: usize,
     /// Bytes of text that did not fit under the limit (so a count can be extrapolated).
     dropped: u64,
+    /// Where each content event's text ended (bytes), when asked for
+    /// ([`TextBuf::with_marks`]): the answer's token positions, one event a token.
+    marks: Option<Vec<u32>>,
 }
 
 impl TextBuf {
@@ -35,6 +38,32 @@ impl TextBuf {
             text: String::new(),
             limit,
             dropped: 0,
+            marks: None,
+        }
+    }
+
+    /// A buffer that also notes where each content event ended.
+    pub fn with_marks(limit: usize) -> TextBuf {
+        TextBuf {
+            marks: Some(Vec::new()),
+            ..TextBuf::new(limit)
+        }
+    }
+
+    /// Where each content event's text ended, when noted.
+    pub fn marks(&self) -> Option<&[u32]> {
+        self.marks.as_deref()
+    }
+
+    /// The text, taken out.
+    pub fn into_text(self) -> String {
+        self.text
+    }
+
+    /// One content event ended here.
+    pub(crate) fn mark(&mut self) {
+        if let Some(m) = self.marks.as_mut() {
+            m.push(u32::try_from(self.text.len()).unwrap_or(u32::MAX));
         }
     }
 

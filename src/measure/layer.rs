@@ -233,6 +233,7 @@ where
             })
         });
         let mirrored = ticket.is_some();
+        let answer_limit = ticket.as_ref().map_or(0, |t| t.answer_limit());
         let (body, request) = RequestTap::new(body, settings.request_inspect_limit, reads);
         let body = body.mirror_to(ticket);
         let mut tap = Tap::new(
@@ -252,6 +253,7 @@ where
         }
         if mirrored {
             tap.mark_mirrored();
+            tap.keep_answer(answer_limit);
         }
         let delivery = parts.extensions.get::<Arc<Delivery>>().cloned();
         let http2 = parts.version == http::Version::HTTP_2;

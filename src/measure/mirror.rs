@@ -39,6 +39,11 @@ pub enum Unmirrored {
 
 /// One request's copy, waiting for the body.
 pub trait MirrorTicket: Send {
+    /// Body bytes of the primary's answer kept (as handles to its frames, nothing copied)
+    /// for the copy's answers to be compared with it off the data path; 0 keeps none.
+    fn answer_limit(&self) -> u64 {
+        0
+    }
     /// The body is complete; `chunks` are handles to all of it, in order.
     fn body_complete(self: Box<Self>, chunks: &[Bytes]);
     /// The body will not be complete, or was not kept.

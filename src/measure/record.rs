@@ -174,6 +174,9 @@ pub enum Target {
     Primary,
     /// The candidate's answer to a mirrored copy; never sent to any client.
     Shadow,
+    /// A replica of the primary's answer to the same copy (`shadow.secondary_url`): the
+    /// primary's own noise. Never sent to any client.
+    Secondary,
 }
 
 impl Target {
@@ -181,7 +184,13 @@ impl Target {
         match self {
             Target::Primary => "primary",
             Target::Shadow => "shadow",
+            Target::Secondary => "secondary",
         }
+    }
+
+    /// An answer to a mirrored copy (candidate or secondary), never the client's.
+    pub fn is_copy(self) -> bool {
+        self != Target::Primary
     }
 }
 
@@ -289,6 +298,10 @@ pub struct Pairing {
     /// A primary request a copy was taken of (it may still have been dropped).
     #[serde(skip)]
     pub mirrored: bool,
+    /// On a copy: the request asked for a reproducible answer (`temperature` 0 or a
+    /// `seed`), so its answers are compared word for word.
+    #[serde(skip)]
+    pub deterministic: bool,
 }
 
 impl EngineSplit {

@@ -163,6 +163,10 @@ pub struct Pending {
     /// Counts made by the tokenizer stage, used where the upstream reported none.
     pub counted_input: Option<TokenCount>,
     pub counted_output: Option<TokenCount>,
+    /// Handles to the answer's frames, up to `answer_room` bytes, for comparing it with a
+    /// mirrored copy's answer (read at record time, never on the data path).
+    pub answer: Vec<Bytes>,
+    pub answer_room: u64,
     /// The engine's own timing of the request from its response headers (TGI).
     pub engine_headers: Option<EngineTiming>,
     /// Every time that went into the record (arrival, upstream reads) is a kernel receive
@@ -260,6 +264,8 @@ impl Tap {
             counted_input: None,
             counted_output: None,
             engine_headers: None,
+            answer: Vec::new(),
+            answer_room: 0,
             kernel_clock: true,
             pairing: Pairing::default(),
             held: None,
@@ -288,11 +294,32 @@ impl Tap {
         }
     }
 
+    /// Keep handles to the answer's frames, up to `limit` bytes, for its comparison with
+    /// the copies' answers: a refcount per frame, nothing copied or decoded here. Past the
+    /// limit none are kept (a cut answer is not compared).
+    pub fn keep_answer(&mut self, limit: u64) {
+        if let Some(p) = self.pending.as_mut() {
+            p.answer_room = limit;
+        }
+    }
+
     /// This measurement is the shadow's answer to the primary request `pair_id`.
     pub fn shadow_of(&mut self, pair_id: String) {
+        self.copy_of(Target::Shadow, pair_id);
+    }
+
+    /// This measurement is `target`'s answer to a copy of the primary request `pair_id`.
+    pub fn copy_of(&mut self, target: Target, pair_id: String) {
         if let Some(p) = self.pending.as_mut() {
-            p.pairing.target = Target::Shadow;
+            p.pairing.target = target;
             p.pairing.pair_id = Some(pair_id);
+        }
+    }
+
+    /// The copy asked for a reproducible answer (`temperature` 0 or a `seed`).
+    pub fn deterministic(&mut self) {
+        if let Some(p) = self.pending.as_mut() {
+            p.pairing.deterministic = true;
         }
     }
 
@@ -368,6 +395,15 @@ impl Tap {
             return;
         };
         p.bytes_out += data.len() as u64;
+        if p.answer_room > 0 {
+            if data.len() as u64 <= p.answer_room {
+                p.answer_room -= data.len() as u64;
+                p.answer.push(data.clone());
+            } else {
+                p.answer_room = 0;
+                p.answer = Vec::new();
+            }
+        }
         if let Some(decoder) = self.decoder.as_mut() {
             let timeline = &mut p.timeline;
             decoder.feed(data, |ev| timeline.on_event(now, ev));

@@ -339,6 +339,12 @@ pub const SHADOW_REQUESTS: Spec = Spec {
     unit: None,
 };
 
+pub const SHADOW_ANSWER_PAIRS: Spec = Spec {
+    name: "goodput_shadow_answer_pairs",
+    help: "Candidate answers compared with the primary's, by result: same, differs, or close (differs, but each first differing token is in the other's top 5)",
+    unit: None,
+};
+
 pub const SHADOW_DROPPED: Spec = Spec {
     name: "goodput_shadow_dropped",
     help: "Mirrored copies not sent, or not read to their end, by reason; the client's request is never affected",
@@ -400,7 +406,7 @@ pub const LATEST_GENAI: [&Spec; 6] = [
 ];
 
 /// Every metric, in the order `/metrics` shows them.
-pub const ALL: [&Spec; 58] = [
+pub const ALL: [&Spec; 59] = [
     &TTFT,
     &TPOT,
     &DURATION,
@@ -457,6 +463,7 @@ pub const ALL: [&Spec; 58] = [
     &REQUEST_PHASE,
     &SLO_HEADER_OBJECTIVES_INVALID,
     &SHADOW_REQUESTS,
+    &SHADOW_ANSWER_PAIRS,
     &SHADOW_DROPPED,
     &SHADOW_IN_FLIGHT,
 ];

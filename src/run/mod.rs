@@ -280,6 +280,7 @@ struct MeasurementPath {
     /// its answers.
     shadow: Shadow,
     shadow_stage: ShadowStage,
+    comparer: crate::shadow::Comparer,
     book: Book,
 }
 
@@ -318,6 +319,12 @@ impl MeasurementPath {
             metrics.tokenizer_fallback.clone(),
         );
         let book = Book::default();
+        let (comparer, answers) = crate::shadow::Comparer::new(
+            book.clone(),
+            metrics.shadow.clone(),
+            shadow.stopping(),
+            crate::shadow::QUEUE_ANSWERS,
+        );
         let profiling = Profiling::start(
             cfg,
             resources.baseline.as_ref(),
@@ -387,10 +394,12 @@ impl MeasurementPath {
             }
             None => (aggregator, None),
         };
-        let aggregator = aggregator.with_shadow(book.clone(), metrics.shadow.clone(), shadow_rx);
+        let aggregator =
+            aggregator.with_shadow(book.clone(), metrics.shadow.clone(), shadow_rx, answers);
         Ok(MeasurementPath {
             shadow,
             shadow_stage,
+            comparer,
             book,
             recorder,
             config,
@@ -462,6 +471,7 @@ struct Serving {
 async fn serve(s: Serving, path: MeasurementPath) {
     tokio::spawn(path.counting.run());
     tokio::spawn(path.shadow_stage.run());
+    tokio::spawn(path.comparer.run());
     // Off the data path; idles while `[calibration]` is disabled (it can be enabled by a
     // reload).
     let calibrating = tokio::spawn(path.calibrator.run());

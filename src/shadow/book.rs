@@ -10,7 +10,10 @@ use std::{
 
 use serde::Serialize;
 
-use super::report::{Bar, RULE, Ratio, Side, SideStats, Verdict, verdict};
+use super::answers::{Answer, Compared, Expect, PairResult, Side as AnswerSide, Waiting};
+use super::logprobs::Close;
+use super::report::{Answers, Bar, RULE, Ratio, Side, SideStats, Thresholds, Verdict, verdict};
+use super::shift::Shift;
 use crate::{
     config::Slo,
     measure::{RequestRecord, Target},
@@ -28,6 +31,8 @@ pub struct Book {
 struct Ledger {
     pairs: HashMap<String, Pair>,
     order: VecDeque<String>,
+    /// The answers of pairs still waiting for a side (content, bounded, never kept).
+    waiting: Waiting,
 }
 
 #[derive(Debug, Default)]
@@ -35,6 +40,14 @@ struct Pair {
     class: String,
     primary: Option<Side>,
     shadow: Option<(Instant, Side)>,
+    /// The secondary's answer to the same copy, when one is configured.
+    secondary: Option<Side>,
+    /// The candidate's and the secondary's answers beside the primary's, as numbers.
+    candidate_answer: Option<Compared>,
+    secondary_answer: Option<Compared>,
+    /// vLLM's rule between the candidate's and the secondary's tokens, and whether the
+    /// request was deterministic.
+    close: Option<(Close, bool)>,
 }
 
 impl Book {
@@ -42,7 +55,7 @@ impl Book {
     pub fn note(&self, r: &RequestRecord) {
         let key = match r.pairing.target {
             Target::Primary if r.pairing.mirrored => r.id.clone(),
-            Target::Shadow => match &r.pairing.pair_id {
+            Target::Shadow | Target::Secondary => match &r.pairing.pair_id {
                 Some(id) => id.clone(),
                 None => return,
             },
@@ -61,25 +74,67 @@ impl Book {
             return;
         };
         let ledger = &mut *ledger;
-        let pair = ledger.pairs.entry(key.clone()).or_insert_with(|| {
-            ledger.order.push_back(key);
+        let pair = ledger.pairs.entry(key.to_owned()).or_insert_with(|| {
+            ledger.order.push_back(key.to_owned());
             Pair::default()
         });
-        if r.pairing.target == Target::Shadow {
-            if pair.class.is_empty() {
-                pair.class.clone_from(&r.slo_class);
+        match r.pairing.target {
+            Target::Shadow => {
+                if pair.class.is_empty() {
+                    pair.class.clone_from(&r.slo_class);
+                }
+                pair.shadow = Some((r.finished_at.unwrap_or_else(Instant::now), side));
             }
-            pair.shadow = Some((r.finished_at.unwrap_or_else(Instant::now), side));
-        } else {
-            // The primary's class names the pair: the shadow is held to the same one.
-            pair.class.clone_from(&r.slo_class);
-            pair.primary = Some(side);
+            Target::Secondary => {
+                if pair.class.is_empty() {
+                    pair.class.clone_from(&r.slo_class);
+                }
+                pair.secondary = Some(side);
+            }
+            Target::Primary => {
+                // The primary's class names the pair: the copies are held to the same one.
+                pair.class.clone_from(&r.slo_class);
+                pair.primary = Some(side);
+            }
         }
         while ledger.order.len() > KEEP {
             if let Some(old) = ledger.order.pop_front() {
                 ledger.pairs.remove(&old);
             }
         }
+    }
+
+    /// Reduces a side's answer (`None`: it has none to compare) into the comparison of
+    /// the pair `key` (the primary's id): `answer` waits (bounded) only until the
+    /// primary's and a copy's are both there, then is compared and dropped. Returns the
+    /// candidate's result once it is decided.
+    pub fn answer(
+        &self,
+        key: &str,
+        side: AnswerSide,
+        answer: Option<Answer>,
+        expect: Expect,
+    ) -> Option<PairResult> {
+        let mut ledger = self.ledger.lock().ok()?;
+        let ledger = &mut *ledger;
+        let made = ledger.waiting.add(key, side, answer, expect);
+        if made.candidate.is_none() && made.secondary.is_none() && made.close.is_none() {
+            return made.result;
+        }
+        let pair = ledger.pairs.entry(key.to_owned()).or_insert_with(|| {
+            ledger.order.push_back(key.to_owned());
+            Pair::default()
+        });
+        if made.candidate.is_some() {
+            pair.candidate_answer = made.candidate;
+        }
+        if made.secondary.is_some() {
+            pair.secondary_answer = made.secondary;
+        }
+        if made.close.is_some() {
+            pair.close = made.close;
+        }
+        made.result
     }
 
     /// Counts of the shadow answers that finished within `window` before `now`, per class
@@ -112,28 +167,31 @@ impl Book {
     }
 
     /// The report of the pairs whose shadow finished within `window` before `now`.
-    pub fn report(&self, window: Duration, now: Instant, slo: &Slo) -> Vec<ClassReport> {
+    pub fn report(
+        &self,
+        window: Duration,
+        now: Instant,
+        slo: &Slo,
+        thresholds: Thresholds,
+    ) -> Vec<ClassReport> {
         let Ok(ledger) = self.ledger.lock() else {
             return Vec::new();
         };
         let since = now.checked_sub(window);
-        let mut by_class: HashMap<&str, Vec<(&Side, &Side)>> = HashMap::new();
+        let mut by_class: HashMap<&str, Vec<&Pair>> = HashMap::new();
         for pair in ledger.pairs.values() {
-            let (Some(primary), Some((at, shadow))) = (&pair.primary, &pair.shadow) else {
+            let (Some(_), Some((at, _))) = (&pair.primary, &pair.shadow) else {
                 continue;
             };
             if since.is_some_and(|s| *at < s) || *at > now {
                 continue;
             }
-            by_class
-                .entry(&pair.class)
-                .or_default()
-                .push((primary, shadow));
+            by_class.entry(&pair.class).or_default().push(pair);
         }
         let window_s = window.as_secs_f64();
         let mut out: Vec<ClassReport> = by_class
             .into_iter()
-            .map(|(class, pairs)| ClassReport::of(class, &pairs, window_s, slo))
+            .map(|(class, pairs)| ClassReport::of(class, &pairs, window_s, slo, thresholds))
             .collect();
         out.sort_by(|a, b| a.class.cmp(&b.class));
         out
@@ -170,25 +228,75 @@ pub struct ClassReport {
     pub attainment_target: f64,
     pub primary: SideStats,
     pub shadow: SideStats,
+    /// The secondary's side over the same pairs, where it answered (`null` without
+    /// `shadow.secondary_url`).
+    pub secondary: Option<SideStats>,
     /// Per-request shadow/primary ratios over the pairs both answered (`ok`).
     pub ttft_ratio: Ratio,
     pub tpot_ratio: Ratio,
+    /// Paired Hodges–Lehmann shifts (ms) from the primary, candidate's and secondary's.
+    pub ttft_shift: Shifts,
+    pub tpot_shift: Shifts,
+    /// The latency half of the verdict (today's rule): `verdict`, `reason`, `rule`.
     pub verdict: Verdict,
     pub reason: String,
     pub rule: &'static str,
+    /// The answers half: the candidate's words against the primary's own noise.
+    pub answers: Answers,
+}
+
+/// The candidate's shift from the primary beside the secondary's: the primary's own
+/// spread (`null` without a secondary).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Shifts {
+    pub candidate: Shift,
+    pub secondary: Option<Shift>,
 }
 
 impl ClassReport {
-    fn of(class: &str, pairs: &[(&Side, &Side)], window_s: f64, slo: &Slo) -> ClassReport {
+    fn of(
+        class: &str,
+        book: &[&Pair],
+        window_s: f64,
+        slo: &Slo,
+        thresholds: Thresholds,
+    ) -> ClassReport {
+        let candidate: Vec<Compared> = book.iter().filter_map(|p| p.candidate_answer).collect();
+        let noise: Vec<Compared> = book.iter().filter_map(|p| p.secondary_answer).collect();
+        let closes: Vec<Close> = book
+            .iter()
+            .filter_map(|p| p.close)
+            .filter(|(_, det)| *det)
+            .map(|(c, _)| c)
+            .collect();
+        let pairs: Vec<(&Side, &Side)> = book
+            .iter()
+            .filter_map(|p| Some((p.primary.as_ref()?, &p.shadow.as_ref()?.1)))
+            .collect();
+        let pairs = &pairs[..];
+        let secondaries: Vec<&Side> = book.iter().filter_map(|p| p.secondary.as_ref()).collect();
         let cfg = slo
             .classes
             .iter()
             .find(|c| c.name == class)
             .unwrap_or(&slo.default);
-        let answered = || {
-            pairs.iter().filter(|(p, s)| {
-                p.outcome == crate::measure::Outcome::Ok && s.outcome == crate::measure::Outcome::Ok
-            })
+        let ok = |p: &Side, s: &Side| {
+            p.outcome == crate::measure::Outcome::Ok && s.outcome == crate::measure::Outcome::Ok
+        };
+        let answered = || pairs.iter().filter(|(p, s)| ok(p, s));
+        let spread: Vec<(&Side, &Side)> = book
+            .iter()
+            .filter_map(|p| Some((p.primary.as_ref()?, p.secondary.as_ref()?)))
+            .filter(|(p, s)| ok(p, s))
+            .collect();
+        let shifts = |f: fn(&Side) -> Option<f64>| {
+            let times = |v: &mut dyn Iterator<Item = &(&Side, &Side)>| -> Vec<(f64, f64)> {
+                v.filter_map(|(p, s)| Some((f(p)?, f(s)?))).collect()
+            };
+            Shifts {
+                candidate: Shift::of(&times(&mut answered())),
+                secondary: (!spread.is_empty()).then(|| Shift::of(&times(&mut spread.iter()))),
+            }
         };
         let ratio = |f: fn(&Side) -> Option<f64>| {
             Ratio::of(
@@ -213,11 +321,17 @@ impl ClassReport {
             attainment_target: cfg.attainment,
             primary: SideStats::of(pairs.iter().map(|(p, _)| *p), window_s),
             shadow: SideStats::of(pairs.iter().map(|(_, s)| *s), window_s),
+            secondary: (!secondaries.is_empty())
+                .then(|| SideStats::of(secondaries.iter().copied(), window_s)),
             ttft_ratio: ratio(|s| s.ttft_ms),
             tpot_ratio: ratio(|s| s.tpot_ms),
+            ttft_shift: shifts(|s| s.ttft_ms),
+            tpot_shift: shifts(|s| s.tpot_ms),
             verdict,
             reason,
             rule: RULE,
+            answers: Answers::of(&candidate, &noise, thresholds, slo.min_samples.max(1))
+                .with_close(&closes),
         }
     }
 }

@@ -8,6 +8,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use super::answers::PairResult;
 use crate::{
     measure::{Held, Outcome},
     metrics::names,
@@ -33,10 +34,13 @@ pub enum DropReason {
     Backlog,
     /// The proxy stopped while the copy was under way, or its record was still waiting.
     Shutdown,
+    /// The answers' comparison queue was full: an answer (the primary's or a copy's) was
+    /// not compared. Its record is written as usual.
+    AnswerBacklog,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::InFlight,
         DropReason::BodyTooLarge,
         DropReason::BodyIncomplete,
@@ -45,6 +49,7 @@ impl DropReason {
         DropReason::TooLarge,
         DropReason::Backlog,
         DropReason::Shutdown,
+        DropReason::AnswerBacklog,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -57,6 +62,7 @@ impl DropReason {
             DropReason::TooLarge => "too_large",
             DropReason::Backlog => "backlog",
             DropReason::Shutdown => "shutdown",
+            DropReason::AnswerBacklog => "answer_backlog",
         }
     }
 }
@@ -65,6 +71,14 @@ impl DropReason {
 pub struct OutcomeLabel {
     pub outcome: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+/// Results of comparing a candidate's answer with the primary's. Closed set.
+pub const ANSWER_RESULTS: [&str; 3] = ["same", "differs", "close"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
@@ -76,6 +90,7 @@ pub struct ShadowMetrics {
     pub requests: Family<OutcomeLabel, Counter>,
     pub dropped: Family<ReasonLabel, Counter>,
     pub in_flight: Gauge,
+    pub answer_pairs: Family<ResultLabel, Counter>,
 }
 
 impl ShadowMetrics {
@@ -88,13 +103,27 @@ impl ShadowMetrics {
                 outcome: o.as_str(),
             });
         }
+        for result in ANSWER_RESULTS {
+            let _ = m.answer_pairs.get_or_create(&ResultLabel { result });
+        }
         for r in DropReason::ALL {
             let _ = m.dropped.get_or_create(&ReasonLabel { reason: r.as_str() });
         }
         names::SHADOW_REQUESTS.register(registry, m.requests.clone());
         names::SHADOW_DROPPED.register(registry, m.dropped.clone());
+        names::SHADOW_ANSWER_PAIRS.register(registry, m.answer_pairs.clone());
         names::SHADOW_IN_FLIGHT.register(registry, m.in_flight.clone());
         m
+    }
+
+    /// A candidate's answer was compared with the primary's (and, with log-probabilities,
+    /// its tokens with the secondary's).
+    pub fn compared(&self, result: PairResult) {
+        self.answer_pairs
+            .get_or_create(&ResultLabel {
+                result: result.as_str(),
+            })
+            .inc();
     }
 
     pub fn dropped(&self, reason: DropReason) {

@@ -15,11 +15,19 @@
 //!   dropped, and every copy taken ends one of these two ways, counted.
 //! - [`book`] pairs shadow records with their primaries for `GET /api/v1/shadow`;
 //!   [`report`] computes the side-by-side numbers and the verdict.
+//! - The answers of a pair are compared by the [`Comparer`], off the aggregator: it is
+//!   handed the frames' handles ([`Answers`]), decodes them on a blocking thread and
+//!   keeps only numbers (`answers` compares).
 
+mod answers;
 pub mod book;
+mod compare;
+mod logprobs;
 mod metrics;
 pub mod report;
+mod samples;
 mod send;
+mod shift;
 mod stage;
 mod view;
 mod worker;
@@ -38,7 +46,9 @@ use http::{
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+pub use answers::Answer;
 pub use book::Book;
+pub use compare::{Answers, Comparer, QUEUE_ANSWERS};
 pub use metrics::{DropReason, ShadowMetrics};
 pub use stage::{Queue, Stage};
 pub use view::{ShadowReport, View};
@@ -72,9 +82,18 @@ struct Inner {
     worker: OnceLock<Option<Worker>>,
 }
 
-/// A configured candidate: its settings, client and in-flight budget.
+/// A configured candidate: its settings, client and in-flight budget, and the
+/// secondary's when one is configured.
 struct Active {
     cfg: ShadowConfig,
+    client: send::Client,
+    permits: Arc<Semaphore>,
+    secondary: Option<Leg>,
+}
+
+/// The secondary's own client and in-flight budget (`max_in_flight` of its own, so that
+/// a slow secondary never takes the candidate's places, nor the other way round).
+struct Leg {
     client: send::Client,
     permits: Arc<Semaphore>,
 }
@@ -152,10 +171,32 @@ impl Shadow {
                 Arc::new(Semaphore::new(cfg.max_in_flight)),
             ),
         };
+        let secondary = cfg
+            .secondary
+            .as_ref()
+            .map(|target| match current.as_deref() {
+                Some(Active {
+                    cfg: old,
+                    secondary: Some(leg),
+                    ..
+                }) if old.same_secondary(cfg) => Leg {
+                    client: leg.client.clone(),
+                    permits: if old.max_in_flight == cfg.max_in_flight {
+                        leg.permits.clone()
+                    } else {
+                        Arc::new(Semaphore::new(cfg.max_in_flight))
+                    },
+                },
+                _ => Leg {
+                    client: crate::proxy::pooled_client(target),
+                    permits: Arc::new(Semaphore::new(cfg.max_in_flight)),
+                },
+            });
         self.inner.active.store(Some(Arc::new(Active {
             cfg: cfg.clone(),
             client,
             permits,
+            secondary,
         })));
     }
 
@@ -179,8 +220,27 @@ impl Shadow {
         }
     }
 
+    /// Diffy's thresholds of the current `[shadow]` (the defaults without one).
+    pub fn thresholds(&self) -> report::Thresholds {
+        let active = self.inner.active.load();
+        let d = crate::config::shadow::ShadowSection::default();
+        report::Thresholds {
+            relative: active
+                .as_ref()
+                .map_or(d.answers_relative, |a| a.cfg.answers_relative),
+            absolute: active
+                .as_ref()
+                .map_or(d.answers_absolute, |a| a.cfg.answers_absolute),
+        }
+    }
+
     pub fn metrics(&self) -> &ShadowMetrics {
         &self.inner.metrics
+    }
+
+    /// Flips once the proxy is stopping (for the [`Comparer`]).
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.inner.stop.subscribe()
     }
 
     /// Ends every copy under way (the proxy is stopping): no copy is sent any more, and
@@ -229,6 +289,17 @@ impl Mirror for Shadow {
             return None;
         };
         let held = self.inner.metrics.hold();
+        // The secondary under the same rules, with places of its own: without one, the
+        // candidate's copy still goes (the pair is then judged without noise).
+        let secondary = active.secondary.as_ref().and_then(|leg| {
+            match leg.permits.clone().try_acquire_owned() {
+                Ok(permit) => Some((permit, self.inner.metrics.hold())),
+                Err(_) => {
+                    self.inner.metrics.dropped(DropReason::InFlight);
+                    None
+                }
+            }
+        });
         let mut headers = head.parts.headers.clone();
         crate::proxy::strip_hop_by_hop(&mut headers, false);
         headers.remove(HOST);
@@ -256,6 +327,7 @@ impl Mirror for Shadow {
             active,
             permit,
             held,
+            secondary,
         }))
     }
 }
@@ -277,9 +349,15 @@ struct Ticket {
     permit: OwnedSemaphorePermit,
     held: Held,
     job: send::Job,
+    /// The secondary's place and hold, when it takes this copy too.
+    secondary: Option<(OwnedSemaphorePermit, Held)>,
 }
 
 impl MirrorTicket for Ticket {
+    fn answer_limit(&self) -> u64 {
+        self.active.cfg.max_answer_bytes
+    }
+
     fn body_complete(self: Box<Self>, chunks: &[Bytes]) {
         let Ticket {
             shadow,
@@ -287,36 +365,59 @@ impl MirrorTicket for Ticket {
             permit,
             held,
             mut job,
+            secondary,
         } = *self;
         job.body = chunks.to_vec();
         // The task keeps no hold on the shadow itself: dropping the shadow ends its thread.
-        let cx = send::Context {
+        let cx = || send::Context {
             config: shadow.config.clone(),
             metrics: shadow.metrics.clone(),
             recorder: shadow.recorder.load_full(),
             stop: shadow.stop.subscribe(),
         };
-        let task = send::run(cx, active, permit, held, job);
-        match shadow.worker.get() {
-            Some(Some(worker)) => worker.spawn(task),
-            // Without a thread of its own the copy runs beside the client's request; a
-            // task dropped unrun (outside a runtime) counts itself as `shutdown`.
-            _ => {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    drop(rt.spawn(task));
-                }
-            }
+        if let Some((permit, held)) = secondary {
+            let job = job.clone();
+            spawn(
+                &shadow,
+                send::run(
+                    cx(),
+                    active.clone(),
+                    send::Copy::Secondary,
+                    permit,
+                    held,
+                    job,
+                ),
+            );
         }
+        spawn(
+            &shadow,
+            send::run(cx(), active, send::Copy::Candidate, permit, held, job),
+        );
     }
 
     fn abandon(self: Box<Self>, why: Unmirrored) {
-        self.shadow.metrics.give_up(
-            self.held,
-            match why {
-                Unmirrored::TooLarge => DropReason::BodyTooLarge,
-                Unmirrored::Incomplete => DropReason::BodyIncomplete,
-            },
-        );
+        let reason = match why {
+            Unmirrored::TooLarge => DropReason::BodyTooLarge,
+            Unmirrored::Incomplete => DropReason::BodyIncomplete,
+        };
+        self.shadow.metrics.give_up(self.held, reason);
+        if let Some((_, held)) = self.secondary {
+            self.shadow.metrics.give_up(held, reason);
+        }
+    }
+}
+
+/// Runs a copy's task on the shadow's thread.
+fn spawn(shadow: &Inner, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    match shadow.worker.get() {
+        Some(Some(worker)) => worker.spawn(task),
+        // Without a thread of its own the copy runs beside the client's request; a
+        // task dropped unrun (outside a runtime) counts itself as `shutdown`.
+        _ => {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                drop(rt.spawn(task));
+            }
+        }
     }
 }
 

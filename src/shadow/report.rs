@@ -5,6 +5,7 @@
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde::Serialize;
 
+use super::{answers::Compared, logprobs::Close, samples::Sampled};
 use crate::{measure::Outcome, quantile::nearest_rank};
 
 /// The verdict's rule, as the API states it.
@@ -12,6 +13,169 @@ pub const RULE: &str = "insufficient while fewer than slo.min_samples pairs have
 sides judged (met or missed); otherwise pass when the shadow's attainment over those pairs \
 is at least the class's attainment target and, where the class sets error_rate_max, the \
 shadow's error rate is at most that; else fail";
+
+/// The answers verdict's rule, as the API states it (Twitter's Diffy, docs/SHADOW.md).
+pub const ANSWERS_RULE: &str = "over the deterministic requests (temperature 0 or a seed) \
+whose candidate and primary both answered in full: insufficient while fewer than \
+slo.min_samples pairs; otherwise, with d the share of the candidate's answers that differ \
+from the primary's and n the share of the secondary's that do (0 without a secondary), fail \
+when d - n > shadow.answers_absolute and d - n > shadow.answers_relative * n, else pass. \
+Sampled requests are compared by length and finish reason only, never word for word";
+
+/// Diffy's thresholds (`shadow.answers_relative`, `shadow.answers_absolute`).
+#[derive(Debug, Clone, Copy)]
+pub struct Thresholds {
+    pub relative: f64,
+    pub absolute: f64,
+}
+
+/// The 50th and 95th percentiles of a position.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Positions {
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+}
+
+impl Positions {
+    fn of(mut v: Vec<f64>) -> Positions {
+        v.sort_by(f64::total_cmp);
+        Positions {
+            p50: nearest_rank(&v, 0.5),
+            p95: nearest_rank(&v, 0.95),
+        }
+    }
+}
+
+/// The answers half of a class's verdict (`answers` in `GET /api/v1/shadow`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Answers {
+    /// Deterministic candidate-vs-primary pairs compared.
+    pub pairs: u64,
+    /// Their share of exact matches.
+    pub exact_match: Option<f64>,
+    /// Deterministic secondary-vs-primary pairs compared, and their share of exact
+    /// matches: the primary's own noise.
+    pub noise_pairs: u64,
+    pub noise_exact_match: Option<f64>,
+    /// Where the differing deterministic answers first differ: in streamed tokens, and in
+    /// characters.
+    pub first_divergence_tokens: Positions,
+    pub first_divergence_chars: Positions,
+    /// Sampled (non-deterministic) pairs, compared by distribution only: their lengths
+    /// and finish reasons by two-sample tests, the candidate's and the secondary's.
+    pub sampled_pairs: u64,
+    pub sampled: Sampled,
+    pub noise_sampled: Option<Sampled>,
+    /// The candidate's output length over the primary's, over every compared pair.
+    pub length_ratio: Positions,
+    /// Share of compared pairs with the same finish reason, candidate and secondary.
+    pub finish_equal: Option<f64>,
+    pub noise_finish_equal: Option<f64>,
+    /// vLLM's top-5 rule between the candidate's and the secondary's tokens
+    /// (`shadow.logprobs`), over the deterministic pairs both answered with them: how many,
+    /// the share it accepts (the same tokens, or at the first difference each in the
+    /// other's top 5), and the mean top-5 KL divergence up to the first difference.
+    /// `null` without log-probabilities.
+    pub close_pairs: u64,
+    pub close_rate: Option<f64>,
+    pub kl_mean: Option<f64>,
+    pub verdict: Verdict,
+    pub reason: String,
+    pub rule: &'static str,
+}
+
+impl Answers {
+    /// The numbers and the verdict over the compared pairs of a class.
+    pub fn of(
+        candidate: &[Compared],
+        secondary: &[Compared],
+        t: Thresholds,
+        min_pairs: u64,
+    ) -> Answers {
+        let det = |v: &[Compared]| {
+            v.iter()
+                .filter(|c| c.deterministic)
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        let (cd, sd) = (det(candidate), det(secondary));
+        let share = |v: &[Compared], f: fn(&Compared) -> bool| {
+            (!v.is_empty()).then(|| v.iter().filter(|c| f(c)).count() as f64 / v.len() as f64)
+        };
+        let exact_match = share(&cd, |c| c.exact);
+        let noise_exact_match = share(&sd, |c| c.exact);
+        let n = cd.len() as u64;
+        let (verdict, reason) = match exact_match {
+            _ if n < min_pairs => (
+                Verdict::Insufficient,
+                format!("{n} deterministic pairs, {min_pairs} needed"),
+            ),
+            None => (Verdict::Insufficient, "no deterministic pairs".to_owned()),
+            Some(same) => {
+                let d = 1.0 - same;
+                let noise = 1.0 - noise_exact_match.unwrap_or(1.0);
+                let over = d - noise;
+                if over > t.absolute && over > t.relative * noise {
+                    (
+                        Verdict::Fail,
+                        format!(
+                            "{d:.4} of the candidate's answers differ against a noise of \
+                             {noise:.4}, beyond {} relative and {} absolute",
+                            t.relative, t.absolute
+                        ),
+                    )
+                } else {
+                    (
+                        Verdict::Pass,
+                        format!(
+                            "{d:.4} of the candidate's answers differ against a noise of \
+                             {noise:.4}, within {} relative or {} absolute",
+                            t.relative, t.absolute
+                        ),
+                    )
+                }
+            }
+        };
+        let positions = |f: fn(&Compared) -> Option<u64>| {
+            Positions::of(cd.iter().filter_map(|c| f(c).map(|v| v as f64)).collect())
+        };
+        Answers {
+            pairs: n,
+            exact_match,
+            noise_pairs: sd.len() as u64,
+            noise_exact_match,
+            first_divergence_tokens: positions(|c| c.first_divergence_tokens),
+            first_divergence_chars: positions(|c| c.first_divergence_chars),
+            sampled_pairs: candidate.iter().filter(|c| !c.deterministic).count() as u64,
+            sampled: Sampled::of(candidate),
+            noise_sampled: (!secondary.is_empty()).then(|| Sampled::of(secondary)),
+            length_ratio: Positions::of(candidate.iter().filter_map(|c| c.length_ratio).collect()),
+            finish_equal: share(candidate, |c| c.finish_equal),
+            noise_finish_equal: share(secondary, |c| c.finish_equal),
+            close_pairs: 0,
+            close_rate: None,
+            kl_mean: None,
+            verdict,
+            reason,
+            rule: ANSWERS_RULE,
+        }
+    }
+}
+
+impl Answers {
+    /// With vLLM's rule between the copies' tokens (`shadow.logprobs`), over the
+    /// deterministic pairs both copies answered with log-probabilities.
+    pub fn with_close(mut self, closes: &[Close]) -> Answers {
+        if !closes.is_empty() {
+            let n = closes.len() as f64;
+            self.close_pairs = closes.len() as u64;
+            self.close_rate = Some(closes.iter().filter(|c| c.accepted).count() as f64 / n);
+            let kls: Vec<f64> = closes.iter().filter_map(|c| c.kl).collect();
+            self.kl_mean = (!kls.is_empty()).then(|| kls.iter().sum::<f64>() / kls.len() as f64);
+        }
+        self
+    }
+}
 
 /// Bootstrap resamples for the ratio confidence intervals; 200 gives the 2.5th and 97.5th
 /// percentiles to within a few resamples and costs milliseconds at the book's size.

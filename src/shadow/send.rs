@@ -23,14 +23,33 @@ use crate::{
     decode::{Api, inspect_request},
     measure::{
         Delivered, Ending, HeadInfo, Held, Outcome, ProxyFailure, Recorder, RequestCapture,
-        ShadowCut, Tap,
+        ShadowCut, Tap, Target,
     },
 };
 
 pub(super) type Client =
     hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// Which system a copy goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Copy {
+    /// `shadow.url`: asked for `shadow.model`, with `shadow.auth_header`.
+    Candidate,
+    /// `shadow.secondary_url`: a replica of the primary, sent the client's body as it is.
+    Secondary,
+}
+
+impl Copy {
+    fn target(self) -> Target {
+        match self {
+            Copy::Candidate => Target::Shadow,
+            Copy::Secondary => Target::Secondary,
+        }
+    }
+}
+
 /// What a copy needs from the primary request.
+#[derive(Clone)]
 pub(super) struct Job {
     /// Path and query as the client sent them.
     pub path: String,
@@ -59,6 +78,7 @@ pub(super) struct Context {
 pub(super) async fn run(
     cx: Context,
     active: Arc<Active>,
+    copy: Copy,
     permit: OwnedSemaphorePermit,
     held: Held,
     job: Job,
@@ -77,11 +97,18 @@ pub(super) async fn run(
         held.settle();
         return;
     }
-    let sent_body = match &active.cfg.model {
-        Some(name) => rewrite_model(&body, name).unwrap_or_else(|| body.clone()),
-        None => body.clone(),
+    let sent_body = match (&active.cfg.model, copy) {
+        (Some(name), Copy::Candidate) => rewrite_model(&body, name).unwrap_or_else(|| body.clone()),
+        _ => body.clone(),
     };
-    let Some(request) = request(&active, &job, sent_body) else {
+    // The copies (never the client's request) ask for each token's top alternatives.
+    let sent_body = if active.cfg.logprobs {
+        super::logprobs::ask(job.api, &sent_body).unwrap_or(sent_body)
+    } else {
+        sent_body
+    };
+    let deterministic = is_deterministic(&body);
+    let Some(request) = request(&active, copy, &job, sent_body) else {
         metrics.give_up(held, DropReason::Unreachable);
         return;
     };
@@ -106,7 +133,7 @@ pub(super) async fn run(
     });
     let mut tap = Tap::new(
         recorder,
-        format!("{}:shadow", job.pair_id),
+        format!("{}:{}", job.pair_id, copy.target().as_str()),
         t_sent,
         job.api,
         capture_rx,
@@ -123,15 +150,25 @@ pub(super) async fn run(
     // From here the place travels with the measurement, to the aggregator or to a drop.
     tap.hold(held);
     tap.user_clock();
-    tap.shadow_of(job.pair_id);
+    tap.copy_of(copy.target(), job.pair_id);
+    if deterministic {
+        tap.deterministic();
+    }
+    // Handles to the answer's frames (already bounded by `max_answer_bytes` below), for
+    // its comparison with the primary's at record time.
+    tap.keep_answer(active.cfg.max_answer_bytes);
     if config.tokenizer.enabled() {
         tap.count_text(config.tokenizer.text_limit);
     }
     drop(config);
     let limit = active.cfg.max_answer_bytes;
+    let client = match (copy, &active.secondary) {
+        (Copy::Secondary, Some(leg)) => &leg.client,
+        _ => &active.client,
+    };
     let ended = {
         let exchange =
-            tokio::time::timeout_at(deadline, exchange(&active.client, request, &mut tap, limit));
+            tokio::time::timeout_at(deadline, exchange(client, request, &mut tap, limit));
         tokio::select! {
             ended = exchange => Some(ended),
             _ = stop.wait_for(|s| *s) => None,
@@ -246,9 +283,13 @@ fn selected(config: &Config, active: &Active, job: &Job, model: Option<&str>) ->
     class.is_some_and(|c| cfg.classes.iter().any(|g| glob(g, &c.name)))
 }
 
-/// The copy as the candidate receives it: its URL, the filtered headers, its credential.
-fn request(active: &Active, job: &Job, body: Bytes) -> Option<Request<Full<Bytes>>> {
-    let target = &active.cfg.target;
+/// The copy as the candidate (or the secondary) receives it: its URL, the filtered
+/// headers, the candidate's credential.
+fn request(active: &Active, copy: Copy, job: &Job, body: Bytes) -> Option<Request<Full<Bytes>>> {
+    let target = match copy {
+        Copy::Candidate => &active.cfg.target,
+        Copy::Secondary => active.cfg.secondary.as_ref()?,
+    };
     let uri = format!(
         "{}://{}{}{}",
         target.scheme, target.authority, target.base_path, job.path
@@ -257,10 +298,29 @@ fn request(active: &Active, job: &Job, body: Bytes) -> Option<Request<Full<Bytes
     *request.headers_mut() = job.headers.clone();
     let headers = request.headers_mut();
     headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-    if let Some((name, value)) = &active.cfg.auth_header {
+    if copy == Copy::Candidate
+        && let Some((name, value)) = &active.cfg.auth_header
+    {
         headers.insert(name.clone(), value.clone());
     }
     Some(request)
+}
+
+/// Whether the request asks for a reproducible answer: `temperature` 0 or a `seed`, at
+/// the top level (OpenAI, Anthropic, llama.cpp), in `options` (Ollama) or `parameters`
+/// (TGI).
+fn is_deterministic(body: &[u8]) -> bool {
+    let Ok(serde_json::Value::Object(top)) = serde_json::from_slice(body) else {
+        return false;
+    };
+    let says = |o: &serde_json::Map<String, serde_json::Value>| {
+        o.get("temperature").and_then(serde_json::Value::as_f64) == Some(0.0)
+            || o.get("seed").is_some_and(|s| !s.is_null())
+    };
+    says(&top)
+        || ["options", "parameters"]
+            .iter()
+            .any(|k| top.get(*k).and_then(|v| v.as_object()).is_some_and(says))
 }
 
 fn joined(chunks: &[Bytes]) -> Bytes {
@@ -298,6 +358,17 @@ mod tests {
         assert_eq!(v["stream"], true);
         assert!(rewrite_model(br#"{"inputs":"x"}"#, "b").is_none());
         assert!(rewrite_model(b"not json", "b").is_none());
+    }
+
+    #[test]
+    fn deterministic_requests_are_recognised() {
+        assert!(is_deterministic(br#"{"temperature":0}"#));
+        assert!(is_deterministic(br#"{"temperature":0.7,"seed":3}"#));
+        assert!(is_deterministic(br#"{"options":{"temperature":0.0}}"#));
+        assert!(is_deterministic(br#"{"parameters":{"seed":1}}"#));
+        assert!(!is_deterministic(br#"{"temperature":0.7,"seed":null}"#));
+        assert!(!is_deterministic(br#"{}"#));
+        assert!(!is_deterministic(b"not json"));
     }
 
     #[test]

@@ -5,7 +5,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{Book, Shadow, book::ClassReport, report::RULE};
+use super::{
+    Book, Shadow,
+    book::ClassReport,
+    report::{ANSWERS_RULE, RULE},
+};
 use crate::config::Slo;
 
 /// What the admin server reads.
@@ -30,6 +34,7 @@ pub struct ShadowReport {
     /// Pairs needed before a verdict (`slo.min_samples`).
     pub min_pairs: u64,
     pub rule: &'static str,
+    pub answers_rule: &'static str,
     pub classes: Vec<ClassReport>,
 }
 
@@ -40,15 +45,22 @@ impl View {
         if !self.shadow.state().configured {
             return None;
         }
-        let classes: serde_json::Map<String, serde_json::Value> = self
+        let report = self
             .book
-            .report(window, Instant::now(), slo)
+            .report(window, Instant::now(), slo, self.shadow.thresholds());
+        let answers: serde_json::Map<String, serde_json::Value> = report
+            .iter()
+            .map(|c| (c.class.clone(), serde_json::json!(c.answers.verdict)))
+            .collect();
+        let classes: serde_json::Map<String, serde_json::Value> = report
             .into_iter()
             .map(|c| (c.class, serde_json::json!(c.verdict)))
             .collect();
+        // `classes` is the latency verdict, as before; `answers` the answers verdict.
         Some(serde_json::json!({
             "window_s": window.as_secs_f64(),
             "classes": classes,
+            "answers": answers,
         }))
     }
 
@@ -63,7 +75,10 @@ impl View {
             dropped: self.shadow.metrics().drops().into_iter().collect(),
             min_pairs: slo.min_samples.max(1),
             rule: RULE,
-            classes: self.book.report(window, Instant::now(), slo),
+            answers_rule: ANSWERS_RULE,
+            classes: self
+                .book
+                .report(window, Instant::now(), slo, self.shadow.thresholds()),
         }
     }
 }

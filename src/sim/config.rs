@@ -56,6 +56,10 @@ pub struct SimConfig {
     ///
     /// [`Truth::event_times`]: super::Truth::event_times
     pub record_event_times: bool,
+    /// Share of the deterministic requests (`temperature` 0 or a `seed`) answered with
+    /// other words than the prompt's usual ones, as a replica whose batching changes the
+    /// arithmetic would: exactly this share of every run of them, spread evenly.
+    pub vary_share: f64,
 }
 
 impl Default for SimConfig {
@@ -83,6 +87,7 @@ impl Default for SimConfig {
             max_input_tokens: None,
             engine_version: None,
             record_event_times: false,
+            vary_share: 0.0,
         }
     }
 }
@@ -135,6 +140,10 @@ pub struct SimArgs {
     /// Context limit on input tokens (estimated at 4 bytes each): longer prompts get 400.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_input_tokens: Option<u64>,
+    /// Share of deterministic requests (temperature 0 or a seed) answered with other words
+    /// than the same prompt usually gets.
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
+    pub vary_share: f64,
     /// Answer `GET /version` with this version, as vLLM does (no such route without it).
     #[arg(long, value_name = "VERSION")]
     pub engine_version: Option<String>,
@@ -160,6 +169,7 @@ impl SimArgs {
             engine_version: self.engine_version.clone(),
             // Grows with every event: for the benchmarks that embed the simulator.
             record_event_times: false,
+            vary_share: self.vary_share,
         }
     }
 }

@@ -149,7 +149,7 @@ async fn generate(shared: Arc<Shared>, api: Api, req: Request<Incoming>) -> Resp
     truth.prompt_tokens = params.prompt_tokens;
     // Counted in flight from here, so this request's own TTFT already sees its load.
     let mut flight = InFlight::start(shared.clone(), truth);
-    let draw = Draw::new(&shared, seq, params.max_tokens);
+    let draw = Draw::new(&shared, draw_key(&shared, seq, &params), params.max_tokens);
 
     if draw.fail {
         if let Some(t) = flight.truth_mut() {
@@ -196,10 +196,30 @@ struct Draw {
     rng: SmallRng,
 }
 
+/// What seeds a request's generator beside the simulator's seed: its sequence number, or
+/// for a deterministic request its prompt, so that the same prompt gets the same words
+/// (greedy decoding) on every simulator of the same seed, in any order; except for
+/// `vary_share` of them, spread evenly over the deterministic requests.
+fn draw_key(shared: &Shared, seq: u64, params: &GenRequest) -> u64 {
+    let Some(prompt) = params.prompt_key else {
+        return seq.wrapping_mul(SEED_SPREAD);
+    };
+    let share = shared.cfg.vary_share;
+    if share <= 0.0 {
+        return prompt;
+    }
+    let n = shared.deterministic.fetch_add(1, Ordering::Relaxed) as f64;
+    if ((n + 1.0) * share).floor() > (n * share).floor() {
+        prompt ^ (n as u64 + 1).wrapping_mul(SEED_SPREAD)
+    } else {
+        prompt
+    }
+}
+
 impl Draw {
-    fn new(shared: &Shared, seq: u64, max_tokens: Option<u32>) -> Self {
+    fn new(shared: &Shared, key: u64, max_tokens: Option<u32>) -> Self {
         let cfg = &shared.cfg;
-        let mut rng = SmallRng::seed_from_u64(cfg.seed ^ seq.wrapping_mul(SEED_SPREAD));
+        let mut rng = SmallRng::seed_from_u64(cfg.seed ^ key);
         let fail = rng.random::<f64>() < cfg.error_rate;
         let reset = rng.random::<f64>() < cfg.reset_rate;
         let wanted = match &cfg.output_tokens {
@@ -262,6 +282,7 @@ fn stream_response(
         reset_after: draw.reset_after,
         include_usage: params.include_usage,
         prompt_tokens: params.prompt_tokens,
+        top_logprobs: params.top_logprobs,
     };
     let mut resp = Response::new(SimBody::stream(plan, flight));
     let h = resp.headers_mut();
@@ -336,6 +357,10 @@ struct RawRequest {
     max_completion_tokens: Option<u64>,
     stream: Option<bool>,
     stream_options: Option<RawStreamOptions>,
+    temperature: Option<f64>,
+    seed: Option<Value>,
+    logprobs: Option<Value>,
+    top_logprobs: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -351,11 +376,15 @@ struct RawStreamOptions {
 /// A validated generation request.
 #[derive(Debug, PartialEq)]
 struct GenRequest {
+    /// A deterministic request's (`temperature` 0 or a `seed`) key: a hash of its body.
+    prompt_key: Option<u64>,
     model: Option<String>,
     max_tokens: Option<u32>,
     stream: bool,
     include_usage: bool,
     prompt_tokens: u64,
+    /// Top alternatives per token: a chat request with `logprobs: true`.
+    top_logprobs: Option<u32>,
 }
 
 impl GenRequest {
@@ -365,6 +394,7 @@ impl GenRequest {
         let prompt_bytes = match api {
             Api::Chat => raw
                 .messages
+                .as_ref()
                 .ok_or(bad("'messages' is required"))?
                 .iter()
                 .map(|m| m.content.as_ref().map_or(0, text_bytes))
@@ -380,7 +410,22 @@ impl GenRequest {
         if max_tokens == Some(0) {
             return Err(bad("'max_tokens' must be at least 1"));
         }
+        let deterministic =
+            raw.temperature == Some(0.0) || raw.seed.as_ref().is_some_and(|s| !s.is_null());
+        let prompt_key = deterministic.then(|| {
+            // The prompt and the seed, not the rest of the body (a copy may ask for
+            // log-probabilities besides): std's hasher is keyed the same in every process
+            // of one build, which is all a test's simulators need.
+            let mut h = std::hash::DefaultHasher::new();
+            for m in raw.messages.iter().flatten() {
+                std::hash::Hash::hash(&m.content.as_ref().map(Value::to_string), &mut h);
+            }
+            std::hash::Hash::hash(&raw.prompt.as_ref().map(Value::to_string), &mut h);
+            std::hash::Hash::hash(&raw.seed.as_ref().map(Value::to_string), &mut h);
+            std::hash::Hasher::finish(&h)
+        });
         Ok(GenRequest {
+            prompt_key,
             model: raw.model.filter(|m| !m.is_empty()),
             max_tokens: max_tokens.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
             stream: raw.stream.unwrap_or(false),
@@ -390,6 +435,8 @@ impl GenRequest {
                 .unwrap_or(false),
             // A tokenizer-free estimate: about 4 bytes of English per token.
             prompt_tokens: (prompt_bytes / 4).max(1),
+            top_logprobs: (raw.logprobs == Some(Value::Bool(true)))
+                .then(|| raw.top_logprobs.unwrap_or(0)),
         })
     }
 }
@@ -482,6 +529,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn deterministic_requests_draw_from_their_prompt_and_vary_by_share() {
+        let greedy = |text: &str| {
+            let body =
+                format!(r#"{{"messages":[{{"role":"user","content":"{text}"}}],"temperature":0}}"#);
+            GenRequest::parse(Api::Chat, body.as_bytes()).unwrap()
+        };
+        use crate::sim::SimConfig;
+        let shared = Shared::new(SimConfig::default());
+        let (a, b) = (greedy("a"), greedy("b"));
+        assert_eq!(draw_key(&shared, 1, &a), draw_key(&shared, 7, &a));
+        assert_ne!(draw_key(&shared, 1, &a), draw_key(&shared, 1, &b));
+        let sampled = GenRequest::parse(Api::Chat, br#"{"messages":[]}"#).unwrap();
+        assert_ne!(
+            draw_key(&shared, 1, &sampled),
+            draw_key(&shared, 2, &sampled)
+        );
+        let varying = Shared::new(SimConfig {
+            vary_share: 0.3,
+            ..SimConfig::default()
+        });
+        let usual = draw_key(&shared, 0, &a);
+        let varied = (0..100)
+            .filter(|i| draw_key(&varying, *i, &a) != usual)
+            .count();
+        assert_eq!(varied, 30);
+    }
+
+    #[test]
     fn parses_chat_request() {
         let body = br#"{"model":"m","messages":[{"role":"user","content":"abcdefgh"},
             {"role":"user","content":[{"type":"text","text":"abcd"}]}],
@@ -491,6 +566,8 @@ mod tests {
         assert_eq!(
             r,
             GenRequest {
+                top_logprobs: None,
+                prompt_key: None,
                 model: Some("m".into()),
                 max_tokens: Some(20),
                 stream: true,

@@ -77,6 +77,8 @@ pub(crate) struct Shared {
     pub(crate) cfg: SimConfig,
     /// Sequence number of the next generation request; seeds its generator.
     pub(crate) requests: AtomicU64,
+    /// Deterministic requests so far, for `vary_share`.
+    pub(crate) deterministic: AtomicU64,
     /// Requests between head received and body finished or dropped.
     pub(crate) in_flight: AtomicUsize,
     pub(crate) truth: truth::TruthLog,
@@ -90,6 +92,7 @@ impl Shared {
         Shared {
             cfg,
             requests: AtomicU64::new(0),
+            deterministic: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             truth: truth::TruthLog::default(),
             metrics,

@@ -48,6 +48,8 @@ pub(crate) struct StreamPlan {
     pub reset_after: Option<u32>,
     pub include_usage: bool,
     pub prompt_tokens: u64,
+    /// Top alternatives per token, when a chat request asked for `logprobs`.
+    pub top_logprobs: Option<u32>,
 }
 
 /// Body of every simulator response.
@@ -155,9 +157,12 @@ impl Stream {
                 *this.sent_events += 1;
                 *this.sent_tokens += tokens;
                 let last = *this.sent_tokens >= plan.tokens;
-                let event = plan
-                    .enc
-                    .content(&mut plan.rng, tokens, last.then_some(plan.finish));
+                let event = plan.enc.content(
+                    &mut plan.rng,
+                    tokens,
+                    last.then_some(plan.finish),
+                    plan.top_logprobs,
+                );
                 if !last {
                     let gap = this
                         .flight
@@ -294,6 +299,7 @@ mod tests {
             reset_after,
             include_usage: true,
             prompt_tokens: 1,
+            top_logprobs: None,
         };
         SimBody::stream(plan, InFlight::start(shared.clone(), truth))
     }

@@ -76,24 +76,66 @@ impl Encoder {
         self.event(TAIL.len(), |b| b.put_slice(TAIL))
     }
 
-    /// A content event of `tokens` words; `finish` is set on the last one.
+    /// A content event of `tokens` words; `finish` is set on the last one. With `top`
+    /// (a chat request that asked for `logprobs`), each word comes with its
+    /// log-probability and the `top` likeliest words at its place: itself first, then
+    /// the words after it in the list.
     pub(crate) fn content<R: Rng + ?Sized>(
         &self,
         rng: &mut R,
         tokens: u32,
         finish: Option<&str>,
+        top: Option<u32>,
     ) -> Bytes {
         let (open, close): (&[u8], &[u8]) = match self.api {
             Api::Chat => (br#","choices":[{"index":0,"delta":{"content":""#, br#""},"#),
             Api::Completions => (br#","choices":[{"index":0,"text":""#, br#"","#),
         };
+        let top = top.filter(|_| self.api == Api::Chat);
         // Words are at most 8 bytes; reserving for that avoids a regrow.
         let estimate = open.len() + close.len() + 8 * tokens as usize + 48;
         self.event(estimate, |b| {
             b.put_slice(open);
-            push_words(b, rng, tokens);
-            b.put_slice(close);
-            b.put_slice(br#""logprobs":null,"finish_reason":"#);
+            match top {
+                None => {
+                    push_words(b, rng, tokens);
+                    b.put_slice(close);
+                    b.put_slice(br#""logprobs":null,"finish_reason":"#);
+                }
+                Some(k) => {
+                    let drawn: Vec<usize> = (0..tokens)
+                        .map(|_| rng.random_range(0..WORDS.len()))
+                        .collect();
+                    for i in &drawn {
+                        b.put_slice(WORDS[*i].as_bytes());
+                    }
+                    b.put_slice(close);
+                    b.put_slice(br#""logprobs":{"content":["#);
+                    for (n, i) in drawn.iter().enumerate() {
+                        if n > 0 {
+                            b.put_u8(b',');
+                        }
+                        let alternatives: Vec<String> = (0..k as usize)
+                            .map(|j| {
+                                format!(
+                                    r#"{{"token":"{}","logprob":{}}}"#,
+                                    WORDS[(i + j) % WORDS.len()],
+                                    -0.1 - j as f64
+                                )
+                            })
+                            .collect();
+                        b.put_slice(
+                            format!(
+                                r#"{{"token":"{}","logprob":-0.1,"top_logprobs":[{}]}}"#,
+                                WORDS[*i],
+                                alternatives.join(",")
+                            )
+                            .as_bytes(),
+                        );
+                    }
+                    b.put_slice(br#"]},"finish_reason":"#);
+                }
+            }
             match finish {
                 Some(reason) => {
                     b.put_u8(b'"');
@@ -213,7 +255,7 @@ mod tests {
         assert_eq!(role["choices"][0]["delta"]["role"], "assistant");
         assert_eq!(role["choices"][0]["delta"]["content"], "");
 
-        let c = parse(&enc.content(&mut rng, 3, None));
+        let c = parse(&enc.content(&mut rng, 3, None, None));
         assert_eq!(c["object"], "chat.completion.chunk");
         assert_eq!(
             c["choices"][0]["delta"]["content"]
@@ -224,7 +266,7 @@ mod tests {
             4
         );
         assert!(c["choices"][0]["finish_reason"].is_null());
-        let last = parse(&enc.content(&mut rng, 1, Some("length")));
+        let last = parse(&enc.content(&mut rng, 1, Some("length"), None));
         assert_eq!(last["choices"][0]["finish_reason"], "length");
 
         let u = parse(&enc.usage(Usage {
@@ -239,9 +281,34 @@ mod tests {
     fn completion_events_carry_text() {
         let enc = Encoder::new(Api::Completions, "cmpl-1", 7, "m");
         let mut rng = SmallRng::seed_from_u64(1);
-        let c = parse(&enc.content(&mut rng, 2, Some("stop")));
+        let c = parse(&enc.content(&mut rng, 2, Some("stop"), None));
         assert_eq!(c["object"], "text_completion");
         assert!(!c["choices"][0]["text"].as_str().unwrap().is_empty());
         assert_eq!(c["choices"][0]["finish_reason"], "stop");
+    }
+
+    #[test]
+    fn chat_events_carry_the_top_alternatives_when_asked() {
+        let enc = Encoder::new(Api::Chat, "c", 7, "m");
+        let (mut a, mut b) = (SmallRng::seed_from_u64(3), SmallRng::seed_from_u64(3));
+        let plain = parse(&enc.content(&mut a, 2, None, None));
+        let with = parse(&enc.content(&mut b, 2, None, Some(5)));
+        // The same words either way; each with itself first among 5 alternatives.
+        assert_eq!(
+            plain["choices"][0]["delta"]["content"],
+            with["choices"][0]["delta"]["content"]
+        );
+        let tokens = with["choices"][0]["logprobs"]["content"]
+            .as_array()
+            .unwrap();
+        assert_eq!(tokens.len(), 2);
+        let words: String = tokens
+            .iter()
+            .map(|t| t["token"].as_str().unwrap())
+            .collect();
+        assert_eq!(with["choices"][0]["delta"]["content"], words.as_str());
+        assert_eq!(tokens[0]["top_logprobs"].as_array().unwrap().len(), 5);
+        assert_eq!(tokens[0]["top_logprobs"][0]["token"], tokens[0]["token"]);
+        assert!(plain["choices"][0]["logprobs"].is_null());
     }
 }

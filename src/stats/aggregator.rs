@@ -62,6 +62,8 @@ pub struct Aggregator {
     shadow: Option<(crate::shadow::Book, crate::shadow::ShadowMetrics)>,
     /// The shadow's records ([`crate::shadow::Stage`]); `None` without a shadow.
     shadow_rx: Option<mpsc::Receiver<Pending>>,
+    /// Where mirrored answers go to be compared ([`crate::shadow::Comparer`]).
+    answers: Option<crate::shadow::Answers>,
 }
 
 impl Aggregator {
@@ -89,6 +91,7 @@ impl Aggregator {
             sinks: Vec::new(),
             shadow: None,
             shadow_rx: None,
+            answers: None,
         }
     }
 
@@ -99,15 +102,17 @@ impl Aggregator {
     }
 
     /// Reads shadow records from `records`, keeps them apart, in `book`, and pairs
-    /// mirrored primaries with them.
+    /// mirrored primaries with them; hands their answers to `answers` to be compared.
     pub fn with_shadow(
         mut self,
         book: crate::shadow::Book,
         metrics: crate::shadow::ShadowMetrics,
         records: mpsc::Receiver<Pending>,
+        answers: crate::shadow::Answers,
     ) -> Aggregator {
         self.shadow = Some((book, metrics));
         self.shadow_rx = Some(records);
+        self.answers = Some(answers);
         self
     }
 
@@ -211,10 +216,20 @@ impl Aggregator {
         } else {
             None
         };
+        let answer = (self.answers.is_some()
+            && (pending.pairing.mirrored || pending.pairing.target.is_copy()))
+        .then(|| (std::mem::take(&mut pending.answer), pending.kind));
         let finished = pending.finish_all();
         let (mut record, gaps) = (finished.record, finished.gaps);
         let config = self.config.load();
-        if record.pairing.target == Target::Shadow {
+        // Handles to the answer's frames go to the shadow's comparer: nothing is decoded
+        // or compared here, and a full queue drops them rather than wait.
+        if let (Some((chunks, kind)), Some(answers), Some(shadow)) =
+            (answer, &self.answers, config.shadow.as_ref())
+        {
+            answers.hand_over(&record, api, kind, chunks, shadow);
+        }
+        if record.pairing.target.is_copy() {
             slo::judge(&mut record, &config.slo);
             self.shadow_answer(record, config.log.access_log);
             if let Some(held) = held {
@@ -280,7 +295,10 @@ impl Aggregator {
     /// out of every view of the primary (metrics, attainment, capacity, drift, profiles).
     fn shadow_answer(&mut self, record: RequestRecord, log: bool) {
         if let Some((book, metrics)) = &self.shadow {
-            metrics.answered(record.outcome);
+            // The secondary describes the primary's noise, not the candidate.
+            if record.pairing.target == Target::Shadow {
+                metrics.answered(record.outcome);
+            }
             book.note(&record);
         }
         if log {

@@ -309,24 +309,31 @@
       (sh.switched_on_for_s ? " · switched on by drift for " + int(sh.switched_on_for_s / 60) + " more min" : "") +
       " · dropped: " + (drops || "none"));
     if (!sh.classes.length) { box.replaceChildren(head, el("div", { class: "empty" }, "no pairs in the window yet")); return; }
-    const t = el("table", {}, el("thead", {}, el("tr", {}, ...["class", "pairs", "attainment (primary / shadow)", "goodput tok/s", "TTFT p95", "TPOT p95", "output p50", "TTFT ratio (median, 95% CI)", "verdict"].map((h) => el("th", {}, h)))));
+    const t = el("table", {}, el("thead", {}, el("tr", {}, ...["class", "pairs", "attainment (primary / shadow)", "goodput tok/s", "TTFT p95", "TPOT p95", "output p50", "TTFT ratio (median, 95% CI)", "verdict", "same answers (candidate / secondary)", "answers"].map((h) => el("th", {}, h)))));
     const tb = el("tbody");
     const both = (a, b, f) => f(a) + " / " + f(b);
+    const mark = (v) => (v === "pass" ? "good" : v === "fail" ? "bad" : "muted");
     for (const c of sh.classes) {
       const r = c.ttft_ratio.median;
       const ratio = r.value === null ? "–" : num(r.value, 2) + "×" + (r.ci95 ? " [" + num(r.ci95[0], 2) + ", " + num(r.ci95[1], 2) + "]" : "");
-      const cls = c.verdict === "pass" ? "good" : c.verdict === "fail" ? "bad" : "muted";
-      tb.append(el("tr", { title: c.reason },
+      const cls = mark(c.verdict);
+      const a = c.answers;
+      const same = (v) => (v === null ? "–" : pct(v));
+      const words = int(a.pairs) + " · " + same(a.exact_match) + " / " + same(a.noise_exact_match) +
+        (a.close_rate === null ? "" : " · close " + pct(a.close_rate));
+      tb.append(el("tr", { title: "latency: " + c.reason + "\nanswers: " + a.reason },
         el("td", {}, c.class), el("td", {}, int(c.shadow.requests)),
         el("td", {}, both(c.primary.attainment, c.shadow.attainment, (v) => (v === null ? "–" : pct(v)))),
         el("td", {}, both(c.primary.effective_goodput_tps, c.shadow.effective_goodput_tps, (v) => num(v, 1))),
         el("td", {}, both(c.primary.ttft_ms.p95, c.shadow.ttft_ms.p95, ms)),
         el("td", {}, both(c.primary.tpot_ms.p95, c.shadow.tpot_ms.p95, ms)),
         el("td", {}, both(c.primary.output_tokens.p50, c.shadow.output_tokens.p50, int)),
-        el("td", {}, ratio), el("td", { class: cls }, c.verdict)));
+        el("td", {}, ratio), el("td", { class: cls }, c.verdict),
+        el("td", {}, words), el("td", { class: mark(a.verdict) }, a.verdict)));
     }
     t.append(tb);
-    box.replaceChildren(head, t, el("div", { class: "muted" }, "verdict: " + sh.rule));
+    box.replaceChildren(head, t, el("div", { class: "muted" }, "verdict: " + sh.rule),
+      el("div", { class: "muted" }, "answers: " + sh.answers_rule));
   }
 
   function renderRecent(r) {
@@ -335,7 +342,7 @@
     if (!rows.length) { body.replaceChildren(el("tr", {}, el("td", { colspan: "13", class: "empty" }, "no requests yet"))); return; }
     body.replaceChildren(...rows.map((q) => el("tr", {},
       el("td", {}, (q.started_at || "").replace("T", " ").replace(/\.\d+Z$/, "Z")),
-      el("td", {}, (q.model || "–") + (q.target === "shadow" ? " · shadow" : "")), el("td", {}, q.api + (q.stream ? " · stream" : "")), el("td", {}, q.status === null ? "–" : q.status),
+      el("td", {}, (q.model || "–") + (q.target && q.target !== "primary" ? " · " + q.target : "")), el("td", {}, q.api + (q.stream ? " · stream" : "")), el("td", {}, q.status === null ? "–" : q.status),
       el("td", { class: q.outcome === "ok" ? "" : "bad" }, q.outcome), el("td", {}, q.slo_class || "–"),
       el("td", { class: q.slo_met === true ? "good" : q.slo_met === false ? "bad" : "muted" }, q.slo_met === true ? "met" : q.slo_met === false ? "missed" + (q.slo_miss_reason ? " (" + q.slo_miss_reason + ")" : "") : "–"),
       el("td", {}, ms(q.ttft_ms)), el("td", {}, ms(q.tpot_ms)), el("td", {}, ms(q.e2e_ms)),

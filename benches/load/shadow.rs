@@ -1,7 +1,8 @@
 //! Shadow: what mirroring every request to a candidate costs the client. The latency
 //! scenario's streams (100 events 20 ms apart) go direct, through goodput without a
-//! shadow, and through goodput with `[shadow] share = 1.0` to a second simulator, in the
-//! same run, paths alternating round by round. Figures: each event's transit from the
+//! shadow, through goodput with `[shadow] share = 1.0` to a second simulator, and with a
+//! secondary as well (`secondary_url`, a third simulator: every copy goes to both and the
+//! answers are compared), in the same run, paths alternating round by round. Figures: each event's transit from the
 //! primary simulator to the client, its added P50/P99 against direct, and goodput's CPU
 //! per streamed event (the shadow's copies, decoding and records included).
 
@@ -19,7 +20,12 @@ use crate::stats::quantile;
 /// Streams at once: enough that the copies' work competes with the primary's.
 pub const STREAMS: usize = 32;
 
-const PATHS: [&str; 3] = ["direct", "goodput", "goodput+shadow"];
+const PATHS: [&str; 4] = [
+    "direct",
+    "goodput",
+    "goodput+shadow",
+    "goodput+shadow+secondary",
+];
 
 #[derive(Default)]
 struct PathOut {
@@ -37,17 +43,22 @@ pub struct ShadowOut {
 pub async fn run(env: &Env) -> Result<ShadowOut> {
     let (primary, upstream) = env.start_sim(latency::sim_config())?;
     let (_candidate, candidate) = env.start_sim(latency::sim_config())?;
+    let (_secondary, secondary) = env.start_sim(latency::sim_config())?;
     let plain = start(env, upstream, "shadow-off", "")?;
-    let shadowed = start(
+    let shadow =
+        format!("\n[shadow]\nurl = \"http://{candidate}\"\nshare = 1.0\nmax_in_flight = 1024\n");
+    let shadowed = start(env, upstream, "shadow-on", &shadow)?;
+    let both = start(
         env,
         upstream,
-        "shadow-on",
-        &format!("\n[shadow]\nurl = \"http://{candidate}\"\nshare = 1.0\nmax_in_flight = 1024\n"),
+        "shadow-secondary",
+        &format!("{shadow}secondary_url = \"http://{secondary}\"\n"),
     )?;
     let addr = |p: &str| -> SocketAddr {
         match p {
             "goodput" => plain.addr,
             "goodput+shadow" => shadowed.addr,
+            "goodput+shadow+secondary" => both.addr,
             _ => upstream,
         }
     };
@@ -55,6 +66,7 @@ pub async fn run(env: &Env) -> Result<ShadowOut> {
         match p {
             "goodput" => Some(&plain),
             "goodput+shadow" => Some(&shadowed),
+            "goodput+shadow+secondary" => Some(&both),
             _ => None,
         }
     };
@@ -77,8 +89,8 @@ pub async fn run(env: &Env) -> Result<ShadowOut> {
             let cpu_before = proxy(p).map(Proxy::cpu_seconds);
             let results = latency::batch(&http, addr(p), &prefix, STREAMS, 1, ask).await;
             // The copies end about when the streams do: their CPU belongs to this batch.
-            if p == "goodput+shadow" {
-                copies_done(&http, shadowed.admin).await;
+            if let Some(px) = proxy(p).filter(|_| p.starts_with("goodput+shadow")) {
+                copies_done(&http, px.admin).await;
             }
             let cpu = cpu_before
                 .zip(proxy(p).map(Proxy::cpu_seconds))
@@ -101,6 +113,7 @@ pub async fn run(env: &Env) -> Result<ShadowOut> {
     tokio::task::block_in_place(|| {
         plain.stop();
         shadowed.stop();
+        both.stop();
     });
     Ok(render(&out, copies))
 }
@@ -170,7 +183,7 @@ fn render(out: &BTreeMap<&str, PathOut>, copies: usize) -> ShadowOut {
     );
     let _ = writeln!(
         table,
-        "  {:<16} {:>14} {:>14} {:>14} {:>14} {:>8}",
+        "  {:<24} {:>14} {:>14} {:>14} {:>14} {:>8}",
         "path", "transit p50 us", "transit p99 us", "added p50 us", "added p99 us", "cpu/event us"
     );
     let mut paths = Vec::new();
@@ -178,7 +191,7 @@ fn render(out: &BTreeMap<&str, PathOut>, copies: usize) -> ShadowOut {
         let o = out.get(p);
         let _ = writeln!(
             table,
-            "  {:<16} {:>14} {:>14} {:>14} {:>14} {:>8}",
+            "  {:<24} {:>14} {:>14} {:>14} {:>14} {:>8}",
             p,
             f(q(p, 0.5)),
             f(q(p, 0.99)),

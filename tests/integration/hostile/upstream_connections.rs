@@ -28,22 +28,27 @@ async fn five_thousand_http2_streams_share_a_bounded_number_of_upstream_connecti
         let (status, body) = answer.unwrap();
         assert_eq!((status, &body[..]), (200, &b"{}"[..]));
     }
-    // Never more than 8 open at once; a connection replaced on the way (closed by the
-    // upstream or for idling on a loaded machine) is counted as closed.
-    assert!(
-        up.max_open_connections() <= 8,
-        "{} upstream connections open at once for one client connection",
-        up.max_open_connections()
-    );
+    // At most 8 at once. A connection the proxy replaced on the way is counted closed,
+    // and may still look open to the fake upstream for a moment on a loaded machine (it
+    // sees the close only when its task next runs): each one past 8, open at once or in
+    // all, must be such a counted close.
     let text = metrics(proxy.admin_addr).await;
-    let closed: f64 = text
+    let closes: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("goodput_upstream_connections_closed_total{"))
+        .collect();
+    let closed: f64 = closes
+        .iter()
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(
+        up.max_open_connections() as f64 <= 8.0 + closed,
+        "{} upstream connections open at once for one client connection, closed: {closes:?}",
+        up.max_open_connections()
+    );
+    assert!(
         up.connections() as f64 <= 8.0 + closed,
-        "{} upstream connections, {closed} counted closed:\n{text}",
+        "{} upstream connections, closed: {closes:?}",
         up.connections()
     );
     let ok = "goodput_requests_total{model=\"unknown\",api=\"chat_completions\",\

@@ -275,7 +275,7 @@ pub const UPSTREAM_HTTP2_SATURATED: Spec = Spec {
 
 pub const UPSTREAM_CONNECTIONS_CLOSED: Spec = Spec {
     name: "goodput_upstream_connections_closed",
-    help: "Upstream HTTP/1.1 connections the pool closed after a complete response, by reason: unsolicited_bytes (bytes arrived that no request asked for, after a response or while idle; never read as the next request's answer), closed_by_upstream (FIN or RST while idle), idle_timeout (upstream.pool_idle_timeout), pool_full (upstream.pool_max_idle_per_host)",
+    help: "Upstream HTTP/1.1 connections the pool closed after a complete response, by reason: unsolicited_bytes (bytes arrived that no request asked for, after a response or while idle; never read as the next request's answer), closed_by_upstream (FIN or RST while idle or as the response ended), idle_timeout (upstream.pool_idle_timeout), pool_full (upstream.pool_max_idle_per_host), not_reusable (open as the response ended but unable to take another request)",
     unit: None,
 };
 

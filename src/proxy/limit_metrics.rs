@@ -26,11 +26,12 @@ pub struct LimitMetrics {
 }
 
 /// Every `reason` of `goodput_upstream_connections_closed_total` (the pool's `Closed`).
-pub const UPSTREAM_CLOSED_REASONS: [&str; 4] = [
+pub const UPSTREAM_CLOSED_REASONS: [&str; 5] = [
     "unsolicited_bytes",
     "closed_by_upstream",
     "idle_timeout",
     "pool_full",
+    "not_reusable",
 ];
 
 /// Every `limit` label value, exported from the start (at 0) so that a rate over them is

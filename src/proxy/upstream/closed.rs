@@ -17,6 +17,9 @@ pub enum Closed {
     IdleTimeout,
     /// `upstream.pool_max_idle_per_host` connections were already idle.
     PoolFull,
+    /// Still open as its response ended, but hyper's handle could not take another
+    /// request: closed rather than pooled.
+    NotReusable,
 }
 
 impl Closed {
@@ -28,6 +31,7 @@ impl Closed {
             Closed::ByUpstream => "closed_by_upstream",
             Closed::IdleTimeout => "idle_timeout",
             Closed::PoolFull => "pool_full",
+            Closed::NotReusable => "not_reusable",
         }
     }
 }
@@ -43,6 +47,7 @@ mod tests {
             Closed::ByUpstream,
             Closed::IdleTimeout,
             Closed::PoolFull,
+            Closed::NotReusable,
         ];
         let names: Vec<_> = all.iter().map(|c| c.as_str()).collect();
         assert_eq!(names, UPSTREAM_CLOSED_REASONS);

@@ -316,7 +316,10 @@ impl Lease {
             match conn.idle_state() {
                 Quiet::Silent => pool.put(Pooled::Hyper(conn)),
                 Quiet::Unsolicited => pool.closed(Closed::UnsolicitedBytes),
-                Quiet::Closed => {}
+                // Every close is counted: a connection replaced here frees its slot for
+                // a new one at once.
+                Quiet::Closed if conn.driver.is_none() => pool.closed(Closed::ByUpstream),
+                Quiet::Closed => pool.closed(Closed::NotReusable),
             }
         }
     }

@@ -261,6 +261,16 @@ async fn a_failing_fault_command_is_reported() {
     assert!(md.contains("exited 7 after"), "{md}");
 }
 
+/// A simulator saying `--engine-version 0.31.0`, ready, and `start2.sh` beside its
+/// `start.sh` to start 0.32.0 in its place.
+async fn two_versions(dir: &Path) -> SimProcess {
+    let sim = SimProcess::start(dir, "--engine-version 0.31.0");
+    sim.ready().await;
+    let start = std::fs::read_to_string(dir.join("start.sh")).unwrap();
+    std::fs::write(dir.join("start2.sh"), start.replace("0.31.0", "0.32.0")).unwrap();
+    sim
+}
+
 /// The fault command swaps the target for another version of it (a rollout, a canary
 /// that flipped): the run fails, naming both versions, and the report keeps what the
 /// target said at the start and at the end.
@@ -269,10 +279,7 @@ async fn a_target_swapped_during_the_run_fails_it_naming_both_versions() {
     let _serial = crate::common::SERIAL.lock().await;
     let tmp = TempDir::new("swapped");
     let dir = tmp.path();
-    let sim = SimProcess::start(dir, "--engine-version 0.31.0");
-    sim.ready().await;
-    let start = std::fs::read_to_string(dir.join("start.sh")).unwrap();
-    std::fs::write(dir.join("start2.sh"), start.replace("0.31.0", "0.32.0")).unwrap();
+    let sim = two_versions(dir).await;
     let d = dir.display();
     let fault = format!("kill -9 $(cat '{d}/sim.pid'); sleep 1; sh '{d}/start2.sh'");
     let (profile, config) = (write_profile(dir), write_config(dir));
@@ -318,10 +325,7 @@ async fn a_target_swapped_and_rolled_back_during_the_run_still_fails_it() {
     let _serial = crate::common::SERIAL.lock().await;
     let tmp = TempDir::new("rolled-back");
     let dir = tmp.path();
-    let sim = SimProcess::start(dir, "--engine-version 0.31.0");
-    sim.ready().await;
-    let start = std::fs::read_to_string(dir.join("start.sh")).unwrap();
-    std::fs::write(dir.join("start2.sh"), start.replace("0.31.0", "0.32.0")).unwrap();
+    let sim = two_versions(dir).await;
     let d = dir.display();
     let fault = format!(
         "kill -9 $(cat '{d}/sim.pid'); sleep 1; sh '{d}/start2.sh'; sleep 4; \

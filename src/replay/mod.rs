@@ -19,6 +19,9 @@
 //! - `client`: the pooled hyper client and client-side measurement.
 //! - `load`: one step of load (closed loop, open loop, trace) and the stop signals.
 //! - `session`: the load patterns as sequences of steps.
+//! - `running`: the load with its watchers (exporters, fault command, the target's identity
+//!   at step boundaries), the reproducibility record read before it.
+//! - `limits`: `--mode limits`' probes: the largest input and output the target takes.
 //! - `log`: `requests.jsonl`, written by a thread of its own as requests finish.
 //! - [`gates`]: the run's gates (SLO, quality, recovery, abnormal input, resources).
 //! - [`describe`]: `reproducibility`: command line, digests, what the target says.
@@ -64,19 +67,13 @@ pub mod prompt;
 pub mod recovery;
 pub mod repeats;
 pub mod report;
+mod running;
 mod session;
 pub mod tables;
 pub mod tally;
 mod verdicts;
 
-use std::{
-    future::Future,
-    io::Write as _,
-    path::PathBuf,
-    process::ExitCode,
-    sync::Arc,
-    time::{Instant, SystemTime},
-};
+use std::{future::Future, io::Write as _, path::PathBuf, process::ExitCode, sync::Arc};
 
 pub use cli::{Mode, ReplayArgs};
 pub use compare::{CompareError, CompareOptions, Compared};
@@ -93,6 +90,7 @@ use load::{Runner, Setup};
 use plan::{PlanError, Workload};
 use progress::Progress;
 use prompt::Prompts;
+use running::{Ran, find_limits_of, reproducibility, run_load};
 
 pub const EXIT_PASS: u8 = 0;
 pub const EXIT_FAIL: u8 = 1;
@@ -346,187 +344,6 @@ fn write_error(args: &ReplayArgs, source: std::io::Error) -> ReplayError {
         dir: args.out.display().to_string(),
         source,
     }
-}
-
-/// What the load left besides the runner's requests: the steps, the engine's and the
-/// GPUs' metrics, and the fault.
-struct Ran {
-    driven: session::Driven,
-    scrapes: Option<attribution::Scrapes>,
-    telemetry: Option<gpu::Telemetry>,
-    hosts: Option<gpu::Telemetry<host::HostReading>>,
-    fault: Option<recovery::FaultRun>,
-    /// What the target said about itself during the load, every `--step-duration`.
-    identities: Vec<describe::IdentityRead>,
-    started_at: SystemTime,
-    t0: Instant,
-}
-
-/// Runs the load with its watchers (engine metrics, GPU exporters, the fault command)
-/// until it is done or `shutdown` resolves.
-async fn run_load(
-    runner: &Runner,
-    args: &ReplayArgs,
-    p: &Prepared,
-    fetcher: &crate::fetch::Fetcher,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Ran {
-    let abort = runner.abort_handle();
-    let watcher = tokio::spawn(async move {
-        shutdown.await;
-        abort.abort();
-    });
-    let started_at = SystemTime::now();
-    let t0: Instant = runner.started();
-    let fault = match (&args.fault_cmd, args.fault_at) {
-        (Some(cmd), Some(at)) => {
-            let log = args.out.join(recovery::LOG_FILE);
-            Some((
-                recovery::Fault::schedule(cmd, at, t0, log, runner.abort_signal()),
-                cmd,
-                at,
-            ))
-        }
-        _ => None,
-    };
-    let watch = p
-        .scraper
-        .clone()
-        .map(|s| attribution::Watch::start(s, args.engine_metrics_interval, t0));
-    let gpus = (!args.gpu_metrics.is_empty())
-        .then(|| gpu::GpuWatch::start(args.gpu_metrics.clone(), fetcher.clone(), t0));
-    let hosts = (!args.node_metrics.is_empty()).then(|| {
-        gpu::GpuWatch::start_with(args.node_metrics.clone(), fetcher.clone(), t0, host::parse)
-    });
-    // The target's identity, read at every step boundary (each --step-duration) while
-    // the load runs: a swap that is rolled back before the end is still seen.
-    let reads: Arc<std::sync::Mutex<Vec<describe::IdentityRead>>> = Arc::default();
-    let reading = {
-        let (f, models, origin) = (fetcher.clone(), p.target.models_url(), p.target.origin());
-        let every = args.step_duration.max(std::time::Duration::from_secs(1));
-        let reads = reads.clone();
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            // Bounded: a day of 10 s steps.
-            for _ in 0..10_000 {
-                ticks.tick().await;
-                let says = describe::ask_target(&f, &models, &origin).await;
-                reads
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(describe::IdentityRead {
-                        at_s: t0.elapsed().as_secs_f64(),
-                        identity: says.identity(),
-                    });
-            }
-        })
-    };
-    let ticker = runner.progress().start();
-    let driven = session::drive(runner, args, &p.workload).await;
-    drop(ticker);
-    reading.abort();
-    let identities = std::mem::take(
-        &mut *reads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    let scrapes = match watch {
-        Some(w) => Some(w.finish().await),
-        None => None,
-    };
-    let telemetry = match gpus {
-        Some(g) => Some(g.finish().await),
-        None => None,
-    };
-    let hosts = match hosts {
-        Some(h) => Some(h.finish().await),
-        None => None,
-    };
-    let fault = match fault {
-        Some((f, cmd, at)) => Some(f.finish(cmd, at).await),
-        None => None,
-    };
-    watcher.abort();
-    Ran {
-        driven,
-        scrapes,
-        telemetry,
-        hosts,
-        fault,
-        identities,
-        started_at,
-        t0,
-    }
-}
-
-/// What the run is reproduced from: the command line, digests of its files, what the
-/// target says about itself and `--describe-cmd`'s output.
-async fn reproducibility(
-    args: &ReplayArgs,
-    p: &Prepared,
-    fetcher: &crate::fetch::Fetcher,
-) -> Result<describe::Reproducibility, ReplayError> {
-    let command: Vec<String> = if args.command_line.is_empty() {
-        std::env::args().collect()
-    } else {
-        args.command_line.clone()
-    };
-    let digest = |path: &std::path::Path| {
-        describe::sha256_files(&[path]).map_err(|source| ReplayError::Digest {
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    let profiles: Vec<&std::path::Path> = args.profile.iter().map(PathBuf::as_path).collect();
-    let profile_sha256 =
-        describe::sha256_files(&profiles).map_err(|source| ReplayError::Digest {
-            path: args
-                .profile
-                .first()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            source,
-        })?;
-    let target = describe::ask_target(fetcher, &p.target.models_url(), &p.target.origin()).await;
-    let described = match &args.describe_cmd {
-        Some(cmd) => Some(describe::describe(cmd, &args.out, &p.secrets).await),
-        None => None,
-    };
-    Ok(describe::Reproducibility {
-        command: describe::command_line(&command, &p.secrets),
-        goodput_version: env!("CARGO_PKG_VERSION").into(),
-        config_sha256: args.config.as_deref().map(digest).transpose()?,
-        profile_sha256,
-        probes_sha256: args.probes.as_deref().map(digest).transpose()?,
-        target,
-        target_at_end: None,
-        target_changes_during: Vec::new(),
-        describe: described,
-    })
-}
-
-/// `--mode limits`' probes: single requests of the profile's first API and model, before
-/// any load.
-async fn find_limits_of(args: &ReplayArgs, p: &Prepared) -> limits::LimitsOut {
-    let client = Client::new(p.target.clone(), 1, args.idle_timeout)
-        .with_tenant_header(p.config.slo.tenant_header.clone());
-    let prompts = Prompts::new(
-        args.seed,
-        p.workload.block_bytes,
-        args.ignore_eos,
-        p.tokenizer.clone(),
-    );
-    let first = p.workload.templates.first();
-    let prober = limits::Prober {
-        client: &client,
-        prompts: &prompts,
-        model: first.and_then(|t| t.model.as_deref()),
-        api: first.map_or(plan::ReplayApi::Chat, |t| t.api),
-        // The client's --idle-timeout bounds every wait for a byte; this bounds a whole
-        // probe (the output probe streams a long answer).
-        timeout: std::time::Duration::from_secs(600),
-    };
-    prober.find(p.prompt_lengths()).await
 }
 
 /// Runs the replay `args` describe until done or `shutdown` resolves (then in-flight

@@ -335,19 +335,7 @@ impl MeasurementPath {
             shadow: shadow.clone(),
             book: book.clone(),
         })
-        .with_identity(
-            cfg.drift
-                .as_ref()
-                .and_then(|d| d.identity_interval)
-                .map(|every| {
-                    let u = &cfg.upstream;
-                    IdentityWatch::spawn(
-                        format!("{}://{}{}", u.scheme, u.authority, u.base_path),
-                        every,
-                        metrics.profile.upstream_info.clone(),
-                    )
-                }),
-        );
+        .with_identity(IdentityWatch::of_config(cfg, &metrics.profile));
         let proxy_totals = Arc::new(ProxyTotals::default());
         let calibration_view = CalibrationView::default();
         let calibrator = Calibrator::new(

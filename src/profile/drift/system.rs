@@ -117,6 +117,21 @@ impl IdentityWatch {
         watch
     }
 
+    /// The watch `[drift] identity_interval` asks for on `[upstream] url`, if any.
+    pub fn of_config(
+        cfg: &crate::config::Config,
+        metrics: &crate::profile::ProfileMetrics,
+    ) -> Option<IdentityWatch> {
+        let every = cfg.drift.as_ref()?.identity_interval?;
+        let u = &cfg.upstream;
+        let origin = format!("{}://{}{}", u.scheme, u.authority, u.base_path);
+        Some(IdentityWatch::spawn(
+            origin,
+            every,
+            metrics.upstream_info.clone(),
+        ))
+    }
+
     /// Takes in one read and publishes the identity it leaves.
     fn observe(&self, read: Identity, info: &Family<UpstreamInfoLabels, Gauge>) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);

@@ -27,7 +27,7 @@ CONFIG_MAY_IMPORT = {"decode", "slo"}
 
 # Inside src/proxy: what each part may name. A part is a wing folder or a file beside
 # them; `mod.rs` (the declarations and re-exports) and `downstream` (the top) may name all.
-PROXY_LEAVES = {"wire", "headers", "fds", "limit_metrics"}
+PROXY_LEAVES = {"wire", "headers", "fds", "limit_metrics", "client_body"}
 # `mod`: the plain values proxy/mod.rs defines itself (ConnInfo), nameable by every part.
 PROXY_MAY_IMPORT = {
     **{leaf: PROXY_LEAVES | {"mod"} for leaf in PROXY_LEAVES},

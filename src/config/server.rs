@@ -41,6 +41,9 @@ pub struct ServerSection {
     pub http2_max_control_frames_per_second: u32,
     /// An HTTP/1 client that half-closes after its request is still answered.
     pub http1_half_close: bool,
+    /// Plaintext HTTP/1.1 clients served by goodput's own server connection instead of
+    /// hyper's (restart-only).
+    pub http1_own: bool,
 }
 
 impl Default for ServerSection {
@@ -64,6 +67,7 @@ impl Default for ServerSection {
             // clients send; a hundred a second is none of them.
             http2_max_control_frames_per_second: 100,
             http1_half_close: false,
+            http1_own: false,
         }
     }
 }
@@ -79,6 +83,8 @@ pub struct Server {
     pub limits: ServerLimits,
     /// Answer HTTP/1 clients that half-close after their request (docs/CONFIG.md "Limits").
     pub http1_half_close: bool,
+    /// Plaintext HTTP/1.1 served by goodput's own connection (`proxy::downstream::h1`).
+    pub http1_own: bool,
 }
 
 /// What one client, or all of them together, may hold of the proxy.
@@ -154,5 +160,6 @@ pub(super) fn validate(
             http2_max_control_frames_per_second: s.http2_max_control_frames_per_second,
         },
         http1_half_close: s.http1_half_close,
+        http1_own: s.http1_own,
     })
 }

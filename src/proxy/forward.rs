@@ -20,11 +20,11 @@ use http::{
     header::{CONTENT_LENGTH, TRANSFER_ENCODING},
 };
 use http_body::Body as _;
-use hyper::body::Incoming;
 use tower::Service;
 
 use super::{
     ConnInfo,
+    client_body::ClientSide,
     fds::{Division, FileBudget},
     headers, tunnel,
     upstream::{
@@ -105,7 +105,7 @@ impl Forward {
     }
 }
 
-impl Service<Request<RequestTap<Incoming>>> for Forward {
+impl Service<Request<RequestTap<ClientSide>>> for Forward {
     type Response = Response<UpstreamBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Infallible>> + Send>>;
@@ -114,7 +114,7 @@ impl Service<Request<RequestTap<Incoming>>> for Forward {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<RequestTap<Incoming>>) -> Self::Future {
+    fn call(&mut self, req: Request<RequestTap<ClientSide>>) -> Self::Future {
         let inner = self.inner.load_full();
         let fixed = Arc::clone(&self.fixed);
         Box::pin(async move {
@@ -167,7 +167,7 @@ impl Inner {
 
     async fn forward(
         &self,
-        mut req: Request<RequestTap<Incoming>>,
+        mut req: Request<RequestTap<ClientSide>>,
         fixed: &Fixed,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         // Before anything reaches the upstream (RFC 9112 §3.2).

@@ -54,6 +54,7 @@ macro_rules! write_through {
     };
 }
 
+mod client_body;
 mod downstream;
 mod fds;
 mod forward;
@@ -68,6 +69,7 @@ pub use wire::kernel_timestamps;
 
 use std::net::SocketAddr;
 
+pub use client_body::ClientSide;
 pub use downstream::server::{Proxy, serve};
 pub use fds::{Division, FileBudget};
 pub use forward::Forward;

@@ -66,6 +66,10 @@ fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
     );
     check(old.server.http2 != new.server.http2, "server.http2");
     check(
+        old.server.http1_own != new.server.http1_own,
+        "server.http1_own",
+    );
+    check(
         old.server.header_read_timeout != new.server.header_read_timeout,
         "server.header_read_timeout",
     );

@@ -7,6 +7,7 @@
 pub(super) mod accept_errors;
 mod coalesce;
 mod first_bytes;
+pub(super) mod h1;
 mod h2guard;
 mod room;
 pub(super) mod server;

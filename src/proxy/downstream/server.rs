@@ -49,6 +49,7 @@ use super::{
     accept_errors::AcceptErrors,
     coalesce::Coalesce,
     first_bytes::{FirstBytes, H2_PREFACE},
+    h1,
     h2guard::{self, H2Guard},
     room::{Held, Presence, Registered, Room},
 };
@@ -56,7 +57,7 @@ use crate::{
     BoxError,
     config::Server,
     measure::{ClientReads, Delivery, Measure, MeasureLayer, MeasuredBody, ReadClock, Recorder},
-    proxy::{ConnInfo, Forward, LimitMetrics, UpstreamBody, wire::WireStream},
+    proxy::{ClientSide, ConnInfo, Forward, LimitMetrics, UpstreamBody, wire::WireStream},
 };
 
 /// Streams an HTTP/2 client may reset before the server has seen them, before the
@@ -81,6 +82,8 @@ pub struct Proxy {
     builder: auto::Builder<TokioExecutor>,
     /// Plaintext HTTP/1 connections, recognised by peeking (see the module doc).
     http1: hyper::server::conn::http1::Builder,
+    /// `server.http1_own`: plaintext HTTP/1 on goodput's own connection ([`super::h1`]).
+    own: Option<h1::Settings>,
     /// Set when draining starts; every client connection watches it.
     draining: watch::Sender<bool>,
     /// Set just before `draining`, so a connection can tell cheaply whether to look.
@@ -179,6 +182,11 @@ impl Proxy {
             service: layer.layer(forward),
             builder,
             http1,
+            own: server.http1_own.then_some(h1::Settings {
+                header_read_timeout: server.header_read_timeout,
+                max_head_bytes: header_bytes,
+                half_close: server.http1_half_close,
+            }),
             draining: watch::Sender::new(false),
             drain_started: AtomicBool::new(false),
             tls: server.tls.clone().map(|c| Arc::new(ArcSwap::new(c))),
@@ -274,6 +282,56 @@ impl Proxy {
             .await;
     }
 
+    /// A plaintext connection known to speak HTTP/1, on goodput's own server connection
+    /// (`server.http1_own`); a request asking for an upgrade hands it to hyper's.
+    async fn http1_own(
+        self: Arc<Self>,
+        io: WireStream,
+        conn: ConnInfo,
+        presence: Arc<Presence>,
+        settings: h1::Settings,
+    ) {
+        let delivery = Arc::new(Delivery::new());
+        let svc = self.own_service(conn.clone(), &delivery, Arc::clone(&presence));
+        let io = Coalesce::new(io, Arc::clone(&delivery));
+        let stop = Arc::new(AtomicBool::new(false));
+        let hand_off = {
+            let (proxy, delivery, stop) =
+                (Arc::clone(&self), Arc::clone(&delivery), Arc::clone(&stop));
+            move |io: h1::Rewind<Coalesce<WireStream>>| async move {
+                let svc = proxy.service(conn, &delivery, presence);
+                let connection = proxy
+                    .http1
+                    .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc))
+                    .with_upgrades();
+                let mut connection = std::pin::pin!(connection);
+                let mut shutting_down = false;
+                let ended = poll_fn(|cx| {
+                    if !shutting_down && stop.load(Ordering::Acquire) {
+                        shutting_down = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                    connection.as_mut().poll(cx)
+                })
+                .await;
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "upgraded client connection ended with an error");
+                }
+            }
+        };
+        let limits = self.limits.clone();
+        let refused = move |r: h1::Reject| {
+            if r == h1::Reject::TooLarge {
+                limits.rejected("server.max_request_header_bytes");
+            }
+        };
+        let connection = h1::serve(io, svc, settings, Arc::clone(&stop), refused, hand_off);
+        self.until_ended(connection, &delivery, true, |_| {
+            stop.store(true, Ordering::Release);
+        })
+        .await;
+    }
+
     /// The service for one connection's requests: each carries what is known of the
     /// connection, and its [`Delivery`] for the response body to follow, and keeps the
     /// connection busy (not to be closed for room) until its response body is dropped.
@@ -285,14 +343,32 @@ impl Proxy {
     ) -> impl tower::Service<
         Request<Incoming>,
         Response = http::Response<Held<MeasuredBody<UpstreamBody>>>,
-        Error = <Measure<Forward> as tower::Service<Request<Incoming>>>::Error,
+        Error = <Measure<Forward> as tower::Service<Request<ClientSide>>>::Error,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static {
+        self.own_service(conn, delivery, presence)
+            .map_request(|req: Request<Incoming>| req.map(ClientSide::Hyper))
+    }
+
+    /// [`Proxy::service`] for requests whose body is already a [`ClientSide`].
+    pub(super) fn own_service(
+        &self,
+        conn: ConnInfo,
+        delivery: &Arc<Delivery>,
+        presence: Arc<Presence>,
+    ) -> impl tower::Service<
+        Request<ClientSide>,
+        Response = http::Response<Held<MeasuredBody<UpstreamBody>>>,
+        Error = <Measure<Forward> as tower::Service<Request<ClientSide>>>::Error,
         Future: Send,
     > + Clone
     + Send
     + 'static {
         let svc = self.service.clone();
         let delivery = Arc::clone(delivery);
-        service_fn(move |mut req: Request<Incoming>| {
+        service_fn(move |mut req: Request<ClientSide>| {
             delivery.request_begins();
             let busy = presence.busy();
             if let Some(reads) = &conn.reads {
@@ -569,7 +645,14 @@ async fn serve_accepted(
         // The other paths are boxed: this task's future is as large as its largest path,
         // and every plaintext HTTP/1 connection would pay for TLS's (docs/PERFORMANCE.md).
         return match opened {
-            Opening::Http1 => Arc::clone(&proxy).http1(stream, conn, presence).await,
+            Opening::Http1 => match proxy.own {
+                Some(settings) => {
+                    Arc::clone(&proxy)
+                        .http1_own(stream, conn, presence, settings)
+                        .await;
+                }
+                None => Arc::clone(&proxy).http1(stream, conn, presence).await,
+            },
             Opening::Http2 => {
                 Box::pin(Arc::clone(&proxy).connection(stream, conn, presence)).await;
             }

@@ -17,7 +17,6 @@ use std::{
     time::Duration,
 };
 
-use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
@@ -26,10 +25,13 @@ use hyper_util::{
 use prometheus_client::metrics::counter::Counter;
 
 use super::request_body::ClientBody;
-use crate::{config::Upstream, measure::RequestTap, usage_injection::ForwardBody};
+use crate::{
+    config::Upstream, measure::RequestTap, proxy::client_body::ClientSide,
+    usage_injection::ForwardBody,
+};
 
 pub type UpstreamClient =
-    Client<HttpsConnector<HttpConnector>, ForwardBody<ClientBody<RequestTap<Incoming>>>>;
+    Client<HttpsConnector<HttpConnector>, ForwardBody<ClientBody<RequestTap<ClientSide>>>>;
 
 /// The upstream clients: one for HTTP/1.1 upstreams (hyper pools its connections), a
 /// lane per HTTP/2 connection otherwise.

@@ -49,10 +49,7 @@ use http::{
     uri::Authority,
 };
 use http_body_util::{BodyExt, combinators::UnsyncBoxBody};
-use hyper::{
-    body::Incoming,
-    client::conn::http1::{self, Connection, SendRequest},
-};
+use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::{client::legacy::connect::HttpConnector, rt::TokioIo};
 use tower::Service;
 
@@ -65,6 +62,7 @@ use super::{
     request_body::{BodyFault, ClientBody},
     slots::{Got, Slot, Slots},
 };
+use crate::proxy::client_body::ClientSide;
 use crate::proxy::wire::{Quiet, WireStream};
 use crate::{
     BoxError,
@@ -364,7 +362,7 @@ impl Pool {
     /// new one, and returns the response head with the connection its body runs on.
     pub async fn send(
         self: &Arc<Self>,
-        req: Request<ForwardBody<ClientBody<RequestTap<Incoming>>>>,
+        req: Request<ForwardBody<ClientBody<RequestTap<ClientSide>>>>,
         fault: &BodyFault,
     ) -> Result<(Response<Source>, Lease), ProxyError> {
         let mut req = req.map(BodyExt::boxed_unsync);

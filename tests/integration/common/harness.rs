@@ -36,7 +36,19 @@ pub fn test_config(upstream: &str) -> Config {
     };
     let mut cfg = config::load(None, &overrides).unwrap();
     cfg.log.access_log = false;
+    server_from_env(&mut cfg);
     cfg
+}
+
+/// `GOODPUT_TEST_SERVER=own` (or `hyper`): plaintext HTTP/1.1 clients served by
+/// goodput's own server connection (or hyper's), whatever the default
+/// (`server.http1_own`), in every proxy a test starts, so that the suite checks both.
+pub fn server_from_env(cfg: &mut Config) {
+    match std::env::var("GOODPUT_TEST_SERVER").as_deref() {
+        Ok("own") => cfg.server.http1_own = true,
+        Ok("hyper") => cfg.server.http1_own = false,
+        _ => {}
+    }
 }
 
 /// Starts goodput in front of `upstream` with the configuration `toml` (the access log
@@ -58,11 +70,12 @@ pub async fn start_proxy(upstream: &str) -> Running {
 
 /// Starts goodput with `cfg`. `GOODPUT_TEST_UPSTREAM_CLIENT=hyper` runs every test on
 /// hyper's HTTP/1.1 client instead of goodput's relay (`upstream.http1_relay = false`), so
-/// that the suite checks both.
+/// that the suite checks both; `GOODPUT_TEST_SERVER` as [`server_from_env`] says.
 pub async fn start_proxy_with(mut cfg: Config) -> Running {
     if std::env::var("GOODPUT_TEST_UPSTREAM_CLIENT").is_ok_and(|v| v == "hyper") {
         cfg.upstream.http1_relay = false;
     }
+    server_from_env(&mut cfg);
     run::start(cfg).await.unwrap()
 }
 

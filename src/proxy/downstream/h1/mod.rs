@@ -1,0 +1,567 @@
+//! goodput's own HTTP/1.1 server connection for plaintext clients (`server.http1_own`):
+//! request heads parsed with hyper's rules and limits ([`head`]), request bodies read by
+//! the upstream side straight from the connection's read buffer ([`body`]), responses
+//! written by [`write`]'s head and the body's own frames, flushed frame by frame.
+//!
+//! Requests are served in order, as hyper does: the next head is read only once the
+//! previous response is written and its body has ended. While a request is served, a
+//! client that closes its side cancels it (unless `server.http1_half_close`). A request
+//! asking for an upgrade hands the connection, with the bytes already read, over to
+//! hyper's server for the rest of its life ([`rewind`]).
+//!
+//! Memory: an idle connection holds its read buffer only; the head is written from a
+//! buffer that lives while it is written (with the first frames when they are ready
+//! together).
+
+mod body;
+mod head;
+mod rewind;
+mod write;
+
+use std::{
+    future::{Future, poll_fn},
+    io::IoSlice,
+    pin::{Pin, pin},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Empty};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub use head::Reject;
+pub use rewind::Rewind;
+
+use self::{
+    body::{Conn, RequestBody, Shared, lock},
+    write::{Encoder, Exchange},
+};
+use crate::{BoxError, proxy::ClientSide};
+
+/// What the connection is configured with.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub header_read_timeout: Duration,
+    pub max_head_bytes: usize,
+    pub half_close: bool,
+}
+
+/// Why a connection ended badly (for the debug log; the client has been told already).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error("request head refused: {0:?}")]
+    Refused(Reject),
+    #[error("client I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("response body failed: {0}")]
+    Body(BoxError),
+    #[error("the request head was not complete in time")]
+    HeaderTimeout,
+}
+
+/// Serves `io` until the client leaves, the connection is shut down (`stop`, between
+/// requests), or a request hands it to `upgrade`. `refused` is told of each refused head.
+pub async fn serve<IO, S, B, U, UF>(
+    io: IO,
+    mut svc: S,
+    settings: Settings,
+    stop: Arc<AtomicBool>,
+    refused: impl Fn(Reject),
+    upgrade: U,
+) -> Result<(), ConnError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<Request<ClientSide>, Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+    U: FnOnce(Rewind<IO>) -> UF,
+    UF: Future<Output = ()>,
+{
+    let conn: Conn<IO> = Arc::new(Mutex::new(Shared::new(io)));
+    let mut timer = Box::pin(tokio::time::sleep(settings.header_read_timeout));
+    loop {
+        timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + settings.header_read_timeout);
+        let len = match poll_fn(|cx| read_head(&conn, cx, &settings, &stop, timer.as_mut())).await {
+            Ok(Some(len)) => len,
+            Ok(None) => return Ok(()),
+            Err(Fault::Timeout) => return Err(ConnError::HeaderTimeout),
+            Err(Fault::Io(e)) => return Err(e.into()),
+            Err(Fault::Reject(r)) => return refuse(&conn, r, &refused).await,
+        };
+        let (raw, head) = {
+            let mut shared = lock(&conn);
+            head::take(&mut shared.buf, len)
+        };
+        let head = match head {
+            Ok(h) => h,
+            Err(r) => return refuse(&conn, r, &refused).await,
+        };
+        if head.wants_upgrade {
+            // hyper's server takes the connection over: it reads this head again.
+            let (rest, io) = {
+                let mut shared = lock(&conn);
+                (std::mem::take(&mut shared.buf), shared.io.take())
+            };
+            let Some(io) = io else {
+                return Ok(());
+            };
+            let mut prefix = BytesMut::with_capacity(raw.len() + rest.len());
+            prefix.extend_from_slice(&raw);
+            prefix.extend_from_slice(&rest);
+            upgrade(Rewind::new(prefix.freeze(), io)).await;
+            return Ok(());
+        }
+        let version = head.version;
+        let method = head.method.clone();
+        let mut keep_alive = head.keep_alive;
+        let expect_continue = head.expect_continue && version == http::Version::HTTP_11;
+        {
+            lock(&conn).begin(head.body, expect_continue);
+        }
+        let body = match head.body {
+            None => ClientSide::Own(Empty::new().map_err(|e| match e {}).boxed_unsync()),
+            Some(length) => {
+                ClientSide::Own(RequestBody::new(Arc::clone(&conn), length).boxed_unsync())
+            }
+        };
+        let mut req = Request::new(body);
+        *req.method_mut() = head.method;
+        *req.uri_mut() = head.uri;
+        *req.version_mut() = version;
+        *req.headers_mut() = head.headers;
+
+        let mut eof = false;
+        let call = svc.call(req);
+        let mut call = pin!(call);
+        let resp = poll_fn(|cx| {
+            if let Poll::Ready(r) = call.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            if client_gone(&conn, cx, &mut eof, settings.half_close) {
+                return Poll::Ready(None);
+            }
+            Poll::Pending
+        })
+        .await;
+        let Some(resp) = resp else {
+            // The client left: dropping the call cancels the request.
+            return Ok(());
+        };
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => return Err(ConnError::Body(e.into())),
+        };
+        let (mut parts, body) = resp.into_parts();
+        if stop.load(Ordering::Acquire) || eof {
+            keep_alive = false;
+        }
+        let len = if body.is_end_stream() {
+            None
+        } else {
+            Some(body.size_hint().exact())
+        };
+        let mut out = Vec::with_capacity(256);
+        let (encoder, keep) = write::encode(
+            parts.status,
+            &mut parts.headers,
+            len,
+            &Exchange {
+                method: &method,
+                version,
+                keep_alive,
+            },
+            &mut out,
+        );
+        let body = pin!(body);
+        let written = respond(&conn, out, encoder, body, &mut eof, settings.half_close).await;
+        match written {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let reusable = {
+            let shared = lock(&conn);
+            shared.body_done && !shared.body_broken
+        };
+        if !(keep && reusable) || eof || stop.load(Ordering::Acquire) {
+            return shut(&conn).await;
+        }
+        {
+            let mut shared = lock(&conn);
+            if shared.buf.is_empty() && shared.buf.capacity() > 2 * body::READ_ROOM {
+                // Idle: the buffer a large head or body needed goes back.
+                shared.buf = BytesMut::new();
+            }
+        }
+    }
+}
+
+enum Fault {
+    Timeout,
+    Io(std::io::Error),
+    Reject(Reject),
+}
+
+/// Reads until a complete head is in the buffer: its length; `None` when the client
+/// closed (or the connection is shut down) before one began.
+fn read_head<IO: AsyncRead + AsyncWrite + Unpin>(
+    conn: &Conn<IO>,
+    cx: &mut Context<'_>,
+    settings: &Settings,
+    stop: &AtomicBool,
+    timer: Pin<&mut tokio::time::Sleep>,
+) -> Poll<Result<Option<usize>, Fault>> {
+    let mut shared = lock(conn);
+    loop {
+        if !shared.buf.is_empty() {
+            match head::complete(&shared.buf, settings.max_head_bytes) {
+                Ok(Some(len)) => return Poll::Ready(Ok(Some(len))),
+                Ok(None) => {}
+                Err(r) => return Poll::Ready(Err(Fault::Reject(r))),
+            }
+        } else if stop.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(None));
+        }
+        match shared.poll_read(cx) {
+            Poll::Ready(Ok(0)) => return Poll::Ready(Ok(None)),
+            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(Fault::Io(e))),
+            Poll::Pending => {
+                if timer.poll(cx).is_ready() {
+                    return Poll::Ready(Err(Fault::Timeout));
+                }
+                return Poll::Pending;
+            }
+        }
+    }
+}
+
+/// Whether the client has gone while its request is served: its side closed (unless
+/// half-closes are answered). Reads only once the request body has ended and nothing
+/// is buffered yet (a pipelined request waits in the buffer).
+fn client_gone<IO: AsyncRead + AsyncWrite + Unpin>(
+    conn: &Conn<IO>,
+    cx: &mut Context<'_>,
+    eof: &mut bool,
+    half_close: bool,
+) -> bool {
+    if *eof {
+        return !half_close;
+    }
+    let mut shared = lock(conn);
+    if !shared.body_done || !shared.buf.is_empty() {
+        return false;
+    }
+    match shared.poll_read(cx) {
+        Poll::Ready(Ok(0)) => {
+            *eof = true;
+            !half_close
+        }
+        Poll::Ready(Err(_)) => {
+            *eof = true;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Answers a refused head as hyper does, then closes.
+async fn refuse<IO: AsyncRead + AsyncWrite + Unpin>(
+    conn: &Conn<IO>,
+    reject: Reject,
+    refused: &impl Fn(Reject),
+) -> Result<(), ConnError> {
+    refused(reject);
+    let mut out = Vec::with_capacity(128);
+    write::error_head(reject.status(), &mut out);
+    let mut at = 0;
+    poll_fn(|cx| {
+        let mut shared = lock(conn);
+        let Some(io) = shared.io.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        while at < out.len() {
+            match std::task::ready!(Pin::new(&mut *io).poll_write(cx, &out[at..])) {
+                Ok(0) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => at += n,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Pin::new(io).poll_flush(cx)
+    })
+    .await?;
+    shut(conn).await?;
+    Err(ConnError::Refused(reject))
+}
+
+/// Closes the write side (the client reads the end of the last response).
+async fn shut<IO: AsyncWrite + Unpin>(conn: &Conn<IO>) -> Result<(), ConnError> {
+    poll_fn(|cx| {
+        let mut shared = lock(conn);
+        match shared.io.as_mut() {
+            Some(io) => Pin::new(io).poll_shutdown(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    })
+    .await
+    .or_else(|e| {
+        if e.kind() == std::io::ErrorKind::NotConnected {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    })?;
+    Ok(())
+}
+
+/// A coalesced write waits for more while under this many bytes.
+const ENOUGH_BYTES: usize = 32 << 10;
+
+/// What is on its way to the client: bytes copied into `flat` (the head, chunk-size
+/// lines, frames gathered while a write waited), then a frame written from its own
+/// buffer, then that frame's chunk end.
+struct Out {
+    flat: Vec<u8>,
+    flat_at: usize,
+    data: Bytes,
+    tail: &'static [u8],
+}
+
+impl Out {
+    fn pending(&self) -> bool {
+        self.flat_at < self.flat.len() || !self.data.is_empty() || !self.tail.is_empty()
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        let flat = (self.flat.len() - self.flat_at).min(n);
+        self.flat_at += flat;
+        n -= flat;
+        let data = self.data.len().min(n);
+        self.data.advance(data);
+        n -= data;
+        self.tail = &self.tail[n.min(self.tail.len())..];
+        if self.flat_at == self.flat.len() && self.flat_at > 0 {
+            self.flat.clear();
+            self.flat_at = 0;
+        }
+    }
+
+    /// Moves the frame written from its own buffer into `flat` (to gather more behind it).
+    fn flatten(&mut self) {
+        self.flat.extend_from_slice(&self.data);
+        self.data = Bytes::new();
+        self.flat.extend_from_slice(self.tail);
+        self.tail = b"";
+    }
+
+    /// Adds a frame: zero-copy when nothing waits, copied behind what waits otherwise.
+    fn frame(&mut self, encoder: Encoder, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        let copy = !self.data.is_empty() || !self.tail.is_empty();
+        if copy {
+            self.flatten();
+        }
+        let tail: &'static [u8] = if encoder == Encoder::Chunked {
+            let mut hex = [0u8; 16];
+            let mut len = data.len();
+            let mut i = hex.len();
+            loop {
+                i -= 1;
+                hex[i] = b"0123456789ABCDEF"[len & 15];
+                len >>= 4;
+                if len == 0 {
+                    break;
+                }
+            }
+            self.flat.extend_from_slice(&hex[i..]);
+            self.flat.extend_from_slice(b"\r\n");
+            b"\r\n"
+        } else {
+            b""
+        };
+        if copy {
+            self.flat.extend_from_slice(&data);
+            self.flat.extend_from_slice(tail);
+        } else {
+            self.data = data;
+            self.tail = tail;
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.flat.len() - self.flat_at + self.data.len() + self.tail.len()
+    }
+}
+
+/// Writes the head and the body; `Ok(true)` when the response ended cleanly, `Ok(false)`
+/// when the client left.
+async fn respond<IO, B>(
+    conn: &Conn<IO>,
+    head: Vec<u8>,
+    encoder: Encoder,
+    mut body: Pin<&mut B>,
+    eof: &mut bool,
+    half_close: bool,
+) -> Result<bool, ConnError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let mut out = Out {
+        flat: head,
+        flat_at: 0,
+        data: Bytes::new(),
+        tail: b"",
+    };
+    let mut remaining = match encoder {
+        Encoder::Length(n) => Some(n),
+        _ => None,
+    };
+    // A body that may carry no bytes is not read at all (HEAD, 204, 304), as hyper drops it.
+    let mut ended = remaining == Some(0);
+    let mut flushed = false;
+    let finish = |out: &mut Out, remaining: Option<u64>| -> Result<(), ConnError> {
+        match (encoder, remaining) {
+            (Encoder::Chunked, _) => {
+                out.flatten();
+                out.flat.extend_from_slice(b"0\r\n\r\n");
+                Ok(())
+            }
+            (Encoder::Length(_), Some(n)) if n > 0 => Err(ConnError::Body(
+                "body shorter than its content-length".into(),
+            )),
+            _ => Ok(()),
+        }
+    };
+    let take = |out: &mut Out,
+                remaining: &mut Option<u64>,
+                frame: http_body::Frame<Bytes>|
+     -> Result<(), ConnError> {
+        let Ok(data) = frame.into_data() else {
+            // Trailers: hyper writes them only where a `Trailer` field allows; dropped.
+            return Ok(());
+        };
+        if let Some(left) = remaining.as_mut() {
+            let n = data.len() as u64;
+            if n > *left {
+                return Err(ConnError::Body(
+                    "body longer than its content-length".into(),
+                ));
+            }
+            *left -= n;
+        }
+        out.frame(encoder, data);
+        Ok(())
+    };
+    if ended {
+        finish(&mut out, remaining)?;
+    }
+    poll_fn(|cx| {
+        loop {
+            if out.pending() {
+                let mut shared = lock(conn);
+                let Some(io) = shared.io.as_mut() else {
+                    return Poll::Ready(Ok(false));
+                };
+                let parts = [
+                    IoSlice::new(&out.flat[out.flat_at..]),
+                    IoSlice::new(&out.data),
+                    IoSlice::new(out.tail),
+                ];
+                match Pin::new(io).poll_write_vectored(cx, &parts) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(std::io::Error::from(
+                            std::io::ErrorKind::WriteZero,
+                        )
+                        .into()));
+                    }
+                    Poll::Ready(Ok(n)) => {
+                        out.advance(n);
+                        flushed = false;
+                        continue;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                    Poll::Pending => {
+                        drop(shared);
+                        // Gather what the body has ready behind the waiting write.
+                        if !ended && out.queued() < ENOUGH_BYTES {
+                            match body.as_mut().poll_frame(cx) {
+                                Poll::Ready(Some(Ok(frame))) => {
+                                    if let Err(e) = take(&mut out, &mut remaining, frame) {
+                                        return Poll::Ready(Err(e));
+                                    }
+                                    out.flatten();
+                                    continue;
+                                }
+                                Poll::Ready(None) => {
+                                    ended = true;
+                                    if let Err(e) = finish(&mut out, remaining) {
+                                        return Poll::Ready(Err(e));
+                                    }
+                                    out.flatten();
+                                    continue;
+                                }
+                                Poll::Ready(Some(Err(e))) => {
+                                    return Poll::Ready(Err(ConnError::Body(e.into())));
+                                }
+                                Poll::Pending => {}
+                            }
+                        }
+                        if client_gone(conn, cx, eof, half_close) {
+                            return Poll::Ready(Ok(false));
+                        }
+                        return Poll::Pending;
+                    }
+                }
+            }
+            if !flushed {
+                let mut shared = lock(conn);
+                let Some(io) = shared.io.as_mut() else {
+                    return Poll::Ready(Ok(false));
+                };
+                match Pin::new(io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => flushed = true,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            if ended {
+                return Poll::Ready(Ok(true));
+            }
+            match body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Err(e) = take(&mut out, &mut remaining, frame) {
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                Poll::Ready(None) => {
+                    ended = true;
+                    if let Err(e) = finish(&mut out, remaining) {
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(ConnError::Body(e.into()))),
+                Poll::Pending => {
+                    if client_gone(conn, cx, eof, half_close) {
+                        return Poll::Ready(Ok(false));
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    })
+    .await
+}

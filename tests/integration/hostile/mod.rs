@@ -136,6 +136,7 @@ mod http2_settings;
 mod pool_invariant;
 mod request_bodies;
 mod request_heads;
+mod server_parity;
 mod slow_uploads;
 mod upstream_answers;
 mod upstream_bounds;

@@ -8,7 +8,7 @@ use std::{
     ops::Range,
     pin::Pin,
     sync::{Arc, Mutex, PoisonError},
-    task::{Context, Poll, ready},
+    task::{Context, Poll, Waker, ready},
 };
 
 use bytes::{Bytes, BytesMut};
@@ -41,6 +41,11 @@ pub struct Shared<IO> {
     pub body_broken: bool,
     /// How much of [`CONTINUE`] is written, while it is owed.
     continue_at: Option<usize>,
+    /// The body is waiting for the connection to write [`CONTINUE`]: as hyper's, the
+    /// connection writes it only when its response is not ready in the same poll.
+    continue_wanted: Option<Waker>,
+    /// The connection's task while it waits for a response owing [`CONTINUE`].
+    connection: Option<Waker>,
     /// The last read's bytes, and the payload ranges within them not yet handed on.
     held: Bytes,
     ranges: Vec<Range<usize>>,
@@ -63,6 +68,8 @@ impl<IO> Shared<IO> {
             body_done: true,
             body_broken: false,
             continue_at: None,
+            continue_wanted: None,
+            connection: None,
             held: Bytes::new(),
             ranges: Vec::new(),
             next: 0,
@@ -95,6 +102,34 @@ impl<IO> Shared<IO> {
         self.framing = Some(Framing::new(delimiter));
         self.body_done = false;
         self.continue_at = expect_continue.then_some(0);
+        self.continue_wanted = None;
+        self.connection = None;
+    }
+
+    /// Whether the body waits for [`CONTINUE`]; notes the connection's task to wake
+    /// when it comes to wait for it.
+    pub fn continue_owed(&mut self, cx: &Context<'_>) -> bool {
+        if self.continue_at.is_none() {
+            return false;
+        }
+        if !self
+            .connection
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            self.connection = Some(cx.waker().clone());
+        }
+        self.continue_wanted.is_some()
+    }
+
+    /// The response is on its way: [`CONTINUE`] is no longer owed (and the body's reader
+    /// is woken to read, or to be drained).
+    pub fn forgo_continue(&mut self) {
+        self.continue_at = None;
+        self.connection = None;
+        if let Some(body) = self.continue_wanted.take() {
+            body.wake();
+        }
     }
 }
 
@@ -123,21 +158,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Shared<IO> {
         if self.body_broken {
             return Poll::Ready(Some(Err("request body broken".into())));
         }
-        while let Some(at) = self.continue_at {
-            let Some(io) = self.io.as_mut() else { break };
-            if at == CONTINUE.len() {
-                ready!(Pin::new(io).poll_flush(cx))?;
-                self.continue_at = None;
-                break;
+        if self.continue_at.is_some() {
+            // The connection writes it (or forgoes it) and wakes this body then.
+            self.continue_wanted = Some(cx.waker().clone());
+            if let Some(connection) = &self.connection {
+                connection.wake_by_ref();
             }
-            let n = ready!(Pin::new(io).poll_write(cx, &CONTINUE[at..]))?;
-            if n == 0 {
-                return Poll::Ready(Some(Err(std::io::Error::from(
-                    std::io::ErrorKind::WriteZero,
-                )
-                .into())));
-            }
-            self.continue_at = Some(at + n);
+            return Poll::Pending;
         }
         loop {
             if !self.buf.is_empty() {
@@ -185,6 +212,65 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Shared<IO> {
                 }
             }
         }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> Shared<IO> {
+    /// Writes the owed [`CONTINUE`] the body waits for, then wakes the body.
+    pub fn poll_continue(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while let Some(at) = self.continue_at {
+            let Some(io) = self.io.as_mut() else { break };
+            if at == CONTINUE.len() {
+                ready!(Pin::new(io).poll_flush(cx))?;
+                self.continue_at = None;
+                break;
+            }
+            let n = ready!(Pin::new(io).poll_write(cx, &CONTINUE[at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.continue_at = Some(at + n);
+        }
+        self.forgo_continue();
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<IO: AsyncRead + Unpin> Shared<IO> {
+    /// After the response: reads the rest of a body nobody read to its end from what is
+    /// buffered and one read (hyper's `poll_drain_or_close_read`; an owed
+    /// `100 Continue` is not sent). Whether the connection can take another request.
+    pub fn drain(&mut self, cx: &mut Context<'_>) -> bool {
+        self.forgo_continue();
+        self.held = Bytes::new();
+        self.ranges.clear();
+        self.next = 0;
+        let mut read_once = false;
+        while !self.body_done && !self.body_broken {
+            let Some(framing) = self.framing.as_mut() else {
+                break;
+            };
+            if !self.buf.is_empty() {
+                match framing.feed(&self.buf, |_| {}) {
+                    Ok(fed) => {
+                        let _ = self.buf.split_to(fed.used);
+                        self.body_done = fed.done;
+                        continue;
+                    }
+                    Err(_) => self.body_broken = true,
+                }
+                continue;
+            }
+            if read_once {
+                break;
+            }
+            read_once = true;
+            match self.poll_read(cx) {
+                Poll::Ready(Ok(n)) if n > 0 => {}
+                _ => break,
+            }
+        }
+        self.body_done && !self.body_broken
     }
 }
 

@@ -87,6 +87,8 @@ where
 {
     let conn: Conn<IO> = Arc::new(Mutex::new(Shared::new(io)));
     let mut timer = Box::pin(tokio::time::sleep(settings.header_read_timeout));
+    // Refusals are answered in the version of the connection's last request (hyper's).
+    let mut version = http::Version::HTTP_11;
     loop {
         timer
             .as_mut()
@@ -96,7 +98,7 @@ where
             Ok(None) => return Ok(()),
             Err(Fault::Timeout) => return Err(ConnError::HeaderTimeout),
             Err(Fault::Io(e)) => return Err(e.into()),
-            Err(Fault::Reject(r)) => return refuse(&conn, r, &refused).await,
+            Err(Fault::Reject(r)) => return refuse(&conn, r, version, &refused).await,
         };
         let (raw, head) = {
             let mut shared = lock(&conn);
@@ -104,7 +106,7 @@ where
         };
         let head = match head {
             Ok(h) => h,
-            Err(r) => return refuse(&conn, r, &refused).await,
+            Err(r) => return refuse(&conn, r, version, &refused).await,
         };
         if head.wants_upgrade {
             // hyper's server takes the connection over: it reads this head again.
@@ -121,7 +123,7 @@ where
             upgrade(Rewind::new(prefix.freeze(), io)).await;
             return Ok(());
         }
-        let version = head.version;
+        version = head.version;
         let method = head.method.clone();
         let mut keep_alive = head.keep_alive;
         let expect_continue = head.expect_continue && version == http::Version::HTTP_11;
@@ -147,6 +149,21 @@ where
             if let Poll::Ready(r) = call.as_mut().poll(cx) {
                 return Poll::Ready(Some(r));
             }
+            if expect_continue {
+                let mut shared = lock(&conn);
+                if shared.continue_owed(cx) {
+                    // The body asked, and the answer is not ready: the client may send it.
+                    match shared.poll_continue(cx) {
+                        Poll::Ready(Ok(())) => {
+                            drop(shared);
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
+                        }
+                        Poll::Ready(Err(_)) => return Poll::Ready(None),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+            }
             if client_gone(&conn, cx, &mut eof, settings.half_close) {
                 return Poll::Ready(None);
             }
@@ -161,6 +178,9 @@ where
             Ok(r) => r,
             Err(e) => return Err(ConnError::Body(e.into())),
         };
+        if expect_continue {
+            lock(&conn).forgo_continue();
+        }
         let (mut parts, body) = resp.into_parts();
         if stop.load(Ordering::Acquire) || eof {
             keep_alive = false;
@@ -189,10 +209,9 @@ where
             Ok(false) => return Ok(()),
             Err(e) => return Err(e),
         }
-        let reusable = {
-            let shared = lock(&conn);
-            shared.body_done && !shared.body_broken
-        };
+        // A body nobody read to its end is drained from what has arrived, as hyper
+        // does; one still arriving closes the connection.
+        let reusable = poll_fn(|cx| Poll::Ready(lock(&conn).drain(cx))).await;
         if !(keep && reusable) || eof || stop.load(Ordering::Acquire) {
             return shut(&conn).await;
         }
@@ -246,8 +265,8 @@ fn read_head<IO: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Whether the client has gone while its request is served: its side closed (unless
-/// half-closes are answered). Reads only once the request body has ended and nothing
+/// Whether the client has gone while its request is served: its side closed (never
+/// looked at when half-closes are answered). Reads only once the request body has ended and nothing
 /// is buffered yet (a pipelined request waits in the buffer).
 fn client_gone<IO: AsyncRead + AsyncWrite + Unpin>(
     conn: &Conn<IO>,
@@ -257,6 +276,11 @@ fn client_gone<IO: AsyncRead + AsyncWrite + Unpin>(
 ) -> bool {
     if *eof {
         return !half_close;
+    }
+    if half_close {
+        // As hyper: nothing is read while a request is served; its close is seen when the
+        // next head is read.
+        return false;
     }
     let mut shared = lock(conn);
     if !shared.body_done || !shared.buf.is_empty() {
@@ -279,11 +303,12 @@ fn client_gone<IO: AsyncRead + AsyncWrite + Unpin>(
 async fn refuse<IO: AsyncRead + AsyncWrite + Unpin>(
     conn: &Conn<IO>,
     reject: Reject,
+    version: http::Version,
     refused: &impl Fn(Reject),
 ) -> Result<(), ConnError> {
     refused(reject);
     let mut out = Vec::with_capacity(128);
-    write::error_head(reject.status(), &mut out);
+    write::error_head(reject.status(), version, &mut out);
     let mut at = 0;
     poll_fn(|cx| {
         let mut shared = lock(conn);
@@ -469,7 +494,26 @@ where
     if ended {
         finish(&mut out, remaining)?;
     }
+    let mut first = true;
     poll_fn(|cx| {
+        if std::mem::take(&mut first) && !ended {
+            // The head goes out with the first frame when it is ready with it.
+            match body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Err(e) = take(&mut out, &mut remaining, frame) {
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                Poll::Ready(None) => {
+                    ended = true;
+                    if let Err(e) = finish(&mut out, remaining) {
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(ConnError::Body(e.into()))),
+                Poll::Pending => {}
+            }
+        }
         loop {
             if out.pending() {
                 let mut shared = lock(conn);
@@ -527,6 +571,29 @@ where
                     }
                 }
             }
+            if !ended {
+                // Asked for more before the flush, as hyper does: a frame counts as
+                // delivered once a flush completes after the body was polled again.
+                match body.as_mut().poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Err(e) = take(&mut out, &mut remaining, frame) {
+                            return Poll::Ready(Err(e));
+                        }
+                        continue;
+                    }
+                    Poll::Ready(None) => {
+                        ended = true;
+                        if let Err(e) = finish(&mut out, remaining) {
+                            return Poll::Ready(Err(e));
+                        }
+                        continue;
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        return Poll::Ready(Err(ConnError::Body(e.into())));
+                    }
+                    Poll::Pending => {}
+                }
+            }
             if !flushed {
                 let mut shared = lock(conn);
                 let Some(io) = shared.io.as_mut() else {
@@ -541,26 +608,10 @@ where
             if ended {
                 return Poll::Ready(Ok(true));
             }
-            match body.as_mut().poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Err(e) = take(&mut out, &mut remaining, frame) {
-                        return Poll::Ready(Err(e));
-                    }
-                }
-                Poll::Ready(None) => {
-                    ended = true;
-                    if let Err(e) = finish(&mut out, remaining) {
-                        return Poll::Ready(Err(e));
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(ConnError::Body(e.into()))),
-                Poll::Pending => {
-                    if client_gone(conn, cx, eof, half_close) {
-                        return Poll::Ready(Ok(false));
-                    }
-                    return Poll::Pending;
-                }
+            if client_gone(conn, cx, eof, half_close) {
+                return Poll::Ready(Ok(false));
             }
+            return Poll::Pending;
         }
     })
     .await

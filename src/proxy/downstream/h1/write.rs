@@ -254,11 +254,12 @@ fn digits(bytes: &[u8]) -> Option<u64> {
 }
 
 /// The head of an answer the connection gives itself (a refused request head): hyper's.
-pub fn error_head(status: StatusCode, dst: &mut Vec<u8>) {
+/// `version`: the connection's last request's (HTTP/1.1 before the first).
+pub fn error_head(status: StatusCode, version: Version, dst: &mut Vec<u8>) {
     let mut headers = HeaderMap::new();
     let ex = Exchange {
         method: &Method::GET,
-        version: Version::HTTP_11,
+        version,
         keep_alive: false,
     };
     // hyper's automatic answer has no request method: no HEAD exception applies.

@@ -56,7 +56,7 @@ request_seeds=(
   '{"model":"m","system":"s","prompt":"p","options":{"num_predict":4}}'
 )
 
-# Exchanges for `http_exchange`: client bytes, the separator, upstream bytes
+# Exchanges for `http_exchange` and `h1_server`: client bytes, the separator, upstream bytes
 # (fuzz/src/http1.rs). printf %b expands the escapes.
 sep='\n--upstream--\n'
 chat='{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
@@ -109,12 +109,14 @@ seed() {
         printf '%s' "${request_seeds[$i]}" >"$dir/seed-$i"
       done
       ;;
-    http_exchange)
+    http_exchange | h1_server)
       for i in "${!exchange_seeds[@]}"; do
         printf '%b' "${exchange_seeds[$i]}" >"$dir/seed-$i"
       done
-      # Inputs that once showed a fault (artifacts-found/README.md) are run first.
-      for f in artifacts-found/http_exchange-*; do
+      # Inputs that once showed a fault (artifacts-found/README.md) are run first; the
+      # own server gets hyper's too.
+      for f in artifacts-found/http_exchange-* artifacts-found/h1_server-*; do
+        [ -e "$f" ] || continue
         cp "$f" "$dir/found-$(basename "$f")"
       done
       # A real stream, unframed (it runs to the close).

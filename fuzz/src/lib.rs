@@ -10,9 +10,11 @@
 //! Each target decodes the payload fed whole and fed in those chunks and asserts the two
 //! agree: the decoders promise the same result whatever the chunking.
 //!
-//! [`http1`] is the exception: the `http_exchange` target's input is raw HTTP/1 bytes, and
-//! that module splits and reads them.
+//! [`http1`] is the exception: the `http_exchange` and `h1_server` targets' input is raw
+//! HTTP/1 bytes, and that module splits and reads them; [`exchange`] runs them through a
+//! proxy.
 
+pub mod exchange;
 pub mod http1;
 
 use goodput::decode::{

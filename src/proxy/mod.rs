@@ -5,7 +5,7 @@
 //! Two wings with imports one way: [`downstream`] (the client side: accept, admission,
 //! server connections) and [`upstream`] (pool, relay, framing, hyper's client, the
 //! response body), which never imports the client side. [`forward`] joins them; the
-//! leaves both use ([`wire`], [`headers`], [`fds`], [`limit_metrics`]) sit here beside
+//! leaves both use ([`wire`], [`headers`], [`fds`], [`limit_metrics`], [`client_body`]) sit here beside
 //! them, and [`tunnel`] splices an upgraded connection to its upstream.
 
 /// `AsyncWrite` for a wrapper that only watches reads: every write goes to its `io` field

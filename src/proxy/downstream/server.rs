@@ -12,7 +12,8 @@
 //! descriptors) back off and warn at most once per [`super::accept_errors::ACCEPT_WARN_EVERY`].
 //!
 //! A plaintext connection's first bytes are peeked at, not read: one that does not open
-//! with the HTTP/2 preface goes straight to hyper's HTTP/1 server. hyper-util's `auto`
+//! with the HTTP/2 preface goes straight to goodput's own HTTP/1.1 server connection
+//! ([`super::h1`], `server.http1_own`) or hyper's HTTP/1 server. hyper-util's `auto`
 //! reads the first bytes itself and replays them, which makes hyper double its 8 KiB read
 //! buffer on every connection: 8 KiB more per open stream (docs/PERFORMANCE.md).
 

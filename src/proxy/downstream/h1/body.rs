@@ -23,6 +23,9 @@ use crate::{
 
 /// Room a read offers at least (reads are small: a head, a JSON body).
 pub const READ_ROOM: usize = 4096;
+/// Room a read offers at most: a read that fills its room doubles the next one's, so a
+/// large upload is read in few calls (hyper's adaptive read buffer does the same).
+const MAX_READ_ROOM: usize = 64 << 10;
 
 /// What `Expect: 100-continue` is answered with when the body is first asked for.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -32,6 +35,8 @@ pub struct Shared<IO> {
     /// `None` once handed over to hyper's server.
     pub io: Option<IO>,
     pub buf: BytesMut,
+    /// Room the next read offers.
+    room: usize,
     framing: Option<Framing>,
     /// What is left of a `Content-Length` body (for the size hint).
     remaining: Option<u64>,
@@ -63,6 +68,7 @@ impl<IO> Shared<IO> {
         Shared {
             io: Some(io),
             buf: BytesMut::new(),
+            room: READ_ROOM,
             framing: None,
             remaining: None,
             body_done: true,
@@ -74,6 +80,11 @@ impl<IO> Shared<IO> {
             ranges: Vec::new(),
             next: 0,
         }
+    }
+
+    /// Between requests: reads start small again.
+    pub fn idle(&mut self) {
+        self.room = READ_ROOM;
     }
 
     /// A new request's body begins.
@@ -139,10 +150,19 @@ impl<IO: AsyncRead + Unpin> Shared<IO> {
         let Some(io) = self.io.as_mut() else {
             return Poll::Ready(Ok(0));
         };
-        if self.buf.capacity() - self.buf.len() < READ_ROOM {
-            self.buf.reserve(READ_ROOM);
+        if self.buf.capacity() - self.buf.len() < self.room {
+            self.buf.reserve(self.room);
         }
-        tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.buf)
+        let offered = self.buf.capacity() - self.buf.len();
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(io),
+            cx,
+            &mut self.buf
+        ))?;
+        if n >= offered && self.room < MAX_READ_ROOM {
+            self.room *= 2;
+        }
+        Poll::Ready(Ok(n))
     }
 }
 

@@ -217,6 +217,7 @@ where
         }
         {
             let mut shared = lock(&conn);
+            shared.idle();
             if shared.buf.is_empty() && shared.buf.capacity() > 2 * body::READ_ROOM {
                 // Idle: the buffer a large head or body needed goes back.
                 shared.buf = BytesMut::new();

@@ -8,6 +8,10 @@
 //! - the upstream receives the same requests: head byte for byte, and the same body
 //!   (decoded; its framing is the upstream client's, the same for both).
 //!
+//! `GOODPUT_PARITY_CORPUS=fuzz/corpus/http_exchange` adds the client's part of every
+//! exchange in that fuzz corpus to the inputs (those opening with the HTTP/2 preface,
+//! hyper's on both, aside).
+//!
 //! The client half-closes after its bytes (`server.http1_half_close` on for both), so every
 //! exchange ends when the proxy has answered what it will, without a timer deciding.
 
@@ -180,6 +184,22 @@ async fn the_own_server_answers_and_forwards_as_hypers_does() {
     for _ in 0..VARIATIONS {
         for seed in SEEDS {
             inputs.push(vary(seed, &mut rng));
+        }
+    }
+    if let Ok(dir) = std::env::var("GOODPUT_PARITY_CORPUS") {
+        // A fuzz corpus of exchanges (fuzz/corpus/http_exchange): the client's part of each.
+        let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+        files.sort_by_key(std::fs::DirEntry::path);
+        for file in files {
+            let data = std::fs::read(file.path()).unwrap();
+            let client = match data.windows(14).position(|w| w == b"\n--upstream--\n") {
+                Some(at) => data[..at].to_vec(),
+                None => data,
+            };
+            // HTTP/2 with prior knowledge is hyper's on both, its frames timed its own way.
+            if !client.starts_with(b"PRI * HTTP/2.0") {
+                inputs.push(client);
+            }
         }
     }
     let (mut refused, mut forwarded) = (0, 0);

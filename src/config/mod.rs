@@ -12,6 +12,7 @@ pub mod measure;
 pub mod metrics;
 pub mod otlp;
 pub mod profile;
+mod restart;
 pub mod server;
 pub mod shadow;
 pub mod slo;

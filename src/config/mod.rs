@@ -35,7 +35,6 @@ pub use otlp::Otlp;
 pub use profile::ProfileConfig;
 pub use server::{Server, ServerLimits};
 pub use shadow::ShadowConfig;
-pub use slo::{Slo, SloClass};
 pub use tokenizer::Counting;
 pub use upstream::{MIN_RESPONSE_HEADER_BYTES, Upstream};
 pub use usage_injection::UsageInjection;
@@ -62,7 +61,7 @@ pub struct Config {
     /// Native-histogram precision of the latency metrics (`[metrics]`).
     pub metrics: MetricsConfig,
     pub log: Log,
-    pub slo: Slo,
+    pub slo: crate::slo::Slo,
     pub cost: Option<Cost>,
     /// Token counting when the upstream reports no usage (`[tokenizer]`).
     pub tokenizer: Counting,

@@ -9,9 +9,9 @@ use http::HeaderName;
 use serde::Deserialize;
 
 use super::{Problem, file::humantime_serde};
-pub use crate::slo::{
-    ApiMatch, DEFAULT_CLASS, HeaderObjectives, LatencyMetric, MatchInput, Matcher,
-    PercentileTarget, Slo, SloClass, Targets, glob, tenant_hash,
+use crate::slo::{
+    ApiMatch, DEFAULT_CLASS, HeaderObjectives, LatencyMetric, Matcher, PercentileTarget, Slo,
+    SloClass, Targets, tenant_hash,
 };
 use crate::slo::{DEFAULT_CLIENT_ERROR_STATUSES, MAX_TIMELINE_POINTS};
 
@@ -377,6 +377,7 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slo::MatchInput;
 
     fn input<'a>(model: &'a str, api: &str, tokens: Option<u64>) -> MatchInput<'a> {
         MatchInput {

@@ -7,7 +7,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{RequestRecord, record::status_class, slo::MissCause};
+use super::{RequestRecord, record::status_class, verdict::MissCause};
 use crate::metrics::{
     ClassReason, ClassSlo, HistogramFamily, HistogramOptions, HistogramShape, LatencyLabels,
     ModelApi, PassthroughLabels, RequestLabels, TokenLabels, names,

@@ -15,10 +15,10 @@ mod mirror;
 pub mod record;
 mod request_id;
 mod sink;
-pub mod slo;
 mod tap;
 mod traceparent;
 mod upgrade;
+pub mod verdict;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
 pub use clock::{ClientReads, Clock, ReadClock};

@@ -64,7 +64,7 @@ impl Outcome {
     /// system refusing the work ([`Outcome::Rejected`]), the 4xx of
     /// [`DEFAULT_CLIENT_ERROR_STATUSES`] the request's own fault ([`Outcome::ClientError`]),
     /// every other one an [`Outcome::UpstreamError`]. `[slo] client_error_statuses` changes
-    /// the client list when the request is judged ([`crate::measure::slo::judge`]).
+    /// the client list when the request is judged ([`crate::measure::verdict::judge`]).
     pub fn from_status(status: u16) -> Outcome {
         match status {
             429 | 503 => Outcome::Rejected,

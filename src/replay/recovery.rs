@@ -29,7 +29,7 @@ use serde::Serialize;
 use tokio::{sync::watch, task::JoinHandle};
 
 use super::{tables::Tables, tally::Sample};
-use crate::{config::Slo, measure::Outcome};
+use crate::{measure::Outcome, slo::Slo};
 
 /// The fault command's output, in the report directory.
 pub const LOG_FILE: &str = "fault-cmd.log";

@@ -18,15 +18,12 @@ use buckets::{by_cache, by_input, by_output, short_ttft};
 
 use super::tables::{GroupId, NO_GROUP, NameId, Tables};
 use crate::{
-    config::{
-        Slo,
-        slo::{LatencyMetric, SloClass},
-    },
     decode::FinishReason,
     measure::{
         Outcome, RequestRecord,
-        slo::{MissCause, MissReason},
+        verdict::{MissCause, MissReason},
     },
+    slo::{LatencyMetric, Slo, SloClass},
 };
 
 /// One finished request of the run, as the report reads it: fixed-size fields and no

@@ -15,8 +15,8 @@ use super::logprobs::Close;
 use super::report::{Answers, Bar, RULE, Ratio, Side, SideStats, Thresholds, Verdict, verdict};
 use super::shift::Shift;
 use crate::{
-    config::Slo,
     measure::{RequestRecord, Target},
+    slo::Slo,
 };
 
 /// Pairs kept at most: an hour at 5 mirrored requests per second, a few MiB.

@@ -54,8 +54,9 @@ pub use stage::{Queue, Stage};
 pub use view::{ShadowReport, View};
 
 use crate::{
-    config::{Config, ShadowConfig, shadow::DEFAULT_RECORD_QUEUE, slo::Targets},
+    config::{Config, ShadowConfig, shadow::DEFAULT_RECORD_QUEUE},
     measure::{Held, Mirror, MirrorHead, MirrorTicket, Recorder, Unmirrored},
+    slo::Targets,
 };
 use worker::Worker;
 

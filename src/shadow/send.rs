@@ -16,15 +16,13 @@ use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 
 use super::{Active, DropReason, ShadowMetrics};
 use crate::{
-    config::{
-        Config,
-        slo::{MatchInput, Targets, glob},
-    },
+    config::Config,
     decode::{Api, inspect_request},
     measure::{
         Delivered, Ending, HeadInfo, Held, Outcome, ProxyFailure, Recorder, RequestCapture,
         ShadowCut, Tap, Target,
     },
+    slo::{MatchInput, Targets, glob},
 };
 
 pub(super) type Client =

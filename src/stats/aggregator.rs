@@ -23,7 +23,7 @@ use super::{
 use crate::{
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestMetrics, RequestRecord, Target, slo},
+    measure::{Pending, RequestMetrics, RequestRecord, Target, verdict},
     telemetry,
 };
 
@@ -230,21 +230,21 @@ impl Aggregator {
             answers.hand_over(&record, api, kind, chunks, shadow);
         }
         if record.pairing.target.is_copy() {
-            slo::judge(&mut record, &config.slo);
+            verdict::judge(&mut record, &config.slo);
             self.shadow_answer(record, config.log.access_log);
             if let Some(held) = held {
                 held.settle();
             }
             return;
         }
-        if !slo::judge(&mut record, &config.slo) {
+        if !verdict::judge(&mut record, &config.slo) {
             self.passthrough(record, config.log.access_log);
             return;
         }
         self.profiling
             .observe(&record, api, body.as_deref(), finished.max_tokens);
         let model = self.models.label(record.model.as_deref());
-        let miss_cause = slo::MissCause::of(&record);
+        let miss_cause = verdict::MissCause::of(&record);
         self.metrics.observe(&record, &model, &gaps, miss_cause);
         self.live.lock().observe(&Observation {
             started: record.finished_at.map_or_else(Instant::now, |end| {

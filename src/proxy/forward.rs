@@ -146,7 +146,7 @@ impl Inner {
             limits.clone(),
         ));
         Inner {
-            clients: Clients::build(upstream, limits.http2_saturated.clone()),
+            clients: Clients::build(upstream, limits.http2_saturated.clone(), &slots),
             inline: inline::Pool::for_upstream(upstream, Arc::clone(&slots)),
             slots,
             upstream: upstream.clone(),

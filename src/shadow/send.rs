@@ -10,8 +10,6 @@ use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, header::CONTENT_LENGTH, header::CONTENT_TYPE};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 
 use super::{Active, DropReason, ShadowMetrics};
@@ -26,7 +24,7 @@ use crate::{
 };
 
 pub(super) type Client =
-    hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+    hyper_util::client::legacy::Client<crate::proxy::PooledConnector, Full<Bytes>>;
 
 /// Which system a copy goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,7 +28,7 @@ pub use metrics::RequestMetrics;
 pub use mirror::{Mirror, MirrorHead, MirrorTicket, Unmirrored};
 pub use record::{
     Fault, Outcome, Pairing, RequestRecord, RequestTrace, ShadowCut, Target, TokenCount,
-    TokenSource,
+    TokenSource, WallClock,
 };
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Held, Recorder};

@@ -431,7 +431,7 @@ fn class_stats(
                 .is_none_or(|(max, rate)| rate <= max + 1e-9)
     });
     ClassStats {
-        name: c.name.clone(),
+        name: c.name.to_string(),
         requests: s.len() as u64,
         slo_met: met,
         slo_missed: missed,

@@ -66,7 +66,7 @@ pub struct Slo {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SloClass {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub matcher: Matcher,
     pub targets: Targets,
     pub attainment: f64,

@@ -150,7 +150,7 @@ pub(super) async fn run(
     if deterministic {
         tap.deterministic();
     }
-    // Handles to the answer's frames (already bounded by `max_answer_bytes` below), for
+    // The answer's bytes (already bounded by `max_answer_bytes` below), for
     // its comparison with the primary's at record time.
     tap.keep_answer(active.cfg.max_answer_bytes);
     if config.tokenizer.enabled() {

@@ -313,7 +313,7 @@ impl Aggregator {
         let finished = pending.finish_all();
         let (mut record, gaps) = (finished.record, finished.gaps);
         let config = self.config.load();
-        // Handles to the answer's frames go to the shadow's comparer: nothing is decoded
+        // A handle to the answer's kept bytes goes to the shadow's comparer: nothing is decoded
         // or compared here, and a full queue drops them rather than wait.
         if let (Some((chunks, kind)), Some(answers), Some(shadow)) =
             (answer, &self.answers, config.shadow.as_ref())

@@ -35,6 +35,7 @@ mod requests;
 mod shadow;
 mod stats;
 mod streams;
+mod syscalls;
 mod throughput;
 
 use std::{path::PathBuf, process::ExitCode};

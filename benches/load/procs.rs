@@ -230,6 +230,11 @@ pub fn find_nginx() -> Option<PathBuf> {
     find_or_install("nginx", "nginx-light")
 }
 
+/// perf, for the system call counts, installing Debian's `linux-perf` when missing.
+pub fn find_perf() -> Option<PathBuf> {
+    find_or_install("perf", "linux-perf")
+}
+
 /// The HAProxy binary, installing Debian's `haproxy` when missing (as root only).
 pub fn find_haproxy() -> Option<PathBuf> {
     find_or_install("haproxy", "haproxy")

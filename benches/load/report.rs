@@ -411,6 +411,16 @@ fn throughput_rows(
         "",
         &f(ratio(m(wr(g)), m(wr(n))), 2),
     ]);
+    let sys = |k| col(k, &|r| r.proxy_syscalls_per_k);
+    t.row([
+        "",
+        "proxy system calls per 1k events (perf)",
+        "-",
+        &f(m(sys(n)), 0),
+        &f(m(sys(g)), 0),
+        "",
+        &f(ratio(m(sys(g)), m(sys(n))), 2),
+    ]);
     let pct = |k, get: &dyn Fn(&ThrRound) -> Option<f64>| f(m(col(k, get)), 0);
     t.row([
         "",
@@ -453,6 +463,7 @@ fn throughput_rows(
             "proxy_cpu_s_per_million_events_per_round": cpu(k),
             "proxy_cpu_percent": m(col(k, &|r| r.proxy_cpu_pct)),
             "proxy_write_syscalls_per_1k_events": m(wr(k)),
+            "proxy_syscalls_per_1k_events": m(sys(k)),
             "client_cpu_percent": client_pct,
             "sim_cpu_percent": m(col(k, &|r| Some(r.sim_cpu_pct))),
             "machine_busy_percent": m(col(k, &|r| Some(r.machine_busy_pct))),

@@ -54,6 +54,8 @@ pub struct Level {
     pub p99_us: Option<f64>,
     /// The proxy's CPU µs per request (`None` for direct).
     pub proxy_cpu_us: Option<f64>,
+    /// The proxy's system calls per request (`None` for direct, or without perf).
+    pub proxy_syscalls: Option<f64>,
     pub failed: u64,
 }
 
@@ -79,7 +81,8 @@ pub async fn run(env: &Env, upstream: SocketAddr) -> Result<RequestsOut> {
                 (PathKind::Haproxy, Some(h)) => (h.addr, Some(h)),
                 _ => (paths.addr(kind), paths.proxy(kind)),
             };
-            let level = measure(addr, clients, warm, window, || {
+            let pids = proxy.map(crate::procs::Proxy::pids).unwrap_or_default();
+            let level = measure(addr, clients, warm, window, &pids, || {
                 proxy.map(crate::procs::Proxy::cpu_seconds)
             })
             .await;
@@ -116,9 +119,11 @@ async fn measure(
     clients: usize,
     warm: Duration,
     window: Duration,
+    pids: &[u32],
     proxy_cpu: impl Fn() -> Option<f64>,
 ) -> Level {
     let c = client::client();
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     // Latencies (µs) of the requests that ended while the window was open.
     let window_open = Arc::new(AtomicBool::new(false));
@@ -130,12 +135,13 @@ async fn measure(
     };
     let mut set = JoinSet::new();
     for w in 0..clients {
-        let (c, stop, open, lat, failed) = (
+        let (c, stop, open, lat, failed, done) = (
             c.clone(),
             stop.clone(),
             window_open.clone(),
             lat.clone(),
             failed.clone(),
+            done.clone(),
         );
         set.spawn(async move {
             let mut n = 0u64;
@@ -152,6 +158,9 @@ async fn measure(
                         .map(|_| ())
                 };
                 let us = t.elapsed().as_secs_f64() * 1e6;
+                if r.is_ok() {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
                 match r {
                     Ok(()) if open.load(Ordering::Relaxed) => mine.push(us),
                     Ok(()) => {}
@@ -172,6 +181,9 @@ async fn measure(
     tokio::time::sleep(window).await;
     window_open.store(false, Ordering::Relaxed);
     let (t1, p1) = (Instant::now(), proxy_cpu());
+    // System calls in a window of their own after it, so that perf's own cost is not in
+    // the CPU figures: per request = calls per second / requests per second, both there.
+    let proxy_syscalls = crate::syscalls::per_unit(pids, &done, window).await;
     stop.store(true, Ordering::Relaxed);
     while set.join_next().await.is_some() {}
     let lat = std::mem::take(&mut *lat.lock().unwrap_or_else(PoisonError::into_inner));
@@ -180,6 +192,7 @@ async fn measure(
     Level {
         clients,
         requests_per_s: n / secs,
+        proxy_syscalls,
         p50_us: quantile(&lat, 0.5),
         p99_us: quantile(&lat, 0.99),
         proxy_cpu_us: p0
@@ -222,8 +235,16 @@ pub fn table(out: &RequestsOut) -> (String, Vec<Value>) {
     );
     let _ = writeln!(
         t,
-        "{:>8} {:<8} {:>11} {:>9} {:>9} {:>12} {:>11} {:>14}",
-        "clients", "path", "requests/s", "P50 us", "P99 us", "added P99 us", "CPU us/req", "failed"
+        "{:>8} {:<8} {:>11} {:>9} {:>9} {:>12} {:>11} {:>13} {:>8}",
+        "clients",
+        "path",
+        "requests/s",
+        "P50 us",
+        "P99 us",
+        "added P99 us",
+        "CPU us/req",
+        "syscalls/req",
+        "failed"
     );
     let mut objects = Vec::new();
     for i in 0..count {
@@ -238,7 +259,7 @@ pub fn table(out: &RequestsOut) -> (String, Vec<Value>) {
             };
             let _ = writeln!(
                 t,
-                "{:>8} {:<8} {:>11} {:>9} {:>9} {:>12} {:>11} {:>14}",
+                "{:>8} {:<8} {:>11} {:>9} {:>9} {:>12} {:>11} {:>13} {:>8}",
                 l.clients,
                 k.name(),
                 cell(Some(l.requests_per_s), 0),
@@ -246,6 +267,7 @@ pub fn table(out: &RequestsOut) -> (String, Vec<Value>) {
                 cell(l.p99_us, 0),
                 cell(added, 0),
                 cell(l.proxy_cpu_us, 1),
+                cell(l.proxy_syscalls, 1),
                 l.failed
             );
             objects.push(json!({
@@ -256,6 +278,7 @@ pub fn table(out: &RequestsOut) -> (String, Vec<Value>) {
                 "latency_us": { "p50": l.p50_us, "p99": l.p99_us },
                 "added_p99_us": added,
                 "proxy_cpu_us_per_request": l.proxy_cpu_us,
+                "proxy_syscalls_per_request": l.proxy_syscalls,
                 "failed": l.failed,
             }));
         }

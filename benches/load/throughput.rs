@@ -41,6 +41,8 @@ pub struct ThrRound {
     pub proxy_cpu_s_per_m: Option<f64>,
     /// The proxy's write system calls (`write`, `writev`) per 1,000 events.
     pub proxy_writes_per_k: Option<f64>,
+    /// All the proxy's system calls per 1,000 events (perf; `None` without it).
+    pub proxy_syscalls_per_k: Option<f64>,
     /// The proxy's CPU use, % of one core.
     pub proxy_cpu_pct: Option<f64>,
     pub client_cpu_pct: f64,
@@ -63,7 +65,8 @@ pub async fn run(env: &Env, upstream: SocketAddr) -> Result<BTreeMap<PathKind, V
         for kind in rotate(&kinds, round) {
             let addr = paths.addr(kind);
             let proxy = paths.proxy(kind);
-            let r = measure(env, addr, warm, window, || {
+            let pids = proxy.map(crate::procs::Proxy::pids).unwrap_or_default();
+            let r = measure(env, addr, warm, window, &pids, || {
                 proxy.map(|p| (p.cpu_seconds(), p.io_calls().1))
             })
             .await;
@@ -81,6 +84,7 @@ async fn measure(
     addr: SocketAddr,
     warm: Duration,
     window: Duration,
+    pids: &[u32],
     proxy_usage: impl Fn() -> Option<(f64, u64)>,
 ) -> ThrRound {
     let c = client::client();
@@ -124,6 +128,7 @@ async fn measure(
     let (t0, e0, p0, c0, s0, m0) = snap();
     tokio::time::sleep(window).await;
     let (t1, e1, p1, c1, s1, m1) = snap();
+    let syscalls = crate::syscalls::per_unit(pids, &events, window).await;
     stop.store(true, Ordering::Relaxed);
     set.abort_all();
     while set.join_next().await.is_some() {}
@@ -138,6 +143,7 @@ async fn measure(
         events_per_s: n / secs,
         proxy_cpu_s_per_m: proxy.filter(|_| n > 0.0).map(|cpu| cpu / n * 1e6),
         proxy_writes_per_k: writes.filter(|_| n > 0.0).map(|w| w / n * 1000.0),
+        proxy_syscalls_per_k: syscalls.map(|s| s * 1000.0),
         proxy_cpu_pct: proxy.map(|cpu| cpu / secs * 100.0),
         client_cpu_pct: (c1 - c0) / secs * 100.0,
         sim_cpu_pct: (s1 - s0) / secs * 100.0,

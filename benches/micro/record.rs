@@ -169,9 +169,9 @@ fn prometheus(name: &'static str, gaps: Vec<u32>) -> Case {
     };
     let metrics = RequestMetrics::register(&mut registry, &histograms);
     let key = LatencyLabels {
-        model: "meta-llama/Llama-3.1-8B-Instruct".to_owned(),
+        model: "meta-llama/Llama-3.1-8B-Instruct".into(),
         api: "chat_completions",
-        class: "default".to_owned(),
+        class: "default".into(),
     };
     // As the aggregator does: one family lookup per request, one observe per gap.
     Case::new(name, gaps.len() as u64, 0, "request's gaps", move || {

@@ -9,6 +9,7 @@ use subtle::ConstantTimeEq;
 
 use serde::Deserialize;
 
+use super::restart::Changed;
 use super::{
     Problem,
     tls::{self, TlsKeys, TlsSection},
@@ -46,6 +47,17 @@ pub struct AdminAccess {
     pub metrics_auth: bool,
     /// The admin listener's TLS configuration (`[admin.tls]`); HTTP/1.1 only.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl AdminAccess {
+    /// The admin listener's TLS can rotate certificates but not be switched on or off.
+    pub(super) fn restart_only(&self, new: &AdminAccess, changed: &mut Changed) {
+        changed.check(
+            &self.tls.is_some(),
+            &new.tls.is_some(),
+            "admin.tls (on/off)",
+        );
+    }
 }
 
 /// The admin bearer token. Compared in constant time; `Debug` shows no part of it.

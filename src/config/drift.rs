@@ -13,6 +13,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use super::restart::Changed;
 use super::{Problem, file::humantime_serde, validate::positive};
 
 /// `[drift.thresholds]`: when a statistic counts as drifted. Documented defaults.
@@ -140,6 +141,16 @@ pub struct DriftConfig {
     pub shadow_on_trigger: Option<Duration>,
     /// How often the upstream's identity is read (`None`: not at all).
     pub identity_interval: Option<Duration>,
+}
+
+/// The running monitor keeps the baseline it read at start.
+pub(super) fn restart_only(
+    old: Option<&DriftConfig>,
+    new: Option<&DriftConfig>,
+    changed: &mut Changed,
+) {
+    let baseline = |d: Option<&DriftConfig>| d.map(|d| d.baseline_path.clone());
+    changed.check(&baseline(old), &baseline(new), "drift.baseline");
 }
 
 impl DriftConfig {

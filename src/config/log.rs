@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use super::Problem;
+use super::restart::Changed;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -34,6 +35,14 @@ pub struct Log {
     pub format: LogFormat,
     pub level: String,
     pub access_log: bool,
+}
+
+impl Log {
+    /// The subscriber is installed once.
+    pub(super) fn restart_only(&self, new: &Log, changed: &mut Changed) {
+        changed.check(&self.format, &new.format, "log.format");
+        changed.check(&self.level, &new.level, "log.level");
+    }
 }
 
 /// The runtime `[log]`; `None` when the format is unknown (a problem is pushed).

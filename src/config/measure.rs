@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::restart::Changed;
 use super::{Problem, validate::positive};
 
 #[derive(Debug, Deserialize)]
@@ -39,6 +40,28 @@ pub struct Measure {
     pub max_models: usize,
     /// Reads timed by the kernel's receive stamps where it gives them (`proxy::wire`).
     pub kernel_timestamps: bool,
+}
+
+impl Measure {
+    /// The channel, the recent ring, the model labels and the sockets' options.
+    pub(super) fn restart_only(&self, new: &Measure, changed: &mut Changed) {
+        changed.check(
+            &self.kernel_timestamps,
+            &new.kernel_timestamps,
+            "measure.kernel_timestamps",
+        );
+        changed.check(
+            &self.channel_capacity,
+            &new.channel_capacity,
+            "measure.channel_capacity",
+        );
+        changed.check(
+            &self.recent_requests,
+            &new.recent_requests,
+            "measure.recent_requests",
+        );
+        changed.check(&self.max_models, &new.max_models, "measure.max_models");
+    }
 }
 
 /// The runtime `[measure]`.

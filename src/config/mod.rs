@@ -12,6 +12,7 @@ pub mod measure;
 pub mod metrics;
 pub mod otlp;
 pub mod profile;
+mod restart;
 pub mod server;
 pub mod shadow;
 pub mod slo;
@@ -34,7 +35,6 @@ pub use otlp::Otlp;
 pub use profile::ProfileConfig;
 pub use server::{Server, ServerLimits};
 pub use shadow::ShadowConfig;
-pub use slo::{Slo, SloClass};
 pub use tokenizer::Counting;
 pub use upstream::{MIN_RESPONSE_HEADER_BYTES, Upstream};
 pub use usage_injection::UsageInjection;
@@ -61,7 +61,7 @@ pub struct Config {
     /// Native-histogram precision of the latency metrics (`[metrics]`).
     pub metrics: MetricsConfig,
     pub log: Log,
-    pub slo: Slo,
+    pub slo: crate::slo::Slo,
     pub cost: Option<Cost>,
     /// Token counting when the upstream reports no usage (`[tokenizer]`).
     pub tokenizer: Counting,

@@ -10,6 +10,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use http::{HeaderName, HeaderValue, Uri, uri::Scheme};
 use serde::Deserialize;
 
+use super::restart::Changed;
 use super::{Problem, file::humantime_serde, tls};
 
 /// Shortest metric export interval accepted: every export encodes every series.
@@ -77,6 +78,16 @@ pub struct Otlp {
     pub ca_file: Option<String>,
     /// Trust roots for an `https://` collector.
     pub tls: Arc<rustls::ClientConfig>,
+}
+
+/// The exporter is built once: anything it was built from needs a restart.
+pub(super) fn restart_only(old: Option<&Otlp>, new: Option<&Otlp>, changed: &mut Changed) {
+    let same = match (old, new) {
+        (None, None) => true,
+        (Some(o), Some(n)) => o.same_exporter(n),
+        _ => false,
+    };
+    changed.check(&same, &true, "otlp");
 }
 
 impl Otlp {

@@ -6,6 +6,7 @@ use std::{path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
+use super::restart::Changed;
 use super::{Problem, file::humantime_serde, validate::positive};
 
 /// Default size at which a profile file is closed and a new one started.
@@ -94,6 +95,14 @@ pub struct ProfileConfig {
     pub block_bytes: usize,
     pub salt: Option<String>,
     pub contract: Contract,
+}
+
+impl ProfileConfig {
+    /// The recorder's files and the hashes already written.
+    pub(super) fn restart_only(&self, new: &ProfileConfig, changed: &mut Changed) {
+        changed.check(&self.dir, &new.dir, "profile.dir");
+        changed.check(&self.salt, &new.salt, "profile.salt");
+    }
 }
 
 /// Host name, for file names; `goodput` when it cannot be read.

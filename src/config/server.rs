@@ -5,6 +5,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use serde::Deserialize;
 
+use super::restart::Changed;
 use super::{
     Problem,
     file::humantime_serde,
@@ -87,6 +88,63 @@ pub struct Server {
     pub http1_half_close: bool,
     /// Plaintext HTTP/1.1 served by goodput's own connection (`proxy::downstream::h1`).
     pub http1_own: bool,
+}
+
+impl Server {
+    /// What the listener, the connection builders and the accept loop were made from.
+    pub(super) fn restart_only(&self, new: &Server, changed: &mut Changed) {
+        changed.check(&self.listen, &new.listen, "server.listen");
+        changed.check(
+            &self.tls.is_some(),
+            &new.tls.is_some(),
+            "server.tls (on/off)",
+        );
+        changed.check(&self.http2, &new.http2, "server.http2");
+        changed.check(&self.http1_own, &new.http1_own, "server.http1_own");
+        let (o, n) = (self, new);
+        changed.check(
+            &o.header_read_timeout,
+            &n.header_read_timeout,
+            "server.header_read_timeout",
+        );
+        changed.check(&o.drain_timeout, &n.drain_timeout, "server.drain_timeout");
+        let (o, n) = (&self.limits, &new.limits);
+        changed.check(
+            &o.max_connections,
+            &n.max_connections,
+            "server.max_connections",
+        );
+        changed.check(
+            &o.min_connection_age,
+            &n.min_connection_age,
+            "server.min_connection_age",
+        );
+        changed.check(
+            &o.http2_max_concurrent_streams,
+            &n.http2_max_concurrent_streams,
+            "server.http2_max_concurrent_streams",
+        );
+        changed.check(
+            &o.max_request_header_bytes,
+            &n.max_request_header_bytes,
+            "server.max_request_header_bytes",
+        );
+        changed.check(
+            &o.request_body_timeout,
+            &n.request_body_timeout,
+            "server.request_body_timeout",
+        );
+        changed.check(
+            &o.http2_max_control_frames_per_second,
+            &n.http2_max_control_frames_per_second,
+            "server.http2_max_control_frames_per_second",
+        );
+        changed.check(
+            &self.http1_half_close,
+            &new.http1_half_close,
+            "server.http1_half_close",
+        );
+    }
 }
 
 /// What one client, or all of them together, may hold of the proxy.

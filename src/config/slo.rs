@@ -9,9 +9,9 @@ use http::HeaderName;
 use serde::Deserialize;
 
 use super::{Problem, file::humantime_serde};
-pub use crate::slo::{
-    ApiMatch, DEFAULT_CLASS, HeaderObjectives, LatencyMetric, MatchInput, Matcher,
-    PercentileTarget, Slo, SloClass, Targets, glob, tenant_hash,
+use crate::slo::{
+    ApiMatch, DEFAULT_CLASS, HeaderObjectives, LatencyMetric, Matcher, PercentileTarget, Slo,
+    SloClass, Targets, tenant_hash,
 };
 use crate::slo::{DEFAULT_CLIENT_ERROR_STATUSES, MAX_TIMELINE_POINTS};
 
@@ -224,7 +224,7 @@ fn class(i: usize, c: &ClassSection, salt: &str, problems: &mut Vec<Problem>) ->
     }
     let (targets, percentiles) = targets(&key, &c.targets, problems);
     SloClass {
-        name: c.name.clone(),
+        name: c.name.as_str().into(),
         matcher: Matcher {
             model: c.matches.model.clone(),
             api: c.matches.api.as_deref().and_then(|a| {
@@ -377,6 +377,7 @@ pub fn validate(s: &SloSection, salt: &str, problems: &mut Vec<Problem>) -> Slo 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slo::MatchInput;
 
     fn input<'a>(model: &'a str, api: &str, tokens: Option<u64>) -> MatchInput<'a> {
         MatchInput {
@@ -408,25 +409,29 @@ mod tests {
         assert_eq!(
             slo.class_for(&input("llama-3", "chat_completions", Some(10)))
                 .unwrap()
-                .name,
+                .name
+                .as_ref(),
             "short"
         );
         assert_eq!(
             slo.class_for(&input("llama-3", "chat_completions", Some(5000)))
                 .unwrap()
-                .name,
+                .name
+                .as_ref(),
             "llama"
         );
         assert_eq!(
             slo.class_for(&input("llama-3", "completions", None))
                 .unwrap()
-                .name,
+                .name
+                .as_ref(),
             "llama"
         );
         assert_eq!(
             slo.class_for(&input("gpt", "chat_completions", None))
                 .unwrap()
-                .name,
+                .name
+                .as_ref(),
             "default"
         );
         assert_eq!(slo.default.targets.e2e_ms, Some(60000.0));
@@ -456,14 +461,18 @@ mod tests {
         let section: SloSection = toml::from_str(text).unwrap();
         let slo = validate(&section, "salt", &mut Vec::new());
         assert_eq!(
-            slo.class_for(&input("m", "unknown", None)).unwrap().name,
+            slo.class_for(&input("m", "unknown", None))
+                .unwrap()
+                .name
+                .as_ref(),
             "probes"
         );
         assert!(slo.class_for(&input("m", "embeddings", None)).is_none());
         assert_eq!(
             slo.class_for(&input("m", "chat_completions", None))
                 .unwrap()
-                .name,
+                .name
+                .as_ref(),
             "all"
         );
     }
@@ -481,7 +490,7 @@ mod tests {
             tenant: Some(slo.tenant_hash(b"acme")),
             input_tokens: None,
         };
-        assert_eq!(slo.class_for(&acme).unwrap().name, "acme");
+        assert_eq!(slo.class_for(&acme).unwrap().name.as_ref(), "acme");
         assert_ne!(tenant_hash("s1", b"acme"), tenant_hash("s2", b"acme"));
     }
 

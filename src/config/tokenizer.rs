@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::Problem;
+use super::restart::Changed;
 use crate::decode::text::DEFAULT_TEXT_LIMIT;
 
 /// `[tokenizer]` as written.
@@ -56,6 +57,14 @@ pub struct Counting {
     pub queue: usize,
     /// Generated text kept per request for counting, in bytes.
     pub text_limit: usize,
+}
+
+impl Counting {
+    /// The worker pool and its queue are sized once.
+    pub(super) fn restart_only(&self, new: &Counting, changed: &mut Changed) {
+        changed.check(&self.workers, &new.workers, "tokenizer.workers");
+        changed.check(&self.queue, &new.queue, "tokenizer.queue");
+    }
 }
 
 /// A model glob and the `tokenizer.json` that counts its tokens.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::{
     record::{
         EngineSplit, EngineTimingSource, ItlSummary, Outcome, RequestRecord, TokenCount,
-        TokenSource,
+        TokenSource, WallClock,
     },
     tap::{Ending, Pending, Timeline},
 };
@@ -311,7 +311,7 @@ impl Pending {
 
         let record = RequestRecord {
             id: std::mem::take(&mut self.id),
-            started_at: humantime::format_rfc3339_millis(self.started_at).to_string(),
+            started_at: WallClock(self.started_at),
             model: request.and_then(|r| r.model),
             api: if self.tunnel {
                 "upgrade"
@@ -340,7 +340,7 @@ impl Pending {
             events: self.timeline.events,
             bytes_out: self.bytes_out,
             terminal_event: self.terminal_delivered,
-            slo_class: String::new(),
+            slo_class: "".into(),
             slo_met: None,
             slo_miss_reason: None,
             slo_miss_component: None,

@@ -7,10 +7,10 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{RequestRecord, record::status_class, slo::MissCause};
+use super::{RequestRecord, record::status_class, verdict::MissCause};
 use crate::metrics::{
     ClassReason, ClassSlo, HistogramFamily, HistogramOptions, HistogramShape, LatencyLabels,
-    ModelApi, PassthroughLabels, RequestLabels, TokenLabels, names,
+    ModelApi, Name, PassthroughLabels, RequestLabels, TokenLabels, names,
 };
 
 /// OTel's TTFT boundaries, extended below 1 ms (a proxy on loopback or a cache hit answers
@@ -106,7 +106,7 @@ impl RequestMetrics {
     pub fn observe(
         &self,
         record: &RequestRecord,
-        model: &str,
+        model: &Name,
         gaps: &[u32],
         miss_cause: Option<MissCause>,
     ) {
@@ -119,7 +119,7 @@ impl RequestMetrics {
         };
         self.requests
             .get_or_create(&RequestLabels {
-                model: model.to_owned(),
+                model: model.clone(),
                 api,
                 outcome: record.outcome.as_str(),
                 class: class.clone(),
@@ -154,7 +154,7 @@ impl RequestMetrics {
         if record.decode_failed {
             self.decode_failures
                 .get_or_create(&ModelApi {
-                    model: model.to_owned(),
+                    model: model.clone(),
                     api,
                 })
                 .inc();
@@ -164,10 +164,10 @@ impl RequestMetrics {
 
     /// The request's latencies (`gaps`: the inter-token gaps in microseconds) and token
     /// counts, into their histograms.
-    fn observe_distributions(&self, record: &RequestRecord, model: &str, gaps: &[u32]) {
+    fn observe_distributions(&self, record: &RequestRecord, model: &Name, gaps: &[u32]) {
         let (api, class) = (record.api, &record.slo_class);
         let key = LatencyLabels {
-            model: model.to_owned(),
+            model: model.clone(),
             api,
             class: class.clone(),
         };
@@ -192,7 +192,7 @@ impl RequestMetrics {
         ] {
             if let Some(n) = n {
                 let labels = TokenLabels {
-                    model: model.to_owned(),
+                    model: model.clone(),
                     api,
                     class: class.clone(),
                     gen_ai_token_type: kind,

@@ -15,10 +15,10 @@ mod mirror;
 pub mod record;
 mod request_id;
 mod sink;
-pub mod slo;
 mod tap;
 mod traceparent;
 mod upgrade;
+pub mod verdict;
 
 pub use body::{MeasuredBody, RequestCapture, RequestTap};
 pub use clock::{ClientReads, Clock, ReadClock};
@@ -28,7 +28,7 @@ pub use metrics::RequestMetrics;
 pub use mirror::{Mirror, MirrorHead, MirrorTicket, Unmirrored};
 pub use record::{
     Fault, Outcome, Pairing, RequestRecord, RequestTrace, ShadowCut, Target, TokenCount,
-    TokenSource,
+    TokenSource, WallClock,
 };
 pub use request_id::REQUEST_ID;
 pub use sink::{Arrival, Held, Recorder};

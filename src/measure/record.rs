@@ -64,7 +64,7 @@ impl Outcome {
     /// system refusing the work ([`Outcome::Rejected`]), the 4xx of
     /// [`DEFAULT_CLIENT_ERROR_STATUSES`] the request's own fault ([`Outcome::ClientError`]),
     /// every other one an [`Outcome::UpstreamError`]. `[slo] client_error_statuses` changes
-    /// the client list when the request is judged ([`crate::measure::slo::judge`]).
+    /// the client list when the request is judged ([`crate::measure::verdict::judge`]).
     pub fn from_status(status: u16) -> Outcome {
         match status {
             429 | 503 => Outcome::Rejected,
@@ -364,12 +364,29 @@ impl EngineSplit {
     }
 }
 
+/// A wall-clock instant, serialized as RFC 3339 with milliseconds
+/// (`2026-01-02T03:04:05.678Z`): formatted when a record is read, not when it is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WallClock(pub std::time::SystemTime);
+
+impl std::fmt::Display for WallClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        humantime::format_rfc3339_millis(self.0).fmt(f)
+    }
+}
+
+impl Serialize for WallClock {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// One finished request. The serialized field set is a contract with users' tooling.
 #[derive(Debug, Clone, Serialize)]
 pub struct RequestRecord {
     pub id: String,
     /// RFC 3339, from the wall clock at `t_arrival`.
-    pub started_at: String,
+    pub started_at: WallClock,
     pub model: Option<String>,
     pub api: &'static str,
     pub stream: bool,
@@ -407,7 +424,7 @@ pub struct RequestRecord {
     /// the client: a stream that delivered it is complete, even if the client then left.
     pub terminal_event: bool,
     /// The SLO class the request was held to (`default` when no class matched).
-    pub slo_class: String,
+    pub slo_class: std::sync::Arc<str>,
     /// Whether it met its class's targets; `null` for client aborts (not counted).
     pub slo_met: Option<bool>,
     /// Why it missed: `ttft`, `tpot`, `e2e` or `error`.
@@ -470,6 +487,12 @@ impl RequestRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn started_at_reads_as_rfc3339_with_milliseconds() {
+        let json = serde_json::to_value(super::example::record()).unwrap_or_default();
+        assert_eq!(json["started_at"], "2026-01-02T03:04:05.678Z");
+    }
 
     #[test]
     fn itl_percentiles_are_nearest_rank() {
@@ -568,13 +591,16 @@ mod tests {
 /// A typical finished record, for tests across the crate.
 #[cfg(test)]
 pub(crate) mod example {
-    use super::{Outcome, RequestRecord, TokenSource};
+    use super::{Outcome, RequestRecord, TokenSource, WallClock};
 
     /// A record as the aggregator would hand it over.
     pub(crate) fn record() -> RequestRecord {
         RequestRecord {
             id: "req-CANARY-ID".into(),
-            started_at: "2026-01-02T03:04:05.678Z".into(),
+            started_at: WallClock(
+                std::time::SystemTime::UNIX_EPOCH
+                    + std::time::Duration::from_millis(1_767_323_045_678),
+            ),
             model: Some("llama".into()),
             api: "chat_completions",
             stream: true,

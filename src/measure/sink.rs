@@ -9,7 +9,10 @@ use std::sync::{
 };
 
 use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
-use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::sync::{
+    Notify,
+    mpsc::{self, error::TrySendError},
+};
 
 use super::tap::Pending;
 
@@ -26,6 +29,9 @@ pub struct Recorder {
     long_in_flight: Arc<AtomicI64>,
     /// Every measurement open now, judged or not (tunnels and passthrough included).
     open: Arc<AtomicI64>,
+    /// Told when the channel is half full: its reader looks at it on a clock of its own
+    /// (in batches, not woken by each measurement) and comes at once when it fills.
+    filling: Arc<Notify>,
 }
 
 /// The load a request arrived into.
@@ -52,6 +58,7 @@ impl Recorder {
                 cutting: Arc::new(AtomicBool::new(false)),
                 long_in_flight: Arc::new(AtomicI64::new(0)),
                 open: Arc::new(AtomicI64::new(0)),
+                filling: Arc::new(Notify::new()),
             },
             rx,
         )
@@ -61,7 +68,11 @@ impl Recorder {
     /// as `dropped`; a held one whose channel is closed counts its own loss instead.
     pub(crate) fn submit(&self, pending: Pending) {
         match self.tx.try_send(pending) {
-            Ok(()) => {}
+            Ok(()) => {
+                if self.tx.capacity() * 2 <= self.tx.max_capacity() {
+                    self.filling.notify_one();
+                }
+            }
             Err(TrySendError::Full(mut p)) => {
                 self.dropped.inc();
                 if let Some(held) = p.held.take() {
@@ -73,6 +84,11 @@ impl Recorder {
                 self.dropped.inc();
             }
         }
+    }
+
+    /// Told whenever a measurement leaves the channel half full or more (see `filling`).
+    pub fn filling(&self) -> Arc<Notify> {
+        Arc::clone(&self.filling)
     }
 
     /// A request arrived. Only judged (generation) requests are counted in flight; a

@@ -5,7 +5,7 @@
 
 use std::time::{Instant, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
 use super::{
@@ -163,8 +163,9 @@ pub struct Pending {
     /// Counts made by the tokenizer stage, used where the upstream reported none.
     pub counted_input: Option<TokenCount>,
     pub counted_output: Option<TokenCount>,
-    /// Handles to the answer's frames, up to `answer_room` bytes, for comparing it with a
-    /// mirrored copy's answer (read at record time, never on the data path).
+    /// The answer's bytes, up to `answer_room` of them, for comparing it with a mirrored
+    /// copy's answer (decoded at record time, never on the data path): one buffer of
+    /// their own ([`Tap::keep_answer`]), set when the measurement ends.
     pub answer: Vec<Bytes>,
     pub answer_room: u64,
     /// The engine's own timing of the request from its response headers (TGI).
@@ -208,6 +209,8 @@ pub struct Tap {
     /// What reached the client, when the response body tracks it ([`Tap::delivered`]);
     /// otherwise everything read counts as written.
     delivered: Option<Delivered>,
+    /// The answer's bytes so far, while they are kept ([`Tap::keep_answer`]).
+    kept: BytesMut,
 }
 
 /// What of the response reached the client, as the response body saw it.
@@ -278,6 +281,7 @@ impl Tap {
             captured: 0,
             text_limit: None,
             delivered: None,
+            kept: BytesMut::new(),
         }
     }
 
@@ -294,9 +298,13 @@ impl Tap {
         }
     }
 
-    /// Keep handles to the answer's frames, up to `limit` bytes, for its comparison with
-    /// the copies' answers: a refcount per frame, nothing copied or decoded here. Past the
-    /// limit none are kept (a cut answer is not compared).
+    /// Keep the answer's bytes, up to `limit`, for its comparison with the copies'
+    /// answers: nothing is decoded here. Past the limit none are kept (a cut answer is not
+    /// compared). They are copied as they pass into one buffer of their own rather than
+    /// held as handles to the frames: a frame is a slice of its reader's buffer (hyper's
+    /// client for the copies, the relay for the primary), and a handle kept alive until
+    /// the record makes the reader take a fresh buffer, and fault in fresh pages, for
+    /// every read; the copy of an event's few hundred bytes costs far less.
     pub fn keep_answer(&mut self, limit: u64) {
         if let Some(p) = self.pending.as_mut() {
             p.answer_room = limit;
@@ -398,10 +406,10 @@ impl Tap {
         if p.answer_room > 0 {
             if data.len() as u64 <= p.answer_room {
                 p.answer_room -= data.len() as u64;
-                p.answer.push(data.clone());
+                self.kept.extend_from_slice(data);
             } else {
                 p.answer_room = 0;
-                p.answer = Vec::new();
+                self.kept = BytesMut::new();
             }
         }
         if let Some(decoder) = self.decoder.as_mut() {
@@ -466,6 +474,9 @@ impl Tap {
             p.decode_broken = decoder.is_broken();
             p.output_text = decoder.take_text();
         }
+        if !self.kept.is_empty() {
+            p.answer = vec![std::mem::take(&mut self.kept).freeze()];
+        }
         p.ended_at = now;
         p.ending = ending;
         self.recorder.ended(p.api.is_generation(), p.long_input);
@@ -504,6 +515,7 @@ impl Tap {
             captured: self.captured,
             text_limit: self.text_limit,
             delivered: self.delivered.take(),
+            kept: std::mem::take(&mut self.kept),
         }
     }
 

@@ -183,25 +183,30 @@ fn with_edges(edges: &[f64], extra: &[f64]) -> Vec<f64> {
 
 pub mod names;
 
+/// A model or class name in a label set: shared, so that a request's labels cost a
+/// reference count, not a string (the names come interned: [`crate::slo::SloClass`]'s
+/// and the aggregator's model labels).
+pub type Name = std::sync::Arc<str>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModelApi {
-    pub model: String,
+    pub model: Name,
     pub api: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LatencyLabels {
-    pub model: String,
+    pub model: Name,
     pub api: &'static str,
-    pub class: String,
+    pub class: Name,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub model: String,
+    pub model: Name,
     pub api: &'static str,
     pub outcome: &'static str,
-    pub class: String,
+    pub class: Name,
     /// `met`, `missed`, or `excluded` (client aborts and client errors, not counted in
     /// attainment).
     pub slo: &'static str,
@@ -220,15 +225,15 @@ pub struct PassthroughLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenLabels {
-    pub model: String,
+    pub model: Name,
     pub api: &'static str,
-    pub class: String,
+    pub class: Name,
     pub gen_ai_token_type: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClassSlo {
-    pub class: String,
+    pub class: Name,
     pub slo: &'static str,
 }
 
@@ -237,7 +242,7 @@ pub struct ClassSlo {
 /// (`stop`, `length`, `tool_calls`, `content_filter`, `other`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClassReason {
-    pub class: String,
+    pub class: Name,
     pub reason: &'static str,
 }
 

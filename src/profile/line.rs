@@ -50,11 +50,14 @@ impl ProfileLine {
         tenant: Option<String>,
         block_hashes: Vec<u64>,
     ) -> ProfileLine {
-        let arrival = humantime::parse_rfc3339_weak(&record.started_at).unwrap_or_else(|_| {
-            SystemTime::now()
-                .checked_sub(Duration::from_secs_f64(record.e2e_ms.max(0.0) / 1000.0))
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-        });
+        // To the millisecond, as the record's `started_at` reads.
+        let since = record
+            .started_at
+            .0
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let arrival = SystemTime::UNIX_EPOCH
+            + Duration::from_millis(u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
         ProfileLine {
             arrival_ms: unix_ms(arrival),
             model: record.model.clone(),
@@ -67,7 +70,7 @@ impl ProfileLine {
             max_tokens,
             outcome: record.outcome.as_str(),
             status: record.status,
-            slo_class: record.slo_class.clone(),
+            slo_class: record.slo_class.to_string(),
             slo_met: record.slo_met,
             ttft_ms: record.ttft_ms,
             tpot_ms: record.tpot_ms,

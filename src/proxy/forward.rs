@@ -146,7 +146,7 @@ impl Inner {
             limits.clone(),
         ));
         Inner {
-            clients: Clients::build(upstream, limits.http2_saturated.clone()),
+            clients: Clients::build(upstream, limits.http2_saturated.clone(), &slots),
             inline: inline::Pool::for_upstream(upstream, Arc::clone(&slots)),
             slots,
             upstream: upstream.clone(),
@@ -189,9 +189,6 @@ impl Inner {
             upgrade,
         );
         parts.uri = self.target(&parts.uri)?;
-        // The relay's frames reach an HTTP/2 client's stream in bursts that its reset, after
-        // an upstream failure, can still catch unsent: HTTP/2 clients keep hyper's client.
-        let client_http2 = parts.version == Version::HTTP_2;
         // The upstream connection decides the wire version; the pool rejects an HTTP/2
         // request on an HTTP/1 connection, so ask for 1.1 and let h2 connections upgrade it.
         parts.version = Version::HTTP_11;
@@ -210,15 +207,10 @@ impl Inner {
         let request = Request::from_parts(parts, body);
         let sent = async {
             match &self.inline {
-                Some(pool)
-                    if !upgrade
-                        && request.method() != Method::CONNECT
-                        && !(client_http2 && pool.relays()) =>
-                {
-                    pool.send(request, &fault)
-                        .await
-                        .map(|(resp, lease)| (resp, Some(lease)))
-                }
+                Some(pool) if !upgrade && request.method() != Method::CONNECT => pool
+                    .send(request, &fault)
+                    .await
+                    .map(|(resp, lease)| (resp, Some(lease))),
                 _ => {
                     let slot = self.slots.take().await?;
                     let (client, stream) = self.clients.pick();

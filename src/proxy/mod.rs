@@ -64,7 +64,7 @@ mod tunnel;
 mod upstream;
 mod wire;
 pub use headers::strip_hop_by_hop;
-pub use upstream::client::build as pooled_client;
+pub use upstream::client::{Connector as PooledConnector, build as pooled_client};
 pub use wire::kernel_timestamps;
 
 use std::net::SocketAddr;

@@ -373,7 +373,7 @@ impl Seen {
         let mut sorted = gaps.clone();
         let record = RequestRecord {
             id: out.id,
-            started_at: humantime::format_rfc3339_millis(started_at).to_string(),
+            started_at: crate::measure::WallClock(started_at),
             model: out.model,
             api: api.as_str(),
             stream: matches!(self.kind, Some(StreamKind::Sse | StreamKind::Ndjson)),
@@ -399,7 +399,7 @@ impl Seen {
             events: self.timeline.events,
             bytes_out: self.bytes_out,
             terminal_event: self.timeline.terminal,
-            slo_class: String::new(),
+            slo_class: "".into(),
             slo_met: None,
             slo_miss_reason: None,
             slo_miss_component: None,

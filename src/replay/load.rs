@@ -36,7 +36,7 @@ use super::{
     tables::{Key, Tables, slice_of},
     tally::{Sample, Stats},
 };
-use crate::{config::Slo, measure::Outcome};
+use crate::{measure::Outcome, slo::Slo};
 
 mod send;
 

@@ -5,7 +5,7 @@
 //! [`prompt`]), are sent by a load pattern (`session`, `load`), and are measured on
 //! the client side with the proxy's own code (the decoders, [`crate::measure::Timeline`]
 //! and [`crate::measure::finish`]), judged against the `[slo]` classes of `--config` with
-//! [`crate::measure::slo::judge`], and summed into steps, a knee (the proxy's windowed
+//! [`crate::measure::verdict::judge`], and summed into steps, a knee (the proxy's windowed
 //! engine) and a verdict per class ([`report`]).
 //!
 //! Exit codes: 0 every gate passed ([`gates`]: SLO, quality, recovery, abnormal input,

@@ -29,7 +29,7 @@ use serde::Serialize;
 use tokio::{sync::watch, task::JoinHandle};
 
 use super::{tables::Tables, tally::Sample};
-use crate::{config::Slo, measure::Outcome};
+use crate::{measure::Outcome, slo::Slo};
 
 /// The fault command's output, in the report directory.
 pub const LOG_FILE: &str = "fault-cmd.log";
@@ -249,7 +249,7 @@ fn sent_in(samples: &[Sample], lo: f64, hi: f64) -> Vec<&Sample> {
 fn target(samples: &[Sample], t: &Tables, slo: &Slo) -> Option<f64> {
     let used: std::collections::HashSet<&str> = samples.iter().map(|s| t.name(s.class)).collect();
     slo.all_classes()
-        .filter(|c| used.contains(c.name.as_str()))
+        .filter(|c| used.contains(&*c.name))
         .map(|c| c.attainment)
         .reduce(f64::max)
 }

@@ -18,15 +18,12 @@ use buckets::{by_cache, by_input, by_output, short_ttft};
 
 use super::tables::{GroupId, NO_GROUP, NameId, Tables};
 use crate::{
-    config::{
-        Slo,
-        slo::{LatencyMetric, SloClass},
-    },
     decode::FinishReason,
     measure::{
         Outcome, RequestRecord,
-        slo::{MissCause, MissReason},
+        verdict::{MissCause, MissReason},
     },
+    slo::{LatencyMetric, Slo, SloClass},
 };
 
 /// One finished request of the run, as the report reads it: fixed-size fields and no
@@ -434,7 +431,7 @@ fn class_stats(
                 .is_none_or(|(max, rate)| rate <= max + 1e-9)
     });
     ClassStats {
-        name: c.name.clone(),
+        name: c.name.to_string(),
         requests: s.len() as u64,
         slo_met: met,
         slo_missed: missed,

@@ -8,13 +8,14 @@ use prometheus_client::{metrics::counter::Counter, registry::Registry};
 use crate::{
     admin::AdminMetrics,
     calibrate::CalibrationMetrics,
-    config::{Config, SloClass},
+    config::Config,
     measure::RequestMetrics,
     metrics::{HistogramOptions, LatencyThresholds, NativeBuckets, names},
     otlp::OtlpMetrics,
     profile::ProfileMetrics,
     proxy::LimitMetrics,
     shadow::ShadowMetrics,
+    slo::SloClass,
     stats::PhaseMetrics,
     stats::WindowMetrics,
     tokenize::Fallbacks,
@@ -42,7 +43,7 @@ impl ReloadMetrics {
 /// the default class's too) as classic edges of the metric they bound. Taken at start: a
 /// reload that changes a threshold moves the edges at the next restart.
 pub fn histogram_options(cfg: &Config) -> HistogramOptions {
-    use crate::config::slo::LatencyMetric;
+    use crate::slo::LatencyMetric;
     let mut t = LatencyThresholds::default();
     let classes: Vec<&SloClass> = cfg.slo.classes.iter().chain([&cfg.slo.default]).collect();
     for class in classes {

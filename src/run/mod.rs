@@ -268,7 +268,6 @@ struct MeasurementPath {
     recorder: Recorder,
     config: Arc<ArcSwap<Config>>,
     tokenizers: Arc<ArcSwap<Tokenizers>>,
-    counting: Stage,
     aggregator: Aggregator,
     calibrator: Calibrator,
     otlp_tasks: Option<crate::otlp::Tasks>,
@@ -302,9 +301,8 @@ impl MeasurementPath {
         );
         let config = Arc::new(ArcSwap::from_pointee(cfg.clone()));
         let tokenizers = Arc::new(ArcSwap::from_pointee(resources.tokenizers));
-        // Token counting sits between the recorder and the aggregator (see `tokenize`).
-        let (counting, rx) = Stage::new(
-            rx,
+        // Token counting sits on the aggregator's way in (see `tokenize`).
+        let (counting, counted) = Stage::new(
             config.clone(),
             tokenizers.clone(),
             metrics.tokenizer_fallback.clone(),
@@ -358,6 +356,8 @@ impl MeasurementPath {
             slo_view.clone(),
             profiling,
         )
+        .with_counting(counting, counted)
+        .with_filling(recorder.filling())
         .with_calibration(proxy_totals)
         .with_sink(Box::new(metrics.phases.clone()));
         let latest = crate::otlp::semconv::latest_genai(
@@ -392,7 +392,6 @@ impl MeasurementPath {
             recorder,
             config,
             tokenizers,
-            counting,
             aggregator,
             calibrator,
             otlp_tasks,
@@ -457,7 +456,6 @@ struct Serving {
 /// aggregator's last records (bounded by [`FLUSH_DEADLINE`]), the exports, and the admin
 /// server last (so `/readyz` says 503 while streams finish).
 async fn serve(s: Serving, path: MeasurementPath) {
-    tokio::spawn(path.counting.run());
     tokio::spawn(path.shadow_stage.run());
     tokio::spawn(path.comparer.run());
     // Off the data path; idles while `[calibration]` is disabled (it can be enabled by a

@@ -46,105 +46,6 @@ pub struct Reloader {
     pub(super) metrics: ReloadMetrics,
 }
 
-/// Settings the running listeners, connection builders or buffers were sized from.
-fn restart_only(old: &Config, new: &Config) -> Vec<&'static str> {
-    let mut changed = Vec::new();
-    let mut check = |differs: bool, key: &'static str| {
-        if differs {
-            changed.push(key);
-        }
-    };
-    check(old.server.listen != new.server.listen, "server.listen");
-    check(old.admin != new.admin, "admin.listen");
-    check(
-        old.admin_access.tls.is_some() != new.admin_access.tls.is_some(),
-        "admin.tls (on/off)",
-    );
-    check(
-        old.server.tls.is_some() != new.server.tls.is_some(),
-        "server.tls (on/off)",
-    );
-    check(old.server.http2 != new.server.http2, "server.http2");
-    check(
-        old.server.http1_own != new.server.http1_own,
-        "server.http1_own",
-    );
-    check(
-        old.server.header_read_timeout != new.server.header_read_timeout,
-        "server.header_read_timeout",
-    );
-    check(
-        old.server.drain_timeout != new.server.drain_timeout,
-        "server.drain_timeout",
-    );
-    let (o, n) = (&old.server.limits, &new.server.limits);
-    check(
-        o.max_connections != n.max_connections,
-        "server.max_connections",
-    );
-    check(
-        o.min_connection_age != n.min_connection_age,
-        "server.min_connection_age",
-    );
-    check(
-        o.http2_max_concurrent_streams != n.http2_max_concurrent_streams,
-        "server.http2_max_concurrent_streams",
-    );
-    check(
-        o.max_request_header_bytes != n.max_request_header_bytes,
-        "server.max_request_header_bytes",
-    );
-    check(
-        o.request_body_timeout != n.request_body_timeout,
-        "server.request_body_timeout",
-    );
-    check(
-        o.http2_max_control_frames_per_second != n.http2_max_control_frames_per_second,
-        "server.http2_max_control_frames_per_second",
-    );
-    check(
-        old.server.http1_half_close != new.server.http1_half_close,
-        "server.http1_half_close",
-    );
-    check(
-        old.measure.kernel_timestamps != new.measure.kernel_timestamps,
-        "measure.kernel_timestamps",
-    );
-    check(
-        old.measure.channel_capacity != new.measure.channel_capacity,
-        "measure.channel_capacity",
-    );
-    check(
-        old.measure.recent_requests != new.measure.recent_requests,
-        "measure.recent_requests",
-    );
-    check(
-        old.measure.max_models != new.measure.max_models,
-        "measure.max_models",
-    );
-    check(old.log.format != new.log.format, "log.format");
-    check(old.log.level != new.log.level, "log.level");
-    check(
-        old.tokenizer.workers != new.tokenizer.workers,
-        "tokenizer.workers",
-    );
-    check(
-        old.tokenizer.queue != new.tokenizer.queue,
-        "tokenizer.queue",
-    );
-    check(old.profile.dir != new.profile.dir, "profile.dir");
-    check(old.profile.salt != new.profile.salt, "profile.salt");
-    let baseline = |c: &Config| c.drift.as_ref().map(|d| d.baseline_path.clone());
-    check(baseline(old) != baseline(new), "drift.baseline");
-    let otlp_same = match (&old.otlp, &new.otlp) {
-        (None, None) => true,
-        (Some(o), Some(n)) => o.same_exporter(n),
-        _ => false,
-    };
-    check(!otlp_same, "otlp");
-    changed
-}
-
 impl Reloader {
     /// Reads, validates and applies the configuration file again.
     pub fn reload(&self) -> Result<(), ReloadError> {
@@ -169,7 +70,7 @@ impl Reloader {
             &self.source.overrides,
             &old.slo.tenant_salt,
         )?;
-        let blocked = restart_only(&old, &new);
+        let blocked = old.restart_only(&new);
         if !blocked.is_empty() {
             return Err(ReloadError::RestartRequired(blocked));
         }

@@ -15,8 +15,8 @@ use super::logprobs::Close;
 use super::report::{Answers, Bar, RULE, Ratio, Side, SideStats, Thresholds, Verdict, verdict};
 use super::shift::Shift;
 use crate::{
-    config::Slo,
     measure::{RequestRecord, Target},
+    slo::Slo,
 };
 
 /// Pairs kept at most: an hour at 5 mirrored requests per second, a few MiB.
@@ -81,19 +81,19 @@ impl Book {
         match r.pairing.target {
             Target::Shadow => {
                 if pair.class.is_empty() {
-                    pair.class.clone_from(&r.slo_class);
+                    pair.class = r.slo_class.to_string();
                 }
                 pair.shadow = Some((r.finished_at.unwrap_or_else(Instant::now), side));
             }
             Target::Secondary => {
                 if pair.class.is_empty() {
-                    pair.class.clone_from(&r.slo_class);
+                    pair.class = r.slo_class.to_string();
                 }
                 pair.secondary = Some(side);
             }
             Target::Primary => {
                 // The primary's class names the pair: the copies are held to the same one.
-                pair.class.clone_from(&r.slo_class);
+                pair.class = r.slo_class.to_string();
                 pair.primary = Some(side);
             }
         }
@@ -278,7 +278,7 @@ impl ClassReport {
         let cfg = slo
             .classes
             .iter()
-            .find(|c| c.name == class)
+            .find(|c| &*c.name == class)
             .unwrap_or(&slo.default);
         let ok = |p: &Side, s: &Side| {
             p.outcome == crate::measure::Outcome::Ok && s.outcome == crate::measure::Outcome::Ok

@@ -1,6 +1,6 @@
 //! The answers' comparison, off the aggregator and off the primary's way. For a mirrored
-//! exchange the aggregator only hands over handles to the answer's frames ([`Answers`]):
-//! a reference count per frame, no copy, no decoding, never a wait. They go into a queue
+//! exchange the aggregator only hands over a handle to the answer's bytes ([`Answers`]),
+//! kept by the measurement in a buffer of their own: no copy, no decoding, never a wait. They go into a queue
 //! of their own, bounded both in answers ([`QUEUE_ANSWERS`]) and in bytes
 //! ([`QUEUE_BYTES`]); when it is full the answer is not compared and the drop is counted
 //! (`answer_backlog`), while its record is written as usual. The [`Comparer`] reads the
@@ -32,11 +32,11 @@ use crate::{
 /// millisecond for the usual few-KiB answer: 256 is a backlog of many seconds of traffic
 /// at any share a candidate can keep up with.
 pub const QUEUE_ANSWERS: usize = 256;
-/// Bytes of answer frames held by the queue at once (the frames stay alive while their
+/// Bytes of answers held by the queue at once (the buffers stay alive while their
 /// handles wait): 64 MiB, the bound of the text waiting for a pair's other side.
 pub const QUEUE_BYTES: usize = super::answers::WAITING_BYTES;
 
-/// One side's answer, as handles to its frames, and what its pair needs to know of it.
+/// One side's answer, as handles to its bytes, and what its pair needs to know of it.
 struct Job {
     key: String,
     side: Side,

@@ -16,7 +16,7 @@
 //! - [`book`] pairs shadow records with their primaries for `GET /api/v1/shadow`;
 //!   [`report`] computes the side-by-side numbers and the verdict.
 //! - The answers of a pair are compared by the [`Comparer`], off the aggregator: it is
-//!   handed the frames' handles ([`Answers`]), decodes them on a blocking thread and
+//!   handed handles to the answers' bytes ([`Answers`]), decodes them on a blocking thread and
 //!   keeps only numbers (`answers` compares).
 
 mod answers;
@@ -54,8 +54,9 @@ pub use stage::{Queue, Stage};
 pub use view::{ShadowReport, View};
 
 use crate::{
-    config::{Config, ShadowConfig, shadow::DEFAULT_RECORD_QUEUE, slo::Targets},
+    config::{Config, ShadowConfig, shadow::DEFAULT_RECORD_QUEUE},
     measure::{Held, Mirror, MirrorHead, MirrorTicket, Recorder, Unmirrored},
+    slo::Targets,
 };
 use worker::Worker;
 

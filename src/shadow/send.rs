@@ -10,25 +10,21 @@ use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, header::CONTENT_LENGTH, header::CONTENT_TYPE};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 
 use super::{Active, DropReason, ShadowMetrics};
 use crate::{
-    config::{
-        Config,
-        slo::{MatchInput, Targets, glob},
-    },
+    config::Config,
     decode::{Api, inspect_request},
     measure::{
         Delivered, Ending, HeadInfo, Held, Outcome, ProxyFailure, Recorder, RequestCapture,
         ShadowCut, Tap, Target,
     },
+    slo::{MatchInput, Targets, glob},
 };
 
 pub(super) type Client =
-    hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+    hyper_util::client::legacy::Client<crate::proxy::PooledConnector, Full<Bytes>>;
 
 /// Which system a copy goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +150,7 @@ pub(super) async fn run(
     if deterministic {
         tap.deterministic();
     }
-    // Handles to the answer's frames (already bounded by `max_answer_bytes` below), for
+    // The answer's bytes (already bounded by `max_answer_bytes` below), for
     // its comparison with the primary's at record time.
     tap.keep_answer(active.cfg.max_answer_bytes);
     if config.tokenizer.enabled() {

@@ -10,7 +10,7 @@ use super::{
     book::ClassReport,
     report::{ANSWERS_RULE, RULE},
 };
-use crate::config::Slo;
+use crate::slo::Slo;
 
 /// What the admin server reads.
 #[derive(Debug, Clone)]

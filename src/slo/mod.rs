@@ -1,7 +1,7 @@
 //! SLO behaviour: the classes a request is held to, how a finished request is matched to
 //! its class (first match wins, the default class takes the rest), model globs and the
 //! salted tenant hash. `config::slo` parses and validates `[slo]` into these values;
-//! `measure::slo` judges a record against its class's targets.
+//! `measure::verdict` judges a record against its class's targets.
 
 use std::{hash::Hasher, time::Duration};
 
@@ -66,7 +66,7 @@ pub struct Slo {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SloClass {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub matcher: Matcher,
     pub targets: Targets,
     pub attainment: f64,

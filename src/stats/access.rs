@@ -305,7 +305,7 @@ mod tests {
         ] {
             r.model = Some(model.into());
             r.id = format!("id-{model}");
-            r.slo_class = format!("class {model}");
+            r.slo_class = format!("class {model}").into();
             assert_same_line(&r);
         }
     }

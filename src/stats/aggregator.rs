@@ -3,6 +3,12 @@
 //! windowed gauges are refreshed every [`REFRESH_EVERY`]. The access log's lines gathered
 //! meanwhile are written out at each sample, in one write (see [`crate::telemetry`]).
 //!
+//! Finished measurements are taken in batches: once one arrives, the channel is looked at
+//! again every [`DRAIN_EVERY`] rather than the task being woken by each one (a wake per
+//! request is a scheduler's round trip on the proxy's threads); a look that finds none
+//! goes back to waiting for the next, and a channel half full calls for a look at once.
+//! Each passes the counting stage ([`crate::tokenize::Stage`]) on its way in.
+//!
 //! The shadow's records come on a channel of their own, read only when no primary record
 //! is waiting and one at a time: a candidate's answers never hold a primary record up.
 
@@ -23,7 +29,7 @@ use super::{
 use crate::{
     calibrate::ProxyTotals,
     config::Config,
-    measure::{Pending, RequestMetrics, RequestRecord, Target, slo},
+    measure::{Pending, RequestMetrics, RequestRecord, Target, verdict},
     telemetry,
 };
 
@@ -34,6 +40,9 @@ const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// Finished requests handled in a row before the aggregator's clock gets a look in: a
 /// backlog never holds the sampling (and the access log's writes) off for long.
 const BATCH: usize = 256;
+/// How long a finished measurement may wait in the channel while requests keep coming
+/// (the recorder calls for a look sooner when the channel is half full).
+const DRAIN_EVERY: Duration = Duration::from_millis(2);
 
 /// The metrics the aggregator updates: per request, and the windowed gauges.
 #[derive(Clone, Debug)]
@@ -44,6 +53,12 @@ pub struct AggregatorMetrics {
 
 pub struct Aggregator {
     rx: mpsc::Receiver<Pending>,
+    /// Told when `rx` is half full (see [`crate::measure::Recorder::filling`]).
+    filling: Option<Arc<tokio::sync::Notify>>,
+    /// Token counting on the way in, and the channel counted measurements come back on;
+    /// the stage is dropped once `rx` closes, which lets its workers finish and close it.
+    counting: Option<crate::tokenize::Stage>,
+    counted: Option<mpsc::Receiver<Pending>>,
     config: Arc<ArcSwap<Config>>,
     /// The configuration the engine was last built from.
     engine_built_from: Arc<Config>,
@@ -79,6 +94,9 @@ impl Aggregator {
         let engine_built_from = config.load_full();
         Aggregator {
             rx,
+            filling: None,
+            counting: None,
+            counted: None,
             config,
             engine_built_from,
             metrics: metrics.requests,
@@ -93,6 +111,25 @@ impl Aggregator {
             shadow_rx: None,
             answers: None,
         }
+    }
+
+    /// Passes every finished measurement through `stage` on its way in; `counted` is the
+    /// stage's channel back.
+    pub fn with_counting(
+        mut self,
+        stage: crate::tokenize::Stage,
+        counted: mpsc::Receiver<Pending>,
+    ) -> Aggregator {
+        self.counting = Some(stage);
+        self.counted = Some(counted);
+        self
+    }
+
+    /// Looks at the channel when `filling` is told it is half full, not only on its clock
+    /// (`filling` from [`crate::measure::Recorder::filling`] of the channel's recorder).
+    pub fn with_filling(mut self, filling: Arc<tokio::sync::Notify>) -> Aggregator {
+        self.filling = Some(filling);
+        self
     }
 
     /// Also hands every judged request, and the gauges, to `sink`.
@@ -137,7 +174,11 @@ impl Aggregator {
         );
         let mut primary_open = true;
         let mut shadow_rx = self.shadow_rx.take();
-        while primary_open || shadow_rx.is_some() {
+        let mut counted = self.counted.take();
+        let filling = self.filling.take();
+        // When the channel is looked at next; `None`: waiting for a measurement instead.
+        let mut next_look: Option<tokio::time::Instant> = None;
+        while primary_open || counted.is_some() || shadow_rx.is_some() {
             // In this order: the clock (ready once per sample, so a busy channel never
             // holds the sampling off), the primary's records, and only then the shadow's.
             tokio::select! {
@@ -169,9 +210,27 @@ impl Aggregator {
                     // The access log's lines of the last tick, in one write.
                     telemetry::flush_access_log();
                 }
-                pending = self.rx.recv(), if primary_open => match pending {
-                    Some(pending) => self.handle_batch(pending),
-                    None => primary_open = false,
+                () = look_at(next_look, filling.as_deref()), if next_look.is_some() => {
+                    let (took, open) = self.drain();
+                    if !open {
+                        self.primary_closed(&mut primary_open);
+                    }
+                    // A full batch leaves more behind: looked at again at once (after
+                    // the clock, should it be due).
+                    let after = if took == BATCH { Duration::ZERO } else { DRAIN_EVERY };
+                    next_look = (took > 0 && primary_open)
+                        .then(|| tokio::time::Instant::now() + after);
+                }
+                pending = self.rx.recv(), if primary_open && next_look.is_none() => match pending {
+                    Some(pending) => {
+                        self.handle_batch(pending);
+                        next_look = Some(tokio::time::Instant::now() + DRAIN_EVERY);
+                    }
+                    None => self.primary_closed(&mut primary_open),
+                },
+                pending = recv(&mut counted), if counted.is_some() => match pending {
+                    Some(pending) => self.handle(pending),
+                    None => counted = None,
                 },
                 pending = recv(&mut shadow_rx), if shadow_rx.is_some() => match pending {
                     Some(pending) => self.handle(pending),
@@ -185,12 +244,44 @@ impl Aggregator {
 
     /// `first` and whatever else is queued behind it (up to [`BATCH`]).
     fn handle_batch(&mut self, first: Pending) {
-        self.handle(first);
+        self.take(first);
         for _ in 1..BATCH {
             match self.rx.try_recv() {
-                Ok(pending) => self.handle(pending),
+                Ok(pending) => self.take(pending),
                 Err(_) => break,
             }
+        }
+    }
+
+    /// Everything queued now, up to [`BATCH`]: how many were taken, and whether the
+    /// channel is still open.
+    fn drain(&mut self) -> (usize, bool) {
+        for took in 0..BATCH {
+            match self.rx.try_recv() {
+                Ok(pending) => self.take(pending),
+                Err(mpsc::error::TryRecvError::Empty) => return (took, true),
+                Err(mpsc::error::TryRecvError::Disconnected) => return (took, false),
+            }
+        }
+        (BATCH, true)
+    }
+
+    /// The data path is gone: the counting stage goes too, so its workers finish their
+    /// queue and close the channel back.
+    fn primary_closed(&mut self, open: &mut bool) {
+        *open = false;
+        self.counting = None;
+    }
+
+    /// A measurement off the recorder's channel: through the counting stage, then handled
+    /// (now, or when a worker has counted it).
+    fn take(&mut self, pending: Pending) {
+        let pending = match &self.counting {
+            Some(stage) => stage.route(pending),
+            None => Some(pending),
+        };
+        if let Some(pending) = pending {
+            self.handle(pending);
         }
     }
 
@@ -222,7 +313,7 @@ impl Aggregator {
         let finished = pending.finish_all();
         let (mut record, gaps) = (finished.record, finished.gaps);
         let config = self.config.load();
-        // Handles to the answer's frames go to the shadow's comparer: nothing is decoded
+        // A handle to the answer's kept bytes goes to the shadow's comparer: nothing is decoded
         // or compared here, and a full queue drops them rather than wait.
         if let (Some((chunks, kind)), Some(answers), Some(shadow)) =
             (answer, &self.answers, config.shadow.as_ref())
@@ -230,21 +321,21 @@ impl Aggregator {
             answers.hand_over(&record, api, kind, chunks, shadow);
         }
         if record.pairing.target.is_copy() {
-            slo::judge(&mut record, &config.slo);
+            verdict::judge(&mut record, &config.slo);
             self.shadow_answer(record, config.log.access_log);
             if let Some(held) = held {
                 held.settle();
             }
             return;
         }
-        if !slo::judge(&mut record, &config.slo) {
+        if !verdict::judge(&mut record, &config.slo) {
             self.passthrough(record, config.log.access_log);
             return;
         }
         self.profiling
             .observe(&record, api, body.as_deref(), finished.max_tokens);
         let model = self.models.label(record.model.as_deref());
-        let miss_cause = slo::MissCause::of(&record);
+        let miss_cause = verdict::MissCause::of(&record);
         self.metrics.observe(&record, &model, &gaps, miss_cause);
         self.live.lock().observe(&Observation {
             started: record.finished_at.map_or_else(Instant::now, |end| {
@@ -315,6 +406,22 @@ impl Aggregator {
             super::access::log(&record);
         }
         self.recent.push(Arc::new(record));
+    }
+}
+
+/// Resolves at `at`, or sooner when `filling` is told the channel is half full.
+async fn look_at(at: Option<tokio::time::Instant>, filling: Option<&tokio::sync::Notify>) {
+    let Some(at) = at else {
+        return std::future::pending().await;
+    };
+    match filling {
+        Some(filling) => {
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = filling.notified() => {}
+            }
+        }
+        None => tokio::time::sleep_until(at).await,
     }
 }
 

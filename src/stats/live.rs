@@ -42,7 +42,7 @@ pub fn engine_config(cfg: &Config) -> EngineConfig {
         classes: s
             .all_classes()
             .map(|c| engine::ClassConfig {
-                name: c.name.clone(),
+                name: c.name.to_string(),
                 attainment: c.attainment,
                 error_rate_max: c.error_rate_max,
                 percentile_targets: c
@@ -186,7 +186,7 @@ pub fn refresh_gauges(engine: &Engine, cfg: &Config, m: &WindowMetrics, now: Ins
     for c in cfg.slo.all_classes() {
         m.attainment_target
             .get_or_create(&ClassLabel {
-                class: c.name.clone(),
+                class: c.name.to_string(),
             })
             .set(c.attainment);
     }

@@ -1,9 +1,9 @@
-//! The counting stage between the data path and the aggregator. Every finished
-//! measurement passes through it: most go straight on; one whose upstream reported no
-//! usage (and whose text or prompt can be counted) is handed to the tokenizer pool, whose
-//! worker fills in the counts and then sends it on to the aggregator itself. Neither this
-//! task nor the aggregator ever waits for a tokenizer, and a full pool means a fallback
-//! (output: events; input: absent), counted in `goodput_tokenizer_fallback_total`.
+//! The counting stage, on the aggregator's way in. Every finished measurement passes
+//! through it: most go straight on; one whose upstream reported no usage (and whose text
+//! or prompt can be counted) is handed to the tokenizer pool, whose worker fills in the
+//! counts and then sends it back to the aggregator on a channel of its own. The aggregator
+//! never waits for a tokenizer, and a full pool means a fallback (output: events; input:
+//! absent), counted in `goodput_tokenizer_fallback_total`.
 
 use std::sync::Arc;
 
@@ -60,10 +60,10 @@ impl Fallbacks {
     }
 }
 
-/// The stage's task; run it with [`Stage::run`].
+/// The counting stage, kept by the aggregator: [`Stage::route`] looks at each finished
+/// measurement as the aggregator takes it off the recorder's channel (no task of its own,
+/// so no hop per request) and hands the few that need counting to the pool.
 pub struct Stage {
-    rx: mpsc::Receiver<Pending>,
-    tx: mpsc::Sender<Pending>,
     live: Arc<ArcSwap<Config>>,
     tokenizers: Arc<ArcSwap<Tokenizers>>,
     pool: Option<Pool<Job>>,
@@ -71,21 +71,21 @@ pub struct Stage {
 }
 
 impl Stage {
-    /// Puts the stage on `rx` (the recorder's channel); the aggregator reads the returned
-    /// receiver instead. The pool's size is taken from the configuration now; a reload
-    /// changes tokenizers and limits, not the number of workers. `tokenizers` are the
-    /// loaded `[tokenizer] models`, replaced on a reload together with the configuration.
+    /// The stage, and the channel its workers send counted measurements on (closed once
+    /// the stage is dropped and the workers have finished their queue). The pool's size is
+    /// taken from the configuration now; a reload changes tokenizers and limits, not the
+    /// number of workers. `tokenizers` are the loaded `[tokenizer] models`, replaced on a
+    /// reload together with the configuration.
     pub fn new(
-        rx: mpsc::Receiver<Pending>,
         live: Arc<ArcSwap<Config>>,
         tokenizers: Arc<ArcSwap<Tokenizers>>,
         fallbacks: Fallbacks,
     ) -> (Stage, mpsc::Receiver<Pending>) {
         let cfg = live.load();
-        let (tx, out) = mpsc::channel(cfg.measure.channel_capacity.max(1));
-        let worker_tx = tx.clone();
-        let worker_fallbacks = fallbacks.clone();
         let counting = &cfg.tokenizer;
+        // Room for every job the pool can hold, and one per worker in hand.
+        let (worker_tx, counted) = mpsc::channel(counting.queue + counting.workers.max(1));
+        let worker_fallbacks = fallbacks.clone();
         let pool = Pool::new(
             "goodput-tokenize",
             counting.workers,
@@ -110,51 +110,41 @@ impl Stage {
         };
         (
             Stage {
-                rx,
-                tx,
                 live: live.clone(),
                 tokenizers,
                 pool,
                 fallbacks,
             },
-            out,
+            counted,
         )
     }
 
-    /// Runs until the data path's last recorder is gone; the workers then finish their
-    /// queue and close the aggregator's channel behind them.
-    pub async fn run(mut self) {
-        while let Some(mut pending) = self.rx.recv().await {
-            let config = self.live.load_full();
-            let Some(wants) = wants(&mut pending, &config) else {
-                if self.tx.send(pending).await.is_err() {
-                    return;
-                }
-                continue;
-            };
-            let job = Job {
-                pending,
-                config,
-                tokenizers: self.tokenizers.load_full(),
-                wants,
-            };
-            let refused = match &self.pool {
-                Some(pool) => pool.try_submit(job).err(),
-                None => Some(job),
-            };
-            if let Some(job) = refused {
-                self.fallbacks.inc(Fallback::QueueFull);
-                let mut pending = job.pending;
-                pending.output_text = None;
-                if self.tx.send(pending).await.is_err() {
-                    return;
-                }
-            }
-        }
+    /// A finished measurement, back at once when there is nothing to count (or no room to
+    /// count it: counts then fall back), or `None` when a worker took it: it comes back
+    /// counted on the stage's channel.
+    pub fn route(&self, mut pending: Pending) -> Option<Pending> {
+        let config = self.live.load_full();
+        let Some(wants) = wants(&mut pending, &config) else {
+            return Some(pending);
+        };
+        let job = Job {
+            pending,
+            config,
+            tokenizers: self.tokenizers.load_full(),
+            wants,
+        };
+        let refused = match &self.pool {
+            Some(pool) => pool.try_submit(job).err()?,
+            None => job,
+        };
+        self.fallbacks.inc(Fallback::QueueFull);
+        let mut pending = refused.pending;
+        pending.output_text = None;
+        Some(pending)
     }
 }
 
-/// Decides, cheaply and on the stage's task, whether a finished request needs counting;
+/// Decides, cheaply and on the aggregator's task, whether a finished request needs counting;
 /// takes the request body capture out of its channel when it does.
 pub(crate) fn wants(p: &mut Pending, config: &Config) -> Option<Wants> {
     let counting = &config.tokenizer;
@@ -202,4 +192,89 @@ fn body_reports_usage(p: &Pending) -> bool {
     };
     let finder = memchr::memmem::Finder::new(key);
     p.body.iter().any(|chunk| finder.find(chunk).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use bytes::Bytes;
+    use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
+
+    use super::*;
+    use crate::measure::{Ending, HeadInfo, Recorder, RequestCapture, Tap};
+
+    /// A streamed chat answer of `text` with no usage, finished, off the recorder's channel.
+    fn answered(text: &str) -> Pending {
+        let (recorder, mut rx) = Recorder::new(4, Counter::default(), Gauge::default());
+        let (tx, request) = tokio::sync::oneshot::channel();
+        let mut tap = Tap::new(
+            recorder,
+            "r".into(),
+            Instant::now(),
+            Api::ChatCompletions,
+            request,
+            1 << 20,
+            HeadInfo::default(),
+        );
+        tap.count_text(1 << 20);
+        tap.on_head(200, Some("text/event-stream"), None);
+        let event = format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n");
+        tap.on_data(Instant::now(), &Bytes::from(event));
+        tap.on_data(Instant::now(), &Bytes::from_static(b"data: [DONE]\n\n"));
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let _ = tx.send(RequestCapture {
+            chunks: vec![Bytes::from_static(body)],
+            complete: true,
+            ..RequestCapture::default()
+        });
+        tap.finish(Instant::now(), Ending::Complete);
+        drop(tap);
+        match rx.try_recv() {
+            Ok(p) => p,
+            Err(e) => panic!("no measurement: {e}"),
+        }
+    }
+
+    fn stage(estimate: bool) -> (Stage, mpsc::Receiver<Pending>) {
+        let toml = format!(
+            "[upstream]\nurl = \"http://127.0.0.1:9\"\n[tokenizer]\nestimate = {estimate}\n"
+        );
+        let config = match crate::config::load_str(&toml, "test", &Default::default()) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
+        let tokenizers = match Tokenizers::from_config(&config.tokenizer) {
+            Ok(t) => t,
+            Err(e) => panic!("{e:?}"),
+        };
+        Stage::new(
+            Arc::new(ArcSwap::from_pointee(config)),
+            Arc::new(ArcSwap::from_pointee(tokenizers)),
+            Fallbacks::new(Family::default()),
+        )
+    }
+
+    #[test]
+    fn a_measurement_with_nothing_to_count_comes_straight_back() {
+        let (stage, _counted) = stage(false);
+        let p = answered("hello there");
+        let back = stage.route(p);
+        assert!(back.is_some_and(|p| p.id == "r"), "handed back as it is");
+    }
+
+    #[test]
+    fn one_to_count_comes_back_counted_on_the_stages_channel() {
+        let (stage, mut counted) = stage(true);
+        assert!(
+            stage.route(answered("hello there")).is_none(),
+            "taken by a worker"
+        );
+        let p = counted.blocking_recv();
+        let p = p.unwrap_or_else(|| panic!("the worker sent nothing"));
+        assert!(p.counted_output.is_some(), "output counted");
+        // Dropping the stage lets the workers end and close the channel.
+        drop(stage);
+        assert!(counted.blocking_recv().is_none());
+    }
 }

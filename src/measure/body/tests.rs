@@ -178,3 +178,57 @@ async fn a_request_whose_body_broke_and_got_no_answer_is_a_client_error() {
     let whole = Chunks(VecDeque::from([Bytes::from_static(b"{}")]));
     assert_eq!(outcome_unanswered(whole).await, Outcome::ClientAbort);
 }
+
+#[test]
+fn a_kept_answer_is_copied_and_holds_no_read_buffer() {
+    let (recorder, mut rx) = crate::measure::Recorder::new(
+        4,
+        prometheus_client::metrics::counter::Counter::default(),
+        prometheus_client::metrics::gauge::Gauge::default(),
+    );
+    let mut answer = |limit: u64, frames: &[Bytes]| {
+        let (_, request) = tokio::sync::oneshot::channel();
+        let mut tap = Tap::new(
+            recorder.clone(),
+            "r".into(),
+            Instant::now(),
+            crate::decode::Api::ChatCompletions,
+            request,
+            0,
+            crate::measure::HeadInfo::default(),
+        );
+        tap.keep_answer(limit);
+        tap.on_head(200, Some("text/event-stream"), None);
+        for f in frames {
+            tap.on_data(Instant::now(), f);
+        }
+        tap.finish(Instant::now(), Ending::Complete);
+        rx.try_recv().unwrap().answer
+    };
+    // Two events read into one buffer of the reader's, as a client's reads slice it.
+    let event = |text: &str| {
+        format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n")
+    };
+    let (one, two) = (event("one"), event("two"));
+    let mut read = vec![0u8; 8192];
+    read[..one.len()].copy_from_slice(one.as_bytes());
+    read[one.len()..one.len() + two.len()].copy_from_slice(two.as_bytes());
+    let read = Bytes::from(read);
+    let frames = [
+        read.slice(..one.len()),
+        read.slice(one.len()..one.len() + two.len()),
+    ];
+    let kept = answer(1 << 20, &frames);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0], format!("{one}{two}"));
+    drop(frames);
+    // The reader's buffer is free to be reused: the answer is a copy.
+    assert!(read.is_unique());
+    // Past the limit nothing is kept.
+    let frames = [Bytes::from(one.clone()), Bytes::from(two.clone())];
+    assert!(answer((one.len() + 1) as u64, &frames).is_empty());
+    assert_eq!(
+        answer(one.len() as u64, &frames[..1]),
+        vec![Bytes::from(one)]
+    );
+}

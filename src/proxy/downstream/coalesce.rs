@@ -124,6 +124,9 @@ impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
         }
         let polled = this.io.poll_write(cx, buf);
         this.pacing.wrote(&polled, buf.len());
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.delivery.wrote();
+        }
         polled
     }
 
@@ -139,6 +142,9 @@ impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
         }
         let polled = this.io.poll_write_vectored(cx, bufs);
         this.pacing.wrote(&polled, len);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            this.delivery.wrote();
+        }
         polled
     }
 

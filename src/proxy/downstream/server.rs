@@ -436,13 +436,16 @@ impl Proxy {
             }
             delivery.poll_begins();
             let polled = connection.as_mut().poll(cx);
+            delivery.poll_ends();
             if polled.is_pending() && due(shutting_down) {
                 // The awaited request arrived in this poll, which may have been the last
                 // wake for a while (an answer written at once): shut down now.
                 shut_down(connection.as_mut());
                 shutting_down = true;
                 delivery.poll_begins();
-                return connection.as_mut().poll(cx);
+                let polled = connection.as_mut().poll(cx);
+                delivery.poll_ends();
+                return polled;
             }
             polled
         })

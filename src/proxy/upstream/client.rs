@@ -24,14 +24,17 @@ use hyper_util::{
 };
 use prometheus_client::metrics::counter::Counter;
 
-use super::request_body::ClientBody;
+use super::{files_wait::FilesWait, request_body::ClientBody, slots::Slots};
 use crate::{
     config::Upstream, measure::RequestTap, proxy::client_body::ClientSide,
     usage_injection::ForwardBody,
 };
 
-pub type UpstreamClient =
-    Client<HttpsConnector<HttpConnector>, ForwardBody<ClientBody<RequestTap<ClientSide>>>>;
+/// The connector of every pooled client: TLS over a TCP connect that waits for
+/// descriptors ([`FilesWait`]).
+pub type Connector = HttpsConnector<FilesWait<HttpConnector>>;
+
+pub type UpstreamClient = Client<Connector, ForwardBody<ClientBody<RequestTap<ClientSide>>>>;
 
 /// The upstream clients: one for HTTP/1.1 upstreams (hyper pools its connections), a
 /// lane per HTTP/2 connection otherwise.
@@ -64,7 +67,8 @@ impl Drop for StreamHold {
 }
 
 impl Clients {
-    pub fn build(cfg: &Upstream, saturated: Counter) -> Clients {
+    /// A connect out of descriptors waits on `slots` (see [`FilesWait`]).
+    pub fn build(cfg: &Upstream, saturated: Counter, slots: &Arc<Slots>) -> Clients {
         let (lanes, per_lane) = if cfg.http2 {
             (
                 cfg.http2_max_connections.max(1),
@@ -76,7 +80,7 @@ impl Clients {
         Clients {
             lanes: (0..lanes)
                 .map(|_| Lane {
-                    client: build(cfg),
+                    client: build_waiting(cfg, Some(Arc::clone(slots))),
                     in_flight: Arc::new(AtomicUsize::new(0)),
                 })
                 .collect(),
@@ -139,8 +143,18 @@ pub(super) fn head_buffer(cfg: &Upstream) -> usize {
         .max(crate::config::MIN_RESPONSE_HEADER_BYTES)
 }
 
-/// A pooled client for `cfg`, for any request body type (the shadow sends its own).
-pub fn build<B>(cfg: &Upstream) -> Client<HttpsConnector<HttpConnector>, B>
+/// A pooled client for `cfg`, for any request body type (the shadow sends its own); a
+/// connect out of descriptors fails at once.
+pub fn build<B>(cfg: &Upstream) -> Client<Connector, B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
+    build_waiting(cfg, None)
+}
+
+/// [`build`], with connects out of descriptors waiting on `slots`.
+fn build_waiting<B>(cfg: &Upstream, slots: Option<Arc<Slots>>) -> Client<Connector, B>
 where
     B: hyper::body::Body + Send + 'static,
     B::Data: Send,
@@ -154,6 +168,7 @@ where
     let builder = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();
+    let http = FilesWait::new(http, slots);
     let connector = if cfg.http2 {
         builder.enable_all_versions().wrap_connector(http)
     } else {
@@ -192,10 +207,18 @@ mod tests {
         }
     }
 
+    fn slots() -> Arc<Slots> {
+        Arc::new(Slots::new(
+            8,
+            Duration::from_secs(1),
+            crate::proxy::LimitMetrics::default(),
+        ))
+    }
+
     #[tokio::test]
     async fn requests_fill_a_lane_then_open_the_next_and_count_saturation() {
         let saturated = Counter::default();
-        let c = Clients::build(&upstream(true, 2, 2), saturated.clone());
+        let c = Clients::build(&upstream(true, 2, 2), saturated.clone(), &slots());
         let holds: Vec<StreamHold> = (0..4).map(|_| c.pick().1).collect();
         assert_eq!(c.in_flight(), [2, 2]);
         assert_eq!(saturated.get(), 0);
@@ -215,7 +238,7 @@ mod tests {
     #[tokio::test]
     async fn requests_racing_for_the_last_places_never_overfill_a_lane() {
         let saturated = Counter::default();
-        let c = Clients::build(&upstream(true, 4, 4), saturated.clone());
+        let c = Clients::build(&upstream(true, 4, 4), saturated.clone(), &slots());
         let start = std::sync::Barrier::new(16);
         let holds: Vec<StreamHold> = std::thread::scope(|s| {
             let picks: Vec<_> = (0..16)
@@ -236,7 +259,7 @@ mod tests {
     #[tokio::test]
     async fn an_http1_upstream_has_one_client_and_never_saturates() {
         let saturated = Counter::default();
-        let c = Clients::build(&upstream(false, 8, 1), saturated.clone());
+        let c = Clients::build(&upstream(false, 8, 1), saturated.clone(), &slots());
         let _holds: Vec<StreamHold> = (0..50).map(|_| c.pick().1).collect();
         assert_eq!(c.in_flight(), [50]);
         assert_eq!(saturated.get(), 0);

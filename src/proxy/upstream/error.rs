@@ -167,6 +167,11 @@ impl ProxyError {
 /// `EMFILE` (this process) and `ENFILE` (the system), the same numbers on Linux and the BSDs.
 const OUT_OF_FILES: [i32; 2] = [24, 23];
 
+/// Whether `e` (or an error it was caused by) is the proxy running out of descriptors.
+pub(super) fn is_out_of_files(e: &(dyn std::error::Error + 'static)) -> bool {
+    chain_has_out_of_files(e)
+}
+
 fn chain_has_out_of_files(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(err) = cur {

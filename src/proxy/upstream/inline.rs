@@ -416,11 +416,6 @@ impl Pool {
         }
     }
 
-    /// Whether its connections are goodput's own ([`super::relay`]).
-    pub fn relays(&self) -> bool {
-        self.relay
-    }
-
     /// [`Pool::send`] on connections of goodput's own ([`super::relay`]).
     async fn relay(
         self: &Arc<Self>,

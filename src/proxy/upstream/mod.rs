@@ -13,6 +13,7 @@ pub(super) mod body;
 pub(super) mod client;
 mod closed;
 pub(super) mod error;
+pub(super) mod files_wait;
 pub(super) mod framing;
 pub(super) mod inline;
 pub(super) mod relay;

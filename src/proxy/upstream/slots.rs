@@ -4,7 +4,8 @@
 //! request holds one for as long as its response streams. A request that finds none free
 //! waits up to `upstream.pool_wait_timeout`, taking a slot or (inline) a connection that
 //! came back to the pool, whichever comes first; then it gets a 503. A connection that
-//! cannot be opened for want of descriptors waits the same way (inline pool), trying
+//! cannot be opened for want of descriptors waits the same way (both; see
+//! [`super::files_wait`] for hyper's client), trying
 //! again as connections come back and every [`FILES_RETRY`].
 //!
 //! Without it, every client stream opens its own upstream connection: 5,000 HTTP/2 streams

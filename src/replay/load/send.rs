@@ -201,7 +201,7 @@ impl Inner {
         let mut record = m.record;
         record.arrival.long_in_flight = long_before > 0;
         record.tenant = tenant;
-        crate::measure::slo::judge(&mut record, &self.s.slo);
+        crate::measure::verdict::judge(&mut record, &self.s.slo);
         let error = !matches!(record.outcome, Outcome::Ok | Outcome::ClientAbort);
         // The probe's name marks its line in the request log, whatever its outcome.
         let probe_name = probe.zip(self.s.probes.as_deref()).map(|(k, p)| p.name(k));

@@ -88,7 +88,7 @@ pub(super) fn contract(i: &Inputs<'_>, steps: &[StepOut], run_s: f64) -> Contrac
         .slo
         .all_classes()
         .map(|c| ClassTargets {
-            name: c.name.clone(),
+            name: c.name.to_string(),
             ttft_ms: c.targets.ttft_ms,
             tpot_ms: c.targets.tpot_ms,
             e2e_ms: c.targets.e2e_ms,

@@ -114,12 +114,12 @@ fn judge(i: &Inputs<'_>, steps: &[StepOut], measured: &[&Sample], overall: &Stat
         .config
         .slo
         .all_classes()
-        .filter(|c| overall.classes.iter().any(|o| o.name == c.name))
-        .map(|c| c.name.clone())
+        .filter(|c| overall.classes.iter().any(|o| *o.name == *c.name))
+        .map(|c| c.name.to_string())
         .collect();
     let target_of = |name: &str| {
         let all = i.config.slo.all_classes();
-        all.filter(|c| c.name == name)
+        all.filter(|c| &*c.name == name)
             .map(|c| c.attainment)
             .next()
             .unwrap_or(0.0)

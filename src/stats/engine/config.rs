@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 pub use crate::decode::FinishReason;
 use crate::measure::Outcome;
 pub use crate::measure::record::Component;
-pub use crate::measure::slo::MissCause;
+pub use crate::measure::verdict::MissCause;
 
 /// Name of the class that takes every request no configured class matched; also where
 /// observations naming an unknown class are counted.

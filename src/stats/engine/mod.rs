@@ -247,7 +247,6 @@ impl Engine {
             let rings = self.windows.iter().map(|_| None).collect();
             self.models.insert(key.to_owned(), ModelState { rings });
         }
-        let key_owned = key.to_owned();
         let Some(model) = self.models.get_mut(key) else {
             return;
         };
@@ -296,11 +295,13 @@ impl Engine {
         if late {
             self.late_dropped = self.late_dropped.saturating_add(1);
         }
-        let class = self
-            .classes
-            .get(ci)
-            .map_or_else(String::new, |c| c.cfg.name.clone());
-        self.observe_split(obs, &class, key_owned.as_str(), epoch);
+        if obs.engine_parts.iter().any(Option::is_some) {
+            let class = self
+                .classes
+                .get(ci)
+                .map_or_else(String::new, |c| c.cfg.name.clone());
+            self.observe_split(obs, &class, key, epoch);
+        }
     }
 
     /// One sample of in-flight concurrency (the aggregator calls this every ~100 ms); also

@@ -346,7 +346,7 @@ async fn no_content_header_value_or_id_reaches_a_profile() {
     })
     .to_string();
     let mut record = super::support::record(CANARIES[2]);
-    let tenant = goodput::config::slo::tenant_hash(&cfg.slo.tenant_salt, CANARIES[1].as_bytes());
+    let tenant = goodput::slo::tenant_hash(&cfg.slo.tenant_salt, CANARIES[1].as_bytes());
     record.tenant = Some(tenant);
     let blocks = rig.anon.blocks(
         goodput::decode::Api::ChatCompletions,

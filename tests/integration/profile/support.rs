@@ -111,7 +111,7 @@ pub fn record(id: &str) -> goodput::measure::RequestRecord {
     use goodput::measure::{Outcome, RequestRecord, TokenSource};
     RequestRecord {
         id: id.into(),
-        started_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        started_at: goodput::measure::WallClock(std::time::SystemTime::now()),
         model: Some("llama".into()),
         api: "chat_completions",
         stream: true,

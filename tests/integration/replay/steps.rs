@@ -536,8 +536,10 @@ async fn ramp_finds_the_knee_and_soak_runs_below_it() {
     let r = read_json(&out.join("report.json"));
     let rate = r["contract"]["load"]["soak_rate"].as_f64().unwrap();
     eprintln!("soak: rate {rate:.1}/s, drift {}", r["drift"]);
+    // 70% of the quick ramp's knee, which (as above) a busy machine only brings lower,
+    // down to the ramp's first step.
     assert!(
-        (0.7 * 100.0 - 1.0..0.7 * 270.0).contains(&rate),
+        (0.7 * 40.0 - 1.0..0.7 * 270.0).contains(&rate),
         "soak rate {rate}"
     );
     assert_eq!(r["steps"].as_array().unwrap().len(), 3);

@@ -208,7 +208,7 @@ pub fn judge(r: &mut RequestRecord, slo: &Slo) -> bool {
         tenant: r.tenant,
         input_tokens: r.input_tokens,
     }) else {
-        r.slo_class = String::new();
+        r.slo_class = "".into();
         r.slo_met = None;
         r.slo_miss_reason = None;
         r.slo_miss_component = None;
@@ -242,7 +242,7 @@ mod tests {
             input_tokens: None,
             output_tokens: Some(10),
             events: 10,
-            slo_class: String::new(),
+            slo_class: "".into(),
             slo_met: None,
             tenant: None,
             ..crate::measure::record::example::record()
@@ -373,7 +373,7 @@ mod tests {
         slo.header_objectives = HeaderObjectives::Override;
         let mut r = record(Outcome::Ok, Some(150.0), None, 10.0);
         judge(&mut r, &slo);
-        assert_eq!((r.slo_class.as_str(), r.slo_met), ("default", Some(true)));
+        assert_eq!((&*r.slo_class, r.slo_met), ("default", Some(true)));
         r.slo_overrides.ttft_ms = Some(100.0);
         judge(&mut r, &slo);
         assert_eq!((r.slo_met, r.slo_miss_reason), (Some(false), Some("ttft")));
@@ -387,7 +387,7 @@ mod tests {
         );
         r.api = "unknown";
         assert!(!judge(&mut r, &slo));
-        assert_eq!((r.slo_class.as_str(), r.slo_met), ("", None));
+        assert_eq!((&*r.slo_class, r.slo_met), ("", None));
     }
 
     #[test]

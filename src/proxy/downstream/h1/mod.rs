@@ -122,7 +122,9 @@ where
             let mut prefix = BytesMut::with_capacity(raw.len() + rest.len());
             prefix.extend_from_slice(&raw);
             prefix.extend_from_slice(&rest);
-            upgrade(Rewind::new(prefix.freeze(), io)).await;
+            // Boxed: hyper's connection is large, and only an upgrade needs one; in place,
+            // every connection's task would be as large as it.
+            Box::pin(upgrade(Rewind::new(prefix.freeze(), io))).await;
             return Ok(());
         }
         version = head.version;

@@ -206,9 +206,7 @@ async fn serve_accepted(
         return match opened {
             Opening::Http1 => match proxy.own {
                 Some(settings) => {
-                    Arc::clone(&proxy)
-                        .http1_own(stream, conn, presence, settings)
-                        .await;
+                    Box::pin(Arc::clone(&proxy).http1_own(stream, conn, presence, settings)).await;
                 }
                 None => Arc::clone(&proxy).http1(stream, conn, presence).await,
             },

@@ -14,7 +14,8 @@
 //!   the body run in one task, and hyper writes a frame to its buffer before it asks the
 //!   body for more; it flushes its I/O only once that buffer is empty.
 //! - HTTP/2: once a connection poll that *began* after the body was polled again ended
-//!   with a completed flush (no write after it). The body runs in a task of its own and
+//!   with a completed flush (no write attempted after it, not even one the coalescing
+//!   I/O held back). The body runs in a task of its own and
 //!   queues frames on the stream; the connection moves them to its codec in each poll and
 //!   flushes at the end, so a flush in a poll already under way may have missed the frame,
 //!   and so may a flush in the middle of a poll (h2 flushes a full codec buffer before it
@@ -122,9 +123,13 @@ impl Delivery {
         }
     }
 
-    /// The connection's I/O took bytes: a flush before it no longer ends the poll.
+    /// The connection's I/O was handed bytes to write (taken, partly taken, or held back
+    /// for coalescing) or could not complete a flush: a flush before it no longer ends
+    /// the poll. A held-back write matters most: h2 may have flushed once in the poll
+    /// (a chained DATA frame fills its codec), then had its next write held back and
+    /// returned with frames still in the streams' queues, where a reset would clear them.
     /// Called by the connection's task only.
-    pub fn wrote(&self) {
+    pub fn writing(&self) {
         self.flush_last.store(false, Ordering::Relaxed);
     }
 
@@ -219,21 +224,21 @@ mod tests {
         d.poll_begins();
         let mark = d.mark(true);
         // A flush in the poll the mark was taken in may have missed the frame.
-        d.wrote();
+        d.writing();
         d.flushed();
         d.poll_ends();
         assert!(d.poll_flushed_since(&cx, mark).is_pending());
         // A poll without a flush (a held write) delivers nothing either.
         d.poll_begins();
-        d.wrote();
+        d.writing();
         d.poll_ends();
         assert!(!d.flushed_since(mark));
         // Nor one that flushed a full codec buffer and then wrote the frames it took off
         // the streams' queues after it, without flushing again.
         d.poll_begins();
-        d.wrote();
+        d.writing();
         d.flushed();
-        d.wrote();
+        d.writing();
         d.poll_ends();
         // The mid-poll flush woke the body (as every flush does while one waits): polled
         // again, it is still not delivered and waits on.
@@ -241,7 +246,7 @@ mod tests {
         let woken = count.0.load(Ordering::SeqCst);
         // One that ends with a completed flush does, and wakes the waiter.
         d.poll_begins();
-        d.wrote();
+        d.writing();
         d.flushed();
         d.poll_ends();
         assert!(

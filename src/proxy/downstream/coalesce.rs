@@ -119,14 +119,14 @@ impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
+        if !buf.is_empty() {
+            this.delivery.writing();
+        }
         if this.pacing.wait(buf.len(), 1, cx) {
             return Poll::Pending;
         }
         let polled = this.io.poll_write(cx, buf);
         this.pacing.wrote(&polled, buf.len());
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.delivery.wrote();
-        }
         polled
     }
 
@@ -137,14 +137,14 @@ impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
         let len = bufs.iter().map(|b| b.len()).sum();
+        if len > 0 {
+            this.delivery.writing();
+        }
         if this.pacing.wait(len, bufs.len(), cx) {
             return Poll::Pending;
         }
         let polled = this.io.poll_write_vectored(cx, bufs);
         this.pacing.wrote(&polled, len);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            this.delivery.wrote();
-        }
         polled
     }
 
@@ -157,8 +157,10 @@ impl<IO: AsyncWrite> AsyncWrite for Coalesce<IO> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.project();
         let flushed = this.io.poll_flush(cx);
-        if let Poll::Ready(Ok(())) = flushed {
-            this.delivery.flushed();
+        match flushed {
+            Poll::Ready(Ok(())) => this.delivery.flushed(),
+            // Bytes still wait below (TLS's buffer): not a flush that ends a poll.
+            _ => this.delivery.writing(),
         }
         flushed
     }
@@ -238,5 +240,36 @@ mod tests {
             len += 1;
         }
         assert_eq!(len, usize::from(MAX_YIELDS) + 1, "bounded by MAX_YIELDS");
+    }
+
+    /// h2 can flush a full codec buffer in mid-poll, then have its next write held back
+    /// here and return with frames still queued on their streams: that poll must not
+    /// count as having ended flushed, or a reset sent next would clear those frames.
+    #[test]
+    fn a_write_held_back_after_a_flush_keeps_the_poll_from_counting_as_flushed() {
+        let (_client, server) = duplex(1 << 16);
+        let delivery = Arc::new(Delivery::new());
+        let mut io = std::pin::pin!(Coalesce::new(server, Arc::clone(&delivery)));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        delivery.poll_begins();
+        let mark = delivery.mark(true);
+        delivery.poll_ends();
+        delivery.poll_begins();
+        let first = io.as_mut().poll_write(&mut cx, b"data: one\n\n");
+        assert!(matches!(first, Poll::Ready(Ok(11))));
+        assert!(io.as_mut().poll_flush(&mut cx).is_ready());
+        let held = io.as_mut().poll_write(&mut cx, b"data: two\n\n");
+        assert!(
+            held.is_pending(),
+            "a write right after another is held back"
+        );
+        delivery.poll_ends();
+        assert!(!delivery.flushed_since(mark), "bytes are still held back");
+        // The next poll writes them and flushes: now it counts.
+        delivery.poll_begins();
+        assert!(io.as_mut().poll_write(&mut cx, b"data: two\n\n").is_ready());
+        assert!(io.as_mut().poll_flush(&mut cx).is_ready());
+        delivery.poll_ends();
+        assert!(delivery.flushed_since(mark));
     }
 }

@@ -147,45 +147,50 @@ where
         *req.headers_mut() = head.headers;
 
         let mut eof = false;
-        let call = svc.call(req);
-        let mut call = pin!(call);
-        let resp = poll_fn(|cx| {
-            if let Poll::Ready(r) = call.as_mut().poll(cx) {
-                return Poll::Ready(Some(r));
-            }
-            if expect_continue {
-                let mut shared = lock(&conn);
-                if shared.continue_owed(cx) {
-                    // The body asked, and the answer is not ready: the client may send it.
-                    match shared.poll_continue(cx) {
-                        Poll::Ready(Ok(())) => {
-                            drop(shared);
-                            cx.waker().wake_by_ref();
-                            return Poll::Pending;
+        // In a block of its own, and the body boxed: an async fn keeps a moved-from
+        // local's room until its scope ends, so the call's future, the response and the
+        // body (3 KiB each) would otherwise all stay in this future's state, which every
+        // connection holds from its first byte to its last, idle or not.
+        let (mut parts, body) = {
+            let mut call = pin!(svc.call(req));
+            let resp = poll_fn(|cx| {
+                if let Poll::Ready(r) = call.as_mut().poll(cx) {
+                    return Poll::Ready(Some(r));
+                }
+                if expect_continue {
+                    let mut shared = lock(&conn);
+                    if shared.continue_owed(cx) {
+                        // The body asked, and the answer is not ready: the client may send it.
+                        match shared.poll_continue(cx) {
+                            Poll::Ready(Ok(())) => {
+                                drop(shared);
+                                cx.waker().wake_by_ref();
+                                return Poll::Pending;
+                            }
+                            Poll::Ready(Err(_)) => return Poll::Ready(None),
+                            Poll::Pending => return Poll::Pending,
                         }
-                        Poll::Ready(Err(_)) => return Poll::Ready(None),
-                        Poll::Pending => return Poll::Pending,
                     }
                 }
-            }
-            if client_gone(&conn, cx, &mut eof, settings.half_close) {
-                return Poll::Ready(None);
-            }
-            Poll::Pending
-        })
-        .await;
-        let Some(resp) = resp else {
-            // The client left: dropping the call cancels the request.
-            return Ok(());
-        };
-        let resp = match resp {
-            Ok(r) => r,
-            Err(e) => return Err(ConnError::Body(e.into())),
+                if client_gone(&conn, cx, &mut eof, settings.half_close) {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await;
+            let Some(resp) = resp else {
+                // The client left: dropping the call cancels the request.
+                return Ok(());
+            };
+            let (parts, body) = match resp {
+                Ok(r) => r.into_parts(),
+                Err(e) => return Err(ConnError::Body(e.into())),
+            };
+            (parts, Box::pin(body))
         };
         if expect_continue {
             lock(&conn).forgo_continue();
         }
-        let (mut parts, body) = resp.into_parts();
         if stop.load(Ordering::Acquire) || eof {
             keep_alive = false;
         }
@@ -206,7 +211,6 @@ where
             },
             &mut out,
         );
-        let body = pin!(body);
         let written = respond(&conn, out, encoder, body, &mut eof, settings.half_close).await;
         match written {
             Ok(true) => {}

@@ -91,7 +91,7 @@ pub(super) async fn respond<IO, B>(
     conn: &Conn<IO>,
     head: Vec<u8>,
     encoder: Encoder,
-    mut body: Pin<&mut B>,
+    mut body: Pin<Box<B>>,
     eof: &mut bool,
     half_close: bool,
 ) -> Result<bool, ConnError>

@@ -26,6 +26,8 @@ pub const READ_ROOM: usize = 4096;
 /// Room a read offers at most: a read that fills its room doubles the next one's, so a
 /// large upload is read in few calls (hyper's adaptive read buffer does the same).
 const MAX_READ_ROOM: usize = 64 << 10;
+/// Room a read watching the client offers when the buffer has none left.
+const WATCH_ROOM: usize = 512;
 
 /// What `Expect: 100-continue` is answered with when the body is first asked for.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -147,22 +149,35 @@ impl<IO> Shared<IO> {
 impl<IO: AsyncRead + Unpin> Shared<IO> {
     /// One read into the buffer, offering at least [`READ_ROOM`] bytes of room.
     pub fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
-        let Some(io) = self.io.as_mut() else {
-            return Poll::Ready(Ok(0));
-        };
         if self.buf.capacity() - self.buf.len() < self.room {
             self.buf.reserve(self.room);
         }
         let offered = self.buf.capacity() - self.buf.len();
-        let n = ready!(tokio_util::io::poll_read_buf(
-            Pin::new(io),
-            cx,
-            &mut self.buf
-        ))?;
+        let n = ready!(self.poll_read_room(cx))?;
         if n >= offered && self.room < MAX_READ_ROOM {
             self.room *= 2;
         }
         Poll::Ready(Ok(n))
+    }
+
+    /// A read while a response is served, to see the client leave (or a pipelined request
+    /// arrive): it offers the room the buffer has left and reserves only when none is
+    /// left. A full room reserved while the request's bytes are still referenced (its
+    /// head, its body on the way upstream) would allocate a second buffer that an idle
+    /// stream then holds for its whole life.
+    pub fn poll_read_watch(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        if self.buf.capacity() == self.buf.len() {
+            self.buf.reserve(WATCH_ROOM);
+        }
+        self.poll_read_room(cx)
+    }
+
+    /// One read into the room the buffer has.
+    fn poll_read_room(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        let Some(io) = self.io.as_mut() else {
+            return Poll::Ready(Ok(0));
+        };
+        tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.buf)
     }
 }
 

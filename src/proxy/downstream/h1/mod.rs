@@ -22,7 +22,7 @@ mod write;
 use std::{
     future::{Future, poll_fn},
     io::IoSlice,
-    pin::{Pin, pin},
+    pin::Pin,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -127,6 +127,9 @@ where
             Box::pin(upgrade(Rewind::new(prefix.freeze(), io))).await;
             return Ok(());
         }
+        // The head's bytes are needed only for a hand-off; held on, they would keep the
+        // read buffer shared (a read while the response streams would take a new one).
+        drop(raw);
         version = head.version;
         let method = head.method.clone();
         let mut keep_alive = head.keep_alive;
@@ -147,12 +150,13 @@ where
         *req.headers_mut() = head.headers;
 
         let mut eof = false;
-        // In a block of its own, and the body boxed: an async fn keeps a moved-from
-        // local's room until its scope ends, so the call's future, the response and the
-        // body (3 KiB each) would otherwise all stay in this future's state, which every
-        // connection holds from its first byte to its last, idle or not.
+        // The call's future and the body boxed, the response in a block of its own: an
+        // async fn keeps a moved-from local's room until its scope ends, so the call's
+        // future, the response and the body (about 3 KiB each) would otherwise all stay in
+        // this future's state, which every connection holds from its first byte to its
+        // last, idle or not. Boxed, the call's future is freed once the response arrives.
         let (mut parts, body) = {
-            let mut call = pin!(svc.call(req));
+            let mut call = Box::pin(svc.call(req));
             let resp = poll_fn(|cx| {
                 if let Poll::Ready(r) = call.as_mut().poll(cx) {
                     return Poll::Ready(Some(r));
@@ -295,7 +299,7 @@ fn client_gone<IO: AsyncRead + AsyncWrite + Unpin>(
     if !shared.body_done || !shared.buf.is_empty() {
         return false;
     }
-    match shared.poll_read(cx) {
+    match shared.poll_read_watch(cx) {
         Poll::Ready(Ok(0)) => {
             *eof = true;
             !half_close

@@ -301,9 +301,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn configured_client_statuses_decide_client_errors() {
-        let mut slo = crate::config::load(
+    /// The SLO section of a config that names only an upstream.
+    fn default_slo() -> crate::slo::Slo {
+        crate::config::load(
             None,
             &crate::config::Overrides {
                 upstream: Some("http://a".into()),
@@ -311,7 +311,12 @@ mod tests {
             },
         )
         .unwrap()
-        .slo;
+        .slo
+    }
+
+    #[test]
+    fn configured_client_statuses_decide_client_errors() {
+        let mut slo = default_slo();
         let at = |status: u16| {
             let mut r = record(Outcome::from_status(status), None, None, 1.0);
             r.status = Some(status);
@@ -361,15 +366,7 @@ mod tests {
 
     #[test]
     fn overrides_replace_class_targets() {
-        let mut slo = crate::config::load(
-            None,
-            &crate::config::Overrides {
-                upstream: Some("http://a".into()),
-                ..Default::default()
-            },
-        )
-        .unwrap()
-        .slo;
+        let mut slo = default_slo();
         slo.header_objectives = HeaderObjectives::Override;
         let mut r = record(Outcome::Ok, Some(150.0), None, 10.0);
         judge(&mut r, &slo);

@@ -9,6 +9,7 @@ mod contract;
 pub mod html;
 pub mod json;
 pub mod md;
+mod resources;
 pub mod sections;
 mod steps;
 pub mod svg;
@@ -23,6 +24,7 @@ use std::{
 
 pub use contract::NAMED_FIELDS;
 use json::{Generator, REPORT_FORMAT, Report, StepOut};
+use resources::{Judges, resource_figures, resources};
 pub use steps::{MIN_REQUESTS_P95, MIN_REQUESTS_P99};
 
 use super::{
@@ -226,18 +228,6 @@ fn fail_on_soak_drift(
     notes.push(format!("soak failed: {why}"));
 }
 
-/// What the gates read besides the steps and verdicts.
-struct Judges<'a> {
-    /// `--gpu-metrics` was given (`resources` may hold only the hosts).
-    gpu_metrics: bool,
-    /// Answers with a 5xx whose body named out-of-memory.
-    oom_answers: u64,
-    attribution: Option<&'a super::attribution::AttributionOut>,
-    resources: Option<&'a super::gpu::ResourcesOut>,
-    /// `target changed during the run: ...` (see `Reproducibility::target_changed`).
-    target_changed: Option<String>,
-}
-
 /// A class's verdict as the `slo` gate reads it.
 fn class_result(v: &json::Verdict) -> gates::ClassResult {
     gates::ClassResult {
@@ -247,58 +237,6 @@ fn class_result(v: &json::Verdict) -> gates::ClassResult {
         attainment_target: v.attainment_target,
         reason: v.reason.clone(),
     }
-}
-
-/// What the `resources` gate reads from the exporters' and the engine's figures.
-fn resource_figures(with: Judges<'_>) -> gates::ResourceFigures {
-    let mut f = gates::ResourceFigures {
-        oom_answers: with.oom_answers,
-        target_changed: with.target_changed.clone(),
-        ..gates::ResourceFigures::default()
-    };
-    if let Some(h) = with.resources.and_then(|r| r.overall.host.as_ref()) {
-        let e = h.exporters.clone().unwrap_or_default();
-        f.host_scrapes = Some(gates::ScrapeCount {
-            attempts: e.scrape_attempts,
-            failed: e.failed_scrapes,
-            last_error: e.last_error,
-        });
-        f.host_memory_available_min_share = h.memory_available_min_share;
-    }
-    if let Some(r) = with.resources.filter(|_| with.gpu_metrics) {
-        f.gpu_scrapes = Some(gates::ScrapeCount {
-            attempts: r.scrape_attempts,
-            failed: r.failed_scrapes,
-            last_error: r.last_error.clone(),
-        });
-        f.xid_before_run = r.gpu_xid_before_run;
-        f.xid_during_run = r.overall.gpu_xid_errors;
-        f.throttle_share = r.overall.throttle_share;
-        if let Some(s) = &r.soak {
-            f.soak_checked |= s.holds.is_some();
-            if s.holds == Some(false) {
-                f.drift.extend(s.reasons.iter().cloned());
-            }
-        }
-    }
-    if let Some(at) = with
-        .attribution
-        .filter(|at| at.engine.is_some() && at.scrapes > 0)
-    {
-        f.engine_read = true;
-        f.engine_restarts = Some(u64::from(at.overall.engine_restarted));
-        f.preemptions = at.overall.preemptions;
-        if let Some(s) = &at.soak {
-            f.soak_checked |= s.holds.is_some();
-            if s.holds == Some(false) {
-                f.drift.push(format!(
-                    "the engine's resources drifted: {}",
-                    s.reasons.join("; ")
-                ));
-            }
-        }
-    }
-    f
 }
 
 /// The injection report, the probes' quality and the gates of the run.
@@ -528,51 +466,6 @@ pub fn build(i: &Inputs<'_>) -> Report {
         quality,
         reproducibility: i.reproducibility.clone(),
         notes,
-    }
-}
-
-/// report.json `resources`: the GPUs over every step's window, and a soak's check.
-fn resources(
-    t: &super::gpu::Telemetry,
-    hosts: Option<&super::gpu::Telemetry<super::host::HostReading>>,
-    windows: &[(f64, f64)],
-    runs: &[StepRun],
-    a: &ReplayArgs,
-) -> super::gpu::ResourcesOut {
-    let (lo, hi) = match (windows.first(), windows.last()) {
-        (Some(f), Some(l)) => (f.0, l.1),
-        _ => (0.0, 0.0),
-    };
-    let mut overall = super::gpu::figures(&t.readings, lo, hi);
-    overall.host = hosts.map(|h| super::host::HostFigures {
-        exporters: Some(super::host::HostScrapes {
-            urls: h.urls.iter().map(|u| super::describe::shown(u)).collect(),
-            scrape_attempts: h.scrapes,
-            failed_scrapes: h.failed_scrapes,
-            last_error: h.last_error.clone(),
-        }),
-        ..super::host::figures(&h.readings, lo, hi)
-    });
-    let soak = match (a.mode, runs.first()) {
-        (Mode::Soak, Some(run)) => Some(super::gpu::soak(
-            &t.readings,
-            run.window_start_s,
-            run.window_end_s,
-            a.soak_max_kv_growth,
-        )),
-        _ => None,
-    };
-    super::gpu::ResourcesOut {
-        urls: t.urls.iter().map(|u| super::describe::shown(u)).collect(),
-        interval_s: super::gpu::INTERVAL.as_secs_f64(),
-        scrape_attempts: t.scrapes,
-        failed_scrapes: t.failed_scrapes,
-        last_error: t.last_error.clone(),
-        gpu_xid_before_run: super::gpu::xid_before_run(&t.readings),
-        engine_restarts: None,
-        overall,
-        soak,
-        engine_oom_answers: 0,
     }
 }
 
